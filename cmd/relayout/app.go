@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/version"
+)
+
+const exitCodesHelp = `Exit codes: 0 ok; 1 internal error; 2 usage or configuration error;
+3 bad input data (corrupt file, schema mismatch, missing column, unsupported
+type, encrypted file; do not retry); 4 transient I/O error (retry);
+5 precondition failed (output exists: pass --overwrite).`
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:    "relayout",
+		Usage:   "re-lay Parquet training data out for fast, slice-wise loading",
+		Version: version.Version,
+		Description: "Every flag can also be set with an environment variable RELAYOUT_<FLAG>\n" +
+			"(e.g. RELAYOUT_SLICE_KEYS) or in a YAML file given with --config;\n" +
+			"a flag beats the environment, which beats the file.\n\n" + exitCodesHelp,
+		Commands:       []*cli.Command{runCommand(), verifyCommand(), inspectCommand()},
+		OnUsageError:   usageError,
+		ExitErrHandler: func(*cli.Context, error) {},
+		Suggest:        true,
+	}
+}
+
+func usageError(_ *cli.Context, err error, _ bool) error {
+	return errs.Usagef("%v (see relayout --help)", err)
+}
+
+func envName(flag string) []string {
+	return []string{"RELAYOUT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+// withConfig wires altsrc so that flags may come from --config YAML.
+func withConfig(flags []cli.Flag) cli.BeforeFunc {
+	return func(c *cli.Context) error {
+		if c.String("config") == "" {
+			return nil
+		}
+		src, err := altsrc.NewYamlSourceFromFlagFunc("config")(c)
+		if err != nil {
+			return errs.Usagef("config file %s: %v", c.String("config"), err)
+		}
+		if err := altsrc.ApplyInputSourceValues(c, src, flags); err != nil {
+			return errs.Usagef("config file %s: %v", c.String("config"), err)
+		}
+		return nil
+	}
+}
+
+func configFlag() cli.Flag {
+	return &cli.StringFlag{Name: "config", Usage: "YAML file with flag values (keys are flag names)", EnvVars: envName("config")}
+}
+
+func strFlag(name, value, usage string) cli.Flag {
+	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: envName(name)})
+}
+
+func sliceFlag(name, usage string) cli.Flag {
+	return altsrc.NewStringSliceFlag(&cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: envName(name)})
+}
+
+func intFlag(name string, value int, usage string) cli.Flag {
+	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: envName(name)})
+}
+
+func boolFlag(name, usage string) cli.Flag {
+	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: envName(name)})
+}
+
+// parseSize parses "128MiB", "2GiB", "1.5GB", "4096" into bytes.
+func parseSize(flag, s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	}
+	mult := 1.0
+	num := s
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
+			num = strings.TrimSpace(s[:len(s)-len(u.suffix)])
+			mult = u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, errs.Usagef("--%s: %q is not a size (use e.g. 128MiB, 2GiB or a number of bytes)", flag, s)
+	}
+	return int64(v * mult), nil
+}
+
+func splitList(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+var _ = fmt.Sprintf

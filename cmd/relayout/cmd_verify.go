@@ -1,0 +1,54 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/pipeline"
+)
+
+func verifyCommand() *cli.Command {
+	flags := append([]cli.Flag{
+		configFlag(),
+		boolFlag("deep", "also decode every value and compare the content fingerprint"),
+		boolFlag("json", "print the result as JSON"),
+		intFlag("parallel", 0, "files checked at once (default: number of CPUs)"),
+	}, logFlags()...)
+	return &cli.Command{
+		Name:      "verify",
+		Usage:     "check an output against its manifest",
+		UsageText: "relayout verify ./relaid/ [--deep]",
+		Description: "Checks every file's presence, size and xxhash64, footer row counts, key order,\n" +
+			"slice boundaries and key statistics; --deep also checks the content fingerprint.\n" +
+			"Exit 0 when all hold; 3 naming the first mismatch otherwise.\n\n" + exitCodesHelp,
+		Flags:        flags,
+		Before:       withConfig(flags),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return errs.Usagef("verify takes one output folder or URL")
+			}
+			res, err := pipeline.Verify(c.Context, c.Args().First(), c.Bool("deep"), c.Int("parallel"))
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				data, _ := json.MarshalIndent(res, "", " ")
+				fmt.Fprintln(c.App.Writer, string(data))
+			} else if res.OK {
+				mode := "shallow"
+				if res.Deep {
+					mode = "deep"
+				}
+				fmt.Fprintf(c.App.Writer, "ok: %d files, %d rows, %s verified (%s)\n", res.Files, res.Rows, human(res.Bytes), mode)
+			}
+			if !res.OK {
+				return errs.BadInputf("verify failed: %s", res.Problem)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,36 @@
+// Command relayout rewrites Parquet training data so that slices are
+// contiguous row groups, with a manifest as the single commit point.
+//
+// Exit codes: 0 ok, 1 internal error, 2 usage or configuration, 3 bad input
+// data, 4 transient I/O (retry), 5 precondition (output exists; --overwrite).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/relayout/relayout/internal/errs"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopProfile := startProfile()
+	err := newApp().RunContext(ctx, os.Args)
+	stopProfile()
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// exitCode prints err as one line and returns its exit code.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	fmt.Fprintf(os.Stderr, "relayout: %s\n", msg)
+	return int(errs.ClassOf(err))
+}

@@ -1,0 +1,306 @@
+// Package fingerprint computes an order-independent content fingerprint of a
+// table's rows, so a run can prove that what came out equals what went in.
+//
+// Spec (relayout-rowhash-v1), so another implementation can reproduce it:
+//
+//   - Each value gets a 64-bit hash h(v): null is the constant nullHash;
+//     booleans, integers, dates, times, timestamps and durations hash their
+//     value as a signed 64-bit integer (unsigned as its bits) through mix;
+//     floats hash the bits of the float64 value (float32 widened; -0 is 0,
+//     every NaN is the same) through mix; strings, binary and decimals
+//     (two's complement little-endian bytes) hash with xxhash64 of the bytes;
+//     a list is the xxhash round fold of its length and its elements' hashes;
+//     a struct folds its fields' hashes; a map is a list of key/value structs.
+//   - A row's hash is the fold of its columns' hashes in schema order, then
+//     mixed.
+//   - The fingerprint is the row count and the sum modulo 2^64 of the row
+//     hashes: the same for any order of the same multiset of rows.
+//
+// Values are hashed by their logical value, not their encoding, so the
+// fingerprint of a Parquet file is the same however it is encoded, compressed
+// or split into row groups.
+package fingerprint
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/cespare/xxhash/v2"
+)
+
+const (
+	prime1   uint64 = 11400714785074694791
+	prime2   uint64 = 14029467366897019727
+	prime3   uint64 = 1609587929392839161
+	nullHash uint64 = 0x6a09e667f3bcc908
+	seed     uint64 = 0x27d4eb2f165667c5
+)
+
+// Algorithm names the fingerprint algorithm in manifests.
+const Algorithm = "relayout-rowhash-v1"
+
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= prime2
+	h ^= h >> 29
+	h *= prime3
+	h ^= h >> 32
+	return h
+}
+
+func fold(acc, v uint64) uint64 {
+	acc ^= v * prime2
+	acc = bits.RotateLeft64(acc, 31)
+	return acc * prime1
+}
+
+// Sum is a fingerprint: a row count and the sum of the row hashes.
+type Sum struct {
+	Rows int64
+	Hash uint64
+}
+
+// Add adds another fingerprint's rows.
+func (s *Sum) Add(o Sum) {
+	s.Rows += o.Rows
+	s.Hash += o.Hash
+}
+
+// String formats the hash as 16 hex digits.
+func (s Sum) String() string { return fmt.Sprintf("%016x", s.Hash) }
+
+// Record returns the fingerprint of the record's rows.
+func Record(rec arrow.RecordBatch) (Sum, error) {
+	hs, err := RowHashes(rec.Columns(), int(rec.NumRows()))
+	if err != nil {
+		return Sum{}, err
+	}
+	var s Sum
+	s.Rows = int64(len(hs))
+	for _, h := range hs {
+		s.Hash += h
+	}
+	return s, nil
+}
+
+// RowHashes returns each row's hash over the given columns.
+func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
+	acc := make([]uint64, n)
+	for i := range acc {
+		acc[i] = seed
+	}
+	tmp := make([]uint64, n)
+	for _, c := range cols {
+		if err := valueHashes(c, tmp); err != nil {
+			return nil, err
+		}
+		for i := range acc {
+			acc[i] = fold(acc[i], tmp[i])
+		}
+	}
+	for i := range acc {
+		acc[i] = mix(acc[i])
+	}
+	return acc, nil
+}
+
+// valueHashes fills out[i] with h(arr[i]); len(out) == arr.Len().
+func valueHashes(arr arrow.Array, out []uint64) error {
+	n := arr.Len()
+	switch a := arr.(type) {
+	case *array.Null:
+		for i := range out {
+			out[i] = nullHash
+		}
+		return nil
+	case *array.Boolean:
+		for i := 0; i < n; i++ {
+			v := uint64(0)
+			if a.Value(i) {
+				v = 1
+			}
+			out[i] = mix(v)
+		}
+	case *array.Int8:
+		ints(out, a.Int8Values())
+	case *array.Int16:
+		ints(out, a.Int16Values())
+	case *array.Int32:
+		ints(out, a.Int32Values())
+	case *array.Int64:
+		ints(out, a.Int64Values())
+	case *array.Uint8:
+		ints(out, a.Uint8Values())
+	case *array.Uint16:
+		ints(out, a.Uint16Values())
+	case *array.Uint32:
+		ints(out, a.Uint32Values())
+	case *array.Uint64:
+		ints(out, a.Uint64Values())
+	case *array.Date32:
+		ints(out, a.Date32Values())
+	case *array.Date64:
+		ints(out, a.Date64Values())
+	case *array.Time32:
+		ints(out, a.Time32Values())
+	case *array.Time64:
+		ints(out, a.Time64Values())
+	case *array.Timestamp:
+		ints(out, a.TimestampValues())
+	case *array.Duration:
+		ints(out, a.DurationValues())
+	case *array.Float16:
+		for i := 0; i < n; i++ {
+			out[i] = floatHash(float64(a.Value(i).Float32()))
+		}
+	case *array.Float32:
+		for i, v := range a.Float32Values() {
+			out[i] = floatHash(float64(v))
+		}
+	case *array.Float64:
+		for i, v := range a.Float64Values() {
+			out[i] = floatHash(v)
+		}
+	case *array.String:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64String(a.Value(i))
+		}
+	case *array.LargeString:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64String(a.Value(i))
+		}
+	case *array.StringView:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64String(a.Value(i))
+		}
+	case *array.Binary:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64(a.Value(i))
+		}
+	case *array.LargeBinary:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64(a.Value(i))
+		}
+	case *array.BinaryView:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64(a.Value(i))
+		}
+	case *array.FixedSizeBinary:
+		for i := 0; i < n; i++ {
+			out[i] = xxhash.Sum64(a.Value(i))
+		}
+	case *array.Decimal128:
+		var b [16]byte
+		for i := 0; i < n; i++ {
+			v := a.Value(i)
+			putU64(b[0:], v.LowBits())
+			putU64(b[8:], uint64(v.HighBits()))
+			out[i] = xxhash.Sum64(b[:])
+		}
+	case *array.Decimal256:
+		var b [32]byte
+		for i := 0; i < n; i++ {
+			v := a.Value(i).Array()
+			for k := 0; k < 4; k++ {
+				putU64(b[8*k:], v[k])
+			}
+			out[i] = xxhash.Sum64(b[:])
+		}
+	case *array.Decimal32:
+		for i := 0; i < n; i++ {
+			out[i] = mix(uint64(int64(a.Value(i))))
+		}
+	case *array.Decimal64:
+		for i := 0; i < n; i++ {
+			out[i] = mix(uint64(int64(a.Value(i))))
+		}
+	case array.ListLike:
+		// List, LargeList, FixedSizeList, Map, ListView.
+		child := a.ListValues()
+		ch := make([]uint64, child.Len())
+		if err := valueHashes(child, ch); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if a.IsNull(i) {
+				continue
+			}
+			start, end := a.ValueOffsets(i)
+			acc := fold(seed, uint64(end-start))
+			for j := start; j < end; j++ {
+				acc = fold(acc, ch[j])
+			}
+			out[i] = mix(acc)
+		}
+	case *array.Struct:
+		for i := range out {
+			out[i] = seed
+		}
+		tmp := make([]uint64, n)
+		for f := 0; f < a.NumField(); f++ {
+			if err := valueHashes(a.Field(f), tmp); err != nil {
+				return err
+			}
+			for i := range out {
+				out[i] = fold(out[i], tmp[i])
+			}
+		}
+		for i := range out {
+			out[i] = mix(out[i])
+		}
+	case *array.Dictionary:
+		dict := a.Dictionary()
+		dh := make([]uint64, dict.Len())
+		if err := valueHashes(dict, dh); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if !a.IsNull(i) {
+				out[i] = dh[a.GetValueIndex(i)]
+			}
+		}
+	case array.ExtensionArray:
+		if err := valueHashes(a.Storage(), out); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unsupported: fingerprint of type %s", arr.DataType())
+	}
+	if arr.NullN() > 0 {
+		for i := 0; i < n; i++ {
+			if arr.IsNull(i) {
+				out[i] = nullHash
+			}
+		}
+	}
+	return nil
+}
+
+type integer interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64
+}
+
+func ints[T integer](out []uint64, vs []T) {
+	for i, v := range vs {
+		out[i] = mix(uint64(int64(v)))
+	}
+}
+
+func floatHash(f float64) uint64 {
+	if f == 0 {
+		f = 0
+	}
+	if math.IsNaN(f) {
+		return mix(0x7ff8000000000001)
+	}
+	return mix(math.Float64bits(f))
+}
+
+func putU64(b []byte, v uint64) {
+	for k := 0; k < 8; k++ {
+		b[k] = byte(v >> (8 * k))
+	}
+}

@@ -1,0 +1,5 @@
+package errs
+
+import "os"
+
+var debugPanics = os.Getenv("RELAYOUT_DEBUG") != ""

@@ -1,0 +1,22 @@
+package errs
+
+import (
+	"fmt"
+	"runtime/debug"
+)
+
+// Recover turns a panic into a bad-input error stored in *errp. Use it as
+// `defer errs.Recover(&err, "decode part-1.parquet")` around calls into the
+// Parquet libraries, which panic on some malformed files instead of returning
+// errors (parquet-go #537, arrow-go #382, apache/arrow #43605). The stack is
+// kept out of the message; set RELAYOUT_DEBUG=1 to print it.
+func Recover(errp *error, what string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if debugPanics {
+		fmt.Printf("panic in %s: %v\n%s", what, r, debug.Stack())
+	}
+	*errp = BadInputf("%s: corrupt or unsupported data (decoder panicked: %v)", what, r)
+}

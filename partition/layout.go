@@ -1,0 +1,147 @@
+package partition
+
+// LayoutOptions sizes the output. Byte sizes are turned into row counts with
+// the input's average bytes per row, so the layout depends only on the input
+// and these options.
+type LayoutOptions struct {
+	// RowGroupBytes is the target uncompressed size of a row group.
+	RowGroupBytes int64
+	// MinRowGroupBytes: a slice at least this large owns whole row groups;
+	// smaller neighbouring slices share one.
+	MinRowGroupBytes int64
+	// RowGroupRows caps the rows of a row group.
+	RowGroupRows int64
+	// FileBytes is the target size of a file on disk.
+	FileBytes int64
+	// RowBytes is the average uncompressed bytes per row; FileRowBytes the
+	// average stored (compressed) bytes per row. Both at least 1.
+	RowBytes     float64
+	FileRowBytes float64
+}
+
+// RowGroup is a run of consecutive output rows.
+type RowGroup struct {
+	Start, Rows int64
+}
+
+// File is a run of consecutive row groups.
+type File struct {
+	RowGroups []RowGroup
+	Start     int64
+	Rows      int64
+}
+
+// Layout is the planned output files.
+type Layout struct {
+	Files []File
+	// TargetRows, MinRows and FileRows are the row counts the byte targets
+	// translated to.
+	TargetRows, MinRows, FileRows int64
+}
+
+func atLeast1(v int64) int64 {
+	if v < 1 {
+		return 1
+	}
+	return v
+}
+
+// PlanLayout cuts the ordered rows of slices into row groups and files.
+//
+// Rules: a row group holds at most TargetRows rows. A slice of at least
+// MinRows rows owns whole row groups: it starts a new row group and is split
+// into ceil(rows/TargetRows) row groups of near-equal size. Smaller slices
+// are packed together in order until the next would overflow TargetRows; so
+// row groups end at slice boundaries except inside a large slice. Files take
+// whole row groups until the next would take them past FileRows rows.
+func PlanLayout(slices []Slice, o LayoutOptions) Layout {
+	rowBytes := o.RowBytes
+	if rowBytes < 1 {
+		rowBytes = 1
+	}
+	fileRowBytes := o.FileRowBytes
+	if fileRowBytes < 1 {
+		fileRowBytes = 1
+	}
+	target := atLeast1(int64(float64(o.RowGroupBytes) / rowBytes))
+	if o.RowGroupRows > 0 && target > o.RowGroupRows {
+		target = o.RowGroupRows
+	}
+	minRows := atLeast1(int64(float64(o.MinRowGroupBytes) / rowBytes))
+	if minRows > target {
+		minRows = target
+	}
+	fileRows := atLeast1(int64(float64(o.FileBytes) / fileRowBytes))
+	l := Layout{TargetRows: target, MinRows: minRows, FileRows: fileRows}
+
+	var groups []RowGroup
+	var cur RowGroup
+	flush := func() {
+		if cur.Rows > 0 {
+			groups = append(groups, cur)
+		}
+		cur = RowGroup{Start: cur.Start + cur.Rows}
+	}
+	for _, s := range slices {
+		if s.Rows == 0 {
+			continue
+		}
+		if s.Rows >= minRows {
+			flush()
+			k := (s.Rows + target - 1) / target
+			base, extra := s.Rows/k, s.Rows%k
+			start := s.Start
+			for i := int64(0); i < k; i++ {
+				n := base
+				if i < extra {
+					n++
+				}
+				groups = append(groups, RowGroup{Start: start, Rows: n})
+				start += n
+			}
+			cur = RowGroup{Start: start}
+			continue
+		}
+		if cur.Rows > 0 && cur.Rows+s.Rows > target {
+			flush()
+		}
+		cur.Rows += s.Rows
+	}
+	flush()
+
+	var f File
+	for _, g := range groups {
+		if f.Rows > 0 && f.Rows+g.Rows > fileRows {
+			l.Files = append(l.Files, f)
+			f = File{Start: g.Start}
+		}
+		if len(f.RowGroups) == 0 {
+			f.Start = g.Start
+		}
+		f.RowGroups = append(f.RowGroups, g)
+		f.Rows += g.Rows
+	}
+	if f.Rows > 0 || len(l.Files) == 0 {
+		l.Files = append(l.Files, f)
+	}
+	return l
+}
+
+// Units cuts rows [0,total) into consecutive ranges of at most maxRows rows
+// and near-equal size: the pieces that are gathered in memory one at a time.
+func Units(total, maxRows int64) []RowGroup {
+	maxRows = atLeast1(maxRows)
+	k := atLeast1((total + maxRows - 1) / maxRows)
+	base, extra := total/k, total%k
+	out := make([]RowGroup, 0, k)
+	var start int64
+	for i := int64(0); i < k; i++ {
+		n := base
+		if i < extra {
+			n++
+		}
+		out = append(out, RowGroup{Start: start, Rows: n})
+		start += n
+	}
+	return out
+}

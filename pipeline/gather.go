@@ -1,0 +1,442 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+)
+
+// unitSource holds the rows of one unit, column by column, and maps an input
+// position to its index in those columns.
+type unitSource struct {
+	cols []compute.Datum
+	// positions, when set, are the sorted input positions of the rows held;
+	// otherwise row index == input position.
+	positions []int64
+}
+
+func (u *unitSource) release() {
+	for _, c := range u.cols {
+		c.Release()
+	}
+}
+
+func (u *unitSource) local(p int64) (int64, error) {
+	if u.positions == nil {
+		return p, nil
+	}
+	i, ok := slices.BinarySearch(u.positions, p)
+	if !ok {
+		return 0, fmt.Errorf("internal: position %d missing from its unit", p)
+	}
+	return int64(i), nil
+}
+
+// newUnitSource builds column datums from records in position order.
+// Columns whose type the chunked take kernel supports stay chunked; others
+// are concatenated once.
+func newUnitSource(schema *arrow.Schema, recs []arrow.RecordBatch) (*unitSource, error) {
+	u := &unitSource{}
+	for c := 0; c < schema.NumFields(); c++ {
+		chunks := make([]arrow.Array, 0, len(recs))
+		for _, r := range recs {
+			chunks = append(chunks, r.Column(c))
+		}
+		dt := schema.Field(c).Type
+		if arrow.IsPrimitive(dt.ID()) || arrow.IsBaseBinary(dt.ID()) {
+			ch := arrow.NewChunked(dt, chunks)
+			u.cols = append(u.cols, compute.NewDatum(ch))
+			ch.Release()
+			continue
+		}
+		var arr arrow.Array
+		var err error
+		if len(chunks) == 1 {
+			arr = chunks[0]
+			arr.Retain()
+		} else if len(chunks) == 0 {
+			arr = array.MakeArrayOfNull(memory.DefaultAllocator, dt, 0)
+		} else if arr, err = array.Concatenate(chunks, memory.DefaultAllocator); err != nil {
+			u.release()
+			return nil, err
+		}
+		u.cols = append(u.cols, compute.NewDatum(arr))
+		arr.Release()
+	}
+	return u, nil
+}
+
+// take gathers the rows at local indices idx into a record.
+func (u *unitSource) take(ctx context.Context, schema *arrow.Schema, idx []int64) (arrow.RecordBatch, error) {
+	b := array.NewInt64Builder(memory.DefaultAllocator)
+	b.AppendValues(idx, nil)
+	ind := b.NewInt64Array()
+	b.Release()
+	defer ind.Release()
+	indD := compute.NewDatum(ind)
+	defer indD.Release()
+	arrs := make([]arrow.Array, 0, len(u.cols))
+	release := func() {
+		for _, a := range arrs {
+			a.Release()
+		}
+	}
+	for c, col := range u.cols {
+		res, err := compute.Take(ctx, *compute.DefaultTakeOptions(), col, indD)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("gather column %s: %w", schema.Field(c).Name, err)
+		}
+		var arr arrow.Array
+		switch r := res.(type) {
+		case *compute.ArrayDatum:
+			arr = r.MakeArray()
+		case *compute.ChunkedDatum:
+			ch := r.Value
+			if len(ch.Chunks()) == 1 {
+				arr = ch.Chunk(0)
+				arr.Retain()
+			} else {
+				arr, err = array.Concatenate(ch.Chunks(), memory.DefaultAllocator)
+			}
+		default:
+			err = fmt.Errorf("unexpected take result %T", res)
+		}
+		res.Release()
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("gather column %s: %w", schema.Field(c).Name, err)
+		}
+		arrs = append(arrs, arr)
+	}
+	rec := array.NewRecordBatch(schema, arrs, int64(len(idx)))
+	release()
+	return rec, nil
+}
+
+// chunkRanges splits [start, start+rows) at row-group boundaries and at most
+// maxRows rows per piece.
+func chunkRanges(layout partition.Layout, unit partition.RowGroup, maxRows int64) []partition.RowGroup {
+	var out []partition.RowGroup
+	end := unit.Start + unit.Rows
+	for _, f := range layout.Files {
+		for _, g := range f.RowGroups {
+			s, e := max(g.Start, unit.Start), min(g.Start+g.Rows, end)
+			for s < e {
+				n := min(e-s, maxRows)
+				out = append(out, partition.RowGroup{Start: s, Rows: n})
+				s += n
+			}
+		}
+	}
+	return out
+}
+
+// writeUnit gathers the unit's rows in output order on `workers` goroutines
+// and hands them to write in order.
+func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, perm []int64, chunks []partition.RowGroup, workers int, write func(arrow.RecordBatch) error) error {
+	type result struct {
+		rec arrow.RecordBatch
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int)
+	outs := make([]chan result, len(chunks))
+	for i := range outs {
+		outs[i] = make(chan result, 1)
+	}
+	// Bound look-ahead: a worker may run at most `ahead` chunks in front of
+	// the writer.
+	ahead := workers + 1
+	tokens := make(chan struct{}, ahead)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				ch := chunks[i]
+				idx := make([]int64, ch.Rows)
+				var err error
+				for j := range idx {
+					if idx[j], err = src.local(perm[ch.Start+int64(j)]); err != nil {
+						break
+					}
+				}
+				var rec arrow.RecordBatch
+				if err == nil {
+					rec, err = src.take(ctx, schema, idx)
+				}
+				outs[i] <- result{rec, err}
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for i := range chunks {
+			select {
+			case tokens <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var firstErr error
+	for i := range chunks {
+		var r result
+		select {
+		case r = <-outs[i]:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+		<-tokens
+		if r.err != nil {
+			firstErr = r.err
+			break
+		}
+		err := write(r.rec)
+		r.rec.Release()
+		if err != nil {
+			firstErr = err
+			break
+		}
+	}
+	cancel()
+	// Drain so workers exit.
+	go func() {
+		for range tokens {
+		}
+	}()
+	wg.Wait()
+	close(tokens)
+	for i := range outs {
+		select {
+		case r := <-outs[i]:
+			if r.rec != nil {
+				r.rec.Release()
+			}
+		default:
+		}
+	}
+	return firstErr
+}
+
+// readAll decodes every row group (all columns) and fingerprints it.
+func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress) ([]arrow.RecordBatch, fingerprint.Sum, error) {
+	refs := t.RowGroups()
+	recs := make([]arrow.RecordBatch, len(refs))
+	sums := make([]fingerprint.Sum, len(refs))
+	errv := make([]error, len(refs))
+	next := make(chan int, len(refs))
+	for i := range refs {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if ctx.Err() != nil {
+					errv[i] = ctx.Err()
+					continue
+				}
+				rec, err := t.Read(ctx, refs[i], nil, 1)
+				if err == nil {
+					sums[i], err = fingerprint.Record(rec)
+					if err != nil {
+						err = errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
+					}
+				}
+				recs[i], errv[i] = rec, err
+				prog.Add(refs[i].Rows())
+			}
+		}()
+	}
+	wg.Wait()
+	var total fingerprint.Sum
+	for i, err := range errv {
+		if err != nil {
+			for _, r := range recs {
+				if r != nil {
+					r.Release()
+				}
+			}
+			return nil, total, err
+		}
+		total.Add(sums[i])
+	}
+	return recs, total, nil
+}
+
+// spill routes every input row to its unit's spill file (Arrow IPC, LZ4) and
+// returns the files and the input fingerprint.
+func spill(ctx context.Context, t *source.Table, perm []int64, units []partition.RowGroup, dir string, parallel int, prog Progress) ([]string, fingerprint.Sum, int64, error) {
+	var fp fingerprint.Sum
+	unitOf := make([]uint32, t.Rows)
+	for u, un := range units {
+		for _, p := range perm[un.Start : un.Start+un.Rows] {
+			unitOf[p] = uint32(u)
+		}
+	}
+	paths := make([]string, len(units))
+	files := make([]*os.File, len(units))
+	writers := make([]*ipc.FileWriter, len(units))
+	closeAll := func() error {
+		var first error
+		for i, w := range writers {
+			if w != nil {
+				if err := w.Close(); err != nil && first == nil {
+					first = err
+				}
+				if err := files[i].Close(); err != nil && first == nil {
+					first = err
+				}
+				writers[i] = nil
+			}
+		}
+		return first
+	}
+	var spilled int64
+	for _, ref := range t.RowGroups() {
+		rec, err := t.Read(ctx, ref, nil, parallel)
+		if err != nil {
+			closeAll()
+			return nil, fp, 0, err
+		}
+		s, err := fingerprint.Record(rec)
+		if err != nil {
+			rec.Release()
+			closeAll()
+			return nil, fp, 0, errs.BadInputf("%s: %v", ref.File.Obj.URL, err)
+		}
+		fp.Add(s)
+		byUnit := map[uint32][]int64{}
+		off := ref.Offset()
+		for i := int64(0); i < ref.Rows(); i++ {
+			u := unitOf[off+i]
+			byUnit[u] = append(byUnit[u], i)
+		}
+		src := &unitSource{}
+		for c := range rec.Columns() {
+			src.cols = append(src.cols, compute.NewDatum(rec.Column(c)))
+		}
+		keys := make([]uint32, 0, len(byUnit))
+		for u := range byUnit {
+			keys = append(keys, u)
+		}
+		slices.Sort(keys)
+		for _, u := range keys {
+			part, err := src.take(ctx, rec.Schema(), byUnit[u])
+			if err != nil {
+				src.release()
+				rec.Release()
+				closeAll()
+				return nil, fp, 0, err
+			}
+			if writers[u] == nil {
+				paths[u] = filepath.Join(dir, fmt.Sprintf("unit-%05d.arrow", u))
+				f, err := os.Create(paths[u])
+				if err != nil {
+					part.Release()
+					src.release()
+					rec.Release()
+					closeAll()
+					return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
+				}
+				files[u] = f
+				writers[u], err = ipc.NewFileWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+				if err != nil {
+					part.Release()
+					src.release()
+					rec.Release()
+					closeAll()
+					return nil, fp, 0, err
+				}
+			}
+			if err := writers[u].Write(part); err != nil {
+				part.Release()
+				src.release()
+				rec.Release()
+				closeAll()
+				return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
+			}
+			part.Release()
+		}
+		src.release()
+		rec.Release()
+		prog.Add(ref.Rows())
+	}
+	if err := closeAll(); err != nil {
+		return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
+	}
+	for _, p := range paths {
+		if p != "" {
+			if st, err := os.Stat(p); err == nil {
+				spilled += st.Size()
+			}
+		}
+	}
+	return paths, fp, spilled, nil
+}
+
+// loadUnit reads a unit's spill file.
+func loadUnit(path string, schema *arrow.Schema, perm []int64) (*unitSource, error) {
+	positions := slices.Clone(perm)
+	slices.Sort(positions)
+	if path == "" { // a unit with no rows
+		return &unitSource{positions: positions}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, errs.TransientErr(err)
+	}
+	defer f.Close()
+	r, err := ipc.NewFileReader(f, ipc.WithSchema(schema))
+	if err != nil {
+		return nil, errs.TransientErr(fmt.Errorf("read spill %s: %w", path, err))
+	}
+	defer r.Close()
+	var recs []arrow.RecordBatch
+	for i := 0; i < r.NumRecords(); i++ {
+		rec, err := r.RecordBatch(i)
+		if err != nil {
+			for _, x := range recs {
+				x.Release()
+			}
+			return nil, errs.TransientErr(fmt.Errorf("read spill %s: %w", path, err))
+		}
+		rec.Retain()
+		recs = append(recs, rec)
+	}
+	src, err := newUnitSource(schema, recs)
+	for _, x := range recs {
+		x.Release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	src.positions = positions
+	return src, nil
+}

@@ -1,0 +1,153 @@
+package pipeline
+
+import (
+	"log/slog"
+	"runtime"
+	"strings"
+
+	"github.com/relayout/relayout/internal/errs"
+)
+
+// RunOptions configures a run. Zero values take the documented defaults.
+type RunOptions struct {
+	// Inputs are local paths (files, folders, globs) or URLs.
+	Inputs []string
+	// Output is a local folder or a URL prefix.
+	Output string
+	// SliceKeys and SortKeys name the columns rows are ordered by.
+	SliceKeys []string
+	SortKeys  []string
+	// RowGroupBytes is the target uncompressed row-group size (default 128 MiB).
+	RowGroupBytes int64
+	// MinRowGroupBytes: slices at least this large own whole row groups
+	// (default RowGroupBytes/8).
+	MinRowGroupBytes int64
+	// RowGroupRows caps rows per row group (default 1,048,576).
+	RowGroupRows int64
+	// FileBytes is the target file size (default 1 GiB).
+	FileBytes int64
+	// ZstdLevel (default 3) and PageBytes (default 1 MiB) tune encoding.
+	ZstdLevel int
+	PageBytes int64
+	// MemoryLimit bounds memory (default 2 GiB); TmpDir holds spill files
+	// (default the system temp folder).
+	MemoryLimit int64
+	TmpDir      string
+	// Parallel is the number of goroutines doing CPU work (default GOMAXPROCS).
+	Parallel int
+	// Overwrite replaces an existing output.
+	Overwrite bool
+	// SkipCheck skips re-reading the output before commit (not recommended).
+	SkipCheck bool
+	// Log receives progress and summaries (default: discard).
+	Log *slog.Logger
+	// Progress receives progress updates (may be nil).
+	Progress Progress
+	// FailAfterFiles, when > 0, fails the run after that many files are
+	// written: a fault-injection hook for tests.
+	FailAfterFiles int
+}
+
+// Progress receives progress updates from long stages.
+type Progress interface {
+	// Start begins a stage of total units (rows or bytes).
+	Start(stage string, total int64)
+	// Add reports n more units done.
+	Add(n int64)
+	// Finish ends the stage.
+	Finish()
+}
+
+type nopProgress struct{}
+
+func (nopProgress) Start(string, int64) {}
+func (nopProgress) Add(int64)           {}
+func (nopProgress) Finish()             {}
+
+const (
+	defaultRowGroupBytes = 128 << 20
+	defaultRowGroupRows  = 1 << 20
+	defaultFileBytes     = 1 << 30
+	defaultMemoryLimit   = 2 << 30
+)
+
+func (o RunOptions) withDefaults() (RunOptions, error) {
+	if len(o.Inputs) == 0 {
+		return o, errs.Usagef("no input: pass --input")
+	}
+	if o.Output == "" {
+		return o, errs.Usagef("no output: pass --output")
+	}
+	clean := func(ks []string) []string {
+		var out []string
+		for _, k := range ks {
+			for _, p := range strings.Split(k, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					out = append(out, p)
+				}
+			}
+		}
+		return out
+	}
+	o.SliceKeys, o.SortKeys = clean(o.SliceKeys), clean(o.SortKeys)
+	seen := map[string]bool{}
+	for _, k := range append(append([]string{}, o.SliceKeys...), o.SortKeys...) {
+		if seen[k] {
+			return o, errs.Usagef("column %q is named twice in --slice-keys/--sort-keys", k)
+		}
+		seen[k] = true
+	}
+	if o.RowGroupBytes == 0 {
+		o.RowGroupBytes = defaultRowGroupBytes
+	}
+	if o.MinRowGroupBytes == 0 {
+		o.MinRowGroupBytes = o.RowGroupBytes / 8
+	}
+	if o.RowGroupRows == 0 {
+		o.RowGroupRows = defaultRowGroupRows
+	}
+	if o.FileBytes == 0 {
+		o.FileBytes = defaultFileBytes
+	}
+	if o.ZstdLevel == 0 {
+		o.ZstdLevel = 3
+	}
+	if o.PageBytes == 0 {
+		o.PageBytes = 1 << 20
+	}
+	if o.MemoryLimit == 0 {
+		o.MemoryLimit = defaultMemoryLimit
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = runtime.GOMAXPROCS(0)
+	}
+	var bad []string
+	if o.RowGroupBytes < 0 {
+		bad = append(bad, "--row-group-bytes must be positive")
+	}
+	if o.MinRowGroupBytes < 0 || o.MinRowGroupBytes > o.RowGroupBytes {
+		bad = append(bad, "--min-row-group-bytes must be between 0 and --row-group-bytes")
+	}
+	if o.RowGroupRows < 0 {
+		bad = append(bad, "--row-group-rows must be positive")
+	}
+	if o.FileBytes < 0 {
+		bad = append(bad, "--file-bytes must be positive")
+	}
+	if o.ZstdLevel < 1 || o.ZstdLevel > 22 {
+		bad = append(bad, "--zstd-level must be between 1 and 22")
+	}
+	if o.MemoryLimit < 16<<20 {
+		bad = append(bad, "--memory-limit must be at least 16MiB")
+	}
+	if len(bad) > 0 {
+		return o, errs.Usagef("%s", strings.Join(bad, "; "))
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = nopProgress{}
+	}
+	return o, nil
+}

@@ -1,0 +1,401 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/cespare/xxhash/v2"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/version"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/writer"
+)
+
+// Result is what a successful run produced.
+type Result struct {
+	Manifest *manifests.Manifest
+	Report   *Report
+}
+
+// layoutConfig is the part of the configuration that decides the output; it
+// is recorded in the manifest and hashed.
+type layoutConfig struct {
+	SliceKeys        []string `json:"slice_keys"`
+	SortKeys         []string `json:"sort_keys"`
+	RowGroupBytes    int64    `json:"row_group_bytes"`
+	MinRowGroupBytes int64    `json:"min_row_group_bytes"`
+	RowGroupRows     int64    `json:"row_group_rows"`
+	FileBytes        int64    `json:"file_bytes"`
+	ZstdLevel        int      `json:"zstd_level"`
+	PageBytes        int64    `json:"page_bytes"`
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Run re-lays the input table out under the output location.
+func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
+	opts, err = opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	rep := newReport("run", opts)
+	log := opts.Log
+	t0 := time.Now()
+
+	out, err := storage.OpenDir(ctx, opts.Output, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareOutput(ctx, out, opts.Overwrite); err != nil {
+		return nil, err
+	}
+
+	objs, err := storage.List(ctx, opts.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	tbl, err := source.Open(ctx, objs, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	sliceCols, err := partition.KeyColumns(tbl, opts.SliceKeys, "--slice-keys")
+	if err != nil {
+		return nil, err
+	}
+	sortCols, err := partition.KeyColumns(tbl, opts.SortKeys, "--sort-keys")
+	if err != nil {
+		return nil, err
+	}
+	var inBytes, inUncompressed int64
+	for _, f := range tbl.Files {
+		inBytes += f.Obj.Size
+		inUncompressed += f.UncompressedBytes
+	}
+	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
+
+	prevLimit := debug.SetMemoryLimit(opts.MemoryLimit)
+	defer debug.SetMemoryLimit(prevLimit)
+
+	// 1. Plan.
+	opts.Progress.Start("order", int64(tbl.NumRowGroups()))
+	order, err := partition.Build(ctx, tbl, sliceCols, sortCols, opts.Parallel)
+	opts.Progress.Finish()
+	if err != nil {
+		return nil, err
+	}
+	rep.stage("plan", t0)
+	rowBytes, fileRowBytes := 1.0, 1.0
+	if tbl.Rows > 0 {
+		rowBytes = float64(inUncompressed) / float64(tbl.Rows)
+		fileRowBytes = float64(inBytes) / float64(tbl.Rows)
+	}
+	layout := partition.PlanLayout(order.Slices, partition.LayoutOptions{
+		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
+		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
+		RowBytes: rowBytes, FileRowBytes: fileRowBytes,
+	})
+	// Memory: the order costs ~16 B/row; the writer buffers one row group
+	// (compressed); the rest is split between the decoded unit and the
+	// gathered rows in flight plus GC headroom.
+	fixed := 16*tbl.Rows + opts.RowGroupBytes/2 + 64<<20
+	unitBytes := (opts.MemoryLimit - fixed) / 2
+	if unitBytes < 8<<20 {
+		unitBytes = 8 << 20
+	}
+	maxUnitRows := int64(float64(unitBytes) / max(rowBytes, 1))
+	units := partition.Units(tbl.Rows, maxUnitRows)
+	rep.Units = len(units)
+	log.Info("planned", "slices", len(order.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units))
+
+	cfg := layoutConfig{
+		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
+		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
+		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
+		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
+	}
+	cfgJSON, _ := json.Marshal(cfg)
+	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfgJSON))
+
+	sample, err := readSample(ctx, tbl)
+	if err != nil {
+		return nil, err
+	}
+	w, err := writer.NewParquet(ctx, out, tbl.Schema, layout, writer.ParquetOptions{
+		Sample:    sample,
+		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
+		SortingColumns: append(append([]string{}, opts.SliceKeys...), opts.SortKeys...),
+		Metadata: [][2]string{
+			{"relayout.version", version.Version},
+			{"relayout.config_hash", cfgHash},
+		},
+		CreatedBy: "relayout version " + version.Version,
+	})
+	if sample != nil {
+		sample.Release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			w.Abort()
+			writer.Remove(ctx, out, w.Files())
+		}
+	}()
+
+	// 2-3. Gather and write.
+	t1 := time.Now()
+	written := 0
+	write := func(rec arrow.RecordBatch) error {
+		if err := w.Write(rec); err != nil {
+			return err
+		}
+		opts.Progress.Add(rec.NumRows())
+		if opts.FailAfterFiles > 0 && len(w.Files()) >= opts.FailAfterFiles && len(w.Files()) > written {
+			return errs.TransientErr(fmt.Errorf("injected failure after %d files", len(w.Files())))
+		}
+		written = len(w.Files())
+		return nil
+	}
+	workers := max(opts.Parallel-1, 1)
+	const chunkRows = 64 << 10
+	var inFP fingerprint.Sum
+	if len(units) == 1 {
+		opts.Progress.Start("read", tbl.Rows)
+		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress)
+		opts.Progress.Finish()
+		if err != nil {
+			return nil, err
+		}
+		inFP = fp
+		rep.stage("read", t1)
+		t1 = time.Now()
+		src, err := newUnitSource(tbl.Schema, recs)
+		for _, r := range recs {
+			r.Release()
+		}
+		if err != nil {
+			return nil, err
+		}
+		opts.Progress.Start("write", tbl.Rows)
+		err = writeUnit(ctx, tbl.Schema, src, order.Perm, chunkRanges(layout, units[0], chunkRows), workers, write)
+		opts.Progress.Finish()
+		src.release()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		dir, err := os.MkdirTemp(opts.TmpDir, "relayout-spill-")
+		if err != nil {
+			return nil, errs.TransientErr(fmt.Errorf("create spill folder in %q: %w", opts.TmpDir, err))
+		}
+		defer os.RemoveAll(dir)
+		opts.Progress.Start("spill", tbl.Rows)
+		paths, fp, spilled, err := spill(ctx, tbl, order.Perm, units, dir, opts.Parallel, opts.Progress)
+		opts.Progress.Finish()
+		if err != nil {
+			return nil, err
+		}
+		inFP = fp
+		rep.SpillBytes = spilled
+		rep.stage("spill", t1)
+		t1 = time.Now()
+		opts.Progress.Start("write", tbl.Rows)
+		for u, un := range units {
+			perm := order.Perm[un.Start : un.Start+un.Rows]
+			src, err := loadUnit(paths[u], tbl.Schema, perm)
+			if err != nil {
+				return nil, err
+			}
+			if paths[u] != "" {
+				os.Remove(paths[u])
+			}
+			err = writeUnit(ctx, tbl.Schema, src, order.Perm, chunkRanges(layout, un, chunkRows), workers, write)
+			src.release()
+			if err != nil {
+				return nil, err
+			}
+		}
+		opts.Progress.Finish()
+	}
+	files, err := w.Close()
+	if err != nil {
+		return nil, err
+	}
+	rep.stage("write", t1)
+	if inFP.Rows != tbl.Rows {
+		return nil, fmt.Errorf("internal: read %d rows, footers say %d", inFP.Rows, tbl.Rows)
+	}
+
+	m := buildManifest(tbl, order, files, cfgJSON, cfgHash, opts, inFP)
+
+	// 4. Check what was written against the manifest and the input.
+	if !opts.SkipCheck {
+		t2 := time.Now()
+		opts.Progress.Start("check", m.Totals.Rows)
+		vr, err := verifyLocation(ctx, out, m, true, opts.Parallel, opts.Progress)
+		opts.Progress.Finish()
+		if err != nil {
+			return nil, err
+		}
+		if !vr.OK {
+			return nil, fmt.Errorf("output check failed, nothing committed: %s", vr.Problem)
+		}
+		rep.stage("check", t2)
+	}
+
+	// 5. Commit.
+	data, err := manifests.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := putObject(ctx, out, manifests.FileName, data); err != nil {
+		return nil, err
+	}
+	committed = true
+	rep.finish(t0, m)
+	if rdata, err := json.MarshalIndent(rep, "", " "); err == nil {
+		if err := putObject(ctx, out, ReportFileName, append(rdata, '\n')); err != nil {
+			log.Warn("could not write report", "err", err)
+		}
+	}
+	log.Info("committed", "manifest", out.URL(manifests.FileName), "files", len(files), "rows", m.Totals.Rows, "bytes", m.Totals.Bytes)
+	return &Result{Manifest: m, Report: rep}, nil
+}
+
+// prepareOutput refuses to replace an existing output unless overwrite is
+// set; then it removes the old manifest first (so no reader trusts it while
+// files change), then the old data files and report.
+func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) error {
+	key := out.Key(manifests.FileName)
+	exists, err := out.Bucket.Exists(ctx, key)
+	if err != nil {
+		return storage.Classify(fmt.Errorf("check %s: %w", out.URL(manifests.FileName), err))
+	}
+	if exists && !overwrite {
+		return errs.Preconditionf("pass --overwrite to replace it", "output %s already holds a manifest", out.Name)
+	}
+	if exists {
+		if err := out.Bucket.Delete(ctx, key); err != nil {
+			return storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(manifests.FileName), err))
+		}
+	}
+	if !exists && !overwrite {
+		return nil
+	}
+	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key("parquet/")})
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			break
+		}
+		if err := out.Bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return storage.Classify(fmt.Errorf("remove old %s: %w", obj.Key, err))
+		}
+	}
+	_ = out.Bucket.Delete(ctx, out.Key(ReportFileName))
+	return nil
+}
+
+func putObject(ctx context.Context, out storage.Location, rel string, data []byte) error {
+	if err := out.Bucket.WriteAll(ctx, out.Key(rel), data, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+		return storage.Classify(fmt.Errorf("write %s: %w", out.URL(rel), err))
+	}
+	return nil
+}
+
+func buildManifest(tbl *source.Table, order *partition.Order, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
+	m := &manifests.Manifest{
+		Format: manifests.Format, FormatVersion: manifests.FormatVersion,
+		RelayoutVersion: version.Version, Config: cfg, ConfigHash: cfgHash,
+		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
+		Fingerprint: manifests.Fingerprint{Algorithm: fingerprint.Algorithm, Rows: fp.Rows, Hash: fp.String()},
+	}
+	for _, f := range tbl.Schema.Fields() {
+		m.Schema = append(m.Schema, manifests.Column{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
+	}
+	for _, f := range tbl.Files {
+		m.Inputs = append(m.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+	}
+	type rgRef struct {
+		file, rg     int
+		start, rows  int64 // global
+		first        int64 // within file
+		offset, size int64
+	}
+	var rgs []rgRef
+	for i, f := range files {
+		mf := manifests.File{Path: f.Path, Bytes: f.Bytes, Rows: f.Rows, FirstRow: f.Start, XXHash64: fmt.Sprintf("%016x", f.XXHash64), RowGroups: []manifests.RowGroup{}}
+		for j, g := range f.RowGroups {
+			mf.RowGroups = append(mf.RowGroups, manifests.RowGroup{Rows: g.Rows, FirstRow: g.FirstRow, Offset: g.Offset, Length: g.Length})
+			rgs = append(rgs, rgRef{file: i, rg: j, start: f.Start + g.FirstRow, rows: g.Rows, first: g.FirstRow, offset: g.Offset, size: g.Length})
+		}
+		m.Files = append(m.Files, mf)
+		m.Totals.Bytes += f.Bytes
+		m.Totals.Rows += f.Rows
+		m.Totals.RowGroups += len(f.RowGroups)
+	}
+	m.Totals.Files = len(files)
+	k := 0
+	for _, s := range order.Slices {
+		if s.Rows == 0 {
+			continue
+		}
+		ms := manifests.Slice{Key: manifests.KeyValues{}, Rows: s.Rows, FirstRow: s.Start}
+		for i, name := range opts.SliceKeys {
+			ms.Key = append(ms.Key, manifests.KV{Name: name, Value: s.Values[i]})
+		}
+		end := s.Start + s.Rows
+		for k < len(rgs) && rgs[k].start+rgs[k].rows <= s.Start {
+			k++
+		}
+		for j := k; j < len(rgs) && rgs[j].start < end; j++ {
+			g := rgs[j]
+			lo, hi := max(g.start, s.Start), min(g.start+g.rows, end)
+			ms.Segments = append(ms.Segments, manifests.Segment{
+				File: g.file, RowGroup: g.rg, FirstRow: g.first + (lo - g.start), Rows: hi - lo,
+				Offset: g.offset, Length: g.size,
+			})
+		}
+		m.Slices = append(m.Slices, ms)
+	}
+	if m.Slices == nil {
+		m.Slices = []manifests.Slice{}
+	}
+	if m.Files == nil {
+		m.Files = []manifests.File{}
+	}
+	m.Totals.Slices = len(m.Slices)
+	return m
+}
+
+// readSample decodes the first non-empty input row group: the sample from
+// which column encodings are chosen.
+func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, error) {
+	for _, ref := range tbl.RowGroups() {
+		if ref.Rows() > 0 {
+			return tbl.Read(ctx, ref, nil, 2)
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,331 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
+)
+
+// VerifyResult is the outcome of a verification.
+type VerifyResult struct {
+	OK bool `json:"ok"`
+	// Problem describes the first mismatch found ("" when OK).
+	Problem string `json:"problem,omitempty"`
+	Files   int    `json:"files"`
+	Rows    int64  `json:"rows"`
+	Bytes   int64  `json:"bytes"`
+	Deep    bool   `json:"deep"`
+}
+
+// Verify checks an output folder against its manifest: every file exists with
+// the recorded size and xxhash64, footers hold the recorded rows and row
+// groups, key order and slice boundaries match the slice index, key statistics
+// are present (and min == max in row groups owned by one slice); deep also
+// decodes every value and compares the content fingerprint.
+func Verify(ctx context.Context, output string, deep bool, parallel int) (*VerifyResult, error) {
+	out, err := storage.OpenDir(ctx, output, false)
+	if err != nil {
+		return nil, err
+	}
+	data, err := out.Bucket.ReadAll(ctx, out.Key(manifests.FileName))
+	if err != nil {
+		err = storage.Classify(fmt.Errorf("read %s: %w", out.URL(manifests.FileName), err))
+		if errs.Is(err, errs.BadInput) {
+			return &VerifyResult{Problem: fmt.Sprintf("%s: no manifest (the run did not complete)", out.URL(manifests.FileName))}, nil
+		}
+		return nil, err
+	}
+	m, err := manifests.Decode(data)
+	if err != nil {
+		return &VerifyResult{Problem: fmt.Sprintf("%s: %v", out.URL(manifests.FileName), err)}, nil
+	}
+	if parallel < 1 {
+		parallel = 2
+	}
+	return verifyLocation(ctx, out, m, deep, parallel, nopProgress{})
+}
+
+type rgExpect struct {
+	slices []int // manifest slice indices in order
+	rows   []int64
+}
+
+func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*VerifyResult, error) {
+	res := &VerifyResult{Deep: deep, Files: len(m.Files)}
+	fail := func(format string, a ...any) (*VerifyResult, error) {
+		res.Problem = fmt.Sprintf(format, a...)
+		return res, nil
+	}
+	// Manifest self-consistency.
+	var rows int64
+	expect := make([][]rgExpect, len(m.Files))
+	for i, f := range m.Files {
+		expect[i] = make([]rgExpect, len(f.RowGroups))
+		var sum int64
+		for _, g := range f.RowGroups {
+			sum += g.Rows
+		}
+		if sum != f.Rows {
+			return fail("manifest: %s: row groups hold %d rows, file says %d", f.Path, sum, f.Rows)
+		}
+		if f.FirstRow != rows {
+			return fail("manifest: %s: first_row %d, want %d", f.Path, f.FirstRow, rows)
+		}
+		rows += f.Rows
+	}
+	if rows != m.Totals.Rows || rows != m.Fingerprint.Rows {
+		return fail("manifest: files hold %d rows, totals say %d, fingerprint %d", rows, m.Totals.Rows, m.Fingerprint.Rows)
+	}
+	var srows int64
+	for si, s := range m.Slices {
+		if s.FirstRow != srows {
+			return fail("manifest: slice %d starts at row %d, want %d", si, s.FirstRow, srows)
+		}
+		var segRows int64
+		for _, sg := range s.Segments {
+			if sg.File >= len(m.Files) || sg.RowGroup >= len(m.Files[sg.File].RowGroups) {
+				return fail("manifest: slice %d names a missing row group", si)
+			}
+			e := &expect[sg.File][sg.RowGroup]
+			e.slices = append(e.slices, si)
+			e.rows = append(e.rows, sg.Rows)
+			segRows += sg.Rows
+		}
+		if segRows != s.Rows {
+			return fail("manifest: slice %d has %d rows in segments, %d in total", si, segRows, s.Rows)
+		}
+		srows += s.Rows
+	}
+	if len(m.Slices) > 0 && srows != rows {
+		return fail("manifest: slices hold %d rows, files %d", srows, rows)
+	}
+
+	type fileResult struct {
+		problem string
+		fp      fingerprint.Sum
+		first   []byte // first and last encoded key of the file
+		last    []byte
+		err     error
+	}
+	results := make([]fileResult, len(m.Files))
+	next := make(chan int, len(m.Files))
+	for i := range m.Files {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				r := &results[i]
+				r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, prog)
+			}
+		}()
+	}
+	wg.Wait()
+	var fp fingerprint.Sum
+	var prevLast []byte
+	for i, r := range results {
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.problem != "" {
+			return fail("%s", r.problem)
+		}
+		if prevLast != nil && r.first != nil && bytes.Compare(prevLast, r.first) > 0 {
+			return fail("%s: keys decrease from the previous file", out.URL(m.Files[i].Path))
+		}
+		if r.last != nil {
+			prevLast = r.last
+		}
+		fp.Add(r.fp)
+		res.Rows += m.Files[i].Rows
+		res.Bytes += m.Files[i].Bytes
+	}
+	if deep {
+		if fp.Rows != m.Fingerprint.Rows || fp.String() != m.Fingerprint.Hash {
+			return fail("content fingerprint is %s over %d rows, manifest says %s over %d rows", fp.String(), fp.Rows, m.Fingerprint.Hash, m.Fingerprint.Rows)
+		}
+	}
+	res.OK = true
+	return res, nil
+}
+
+func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, prog Progress) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
+	mf := m.Files[fi]
+	url := out.URL(mf.Path)
+	key := out.Key(mf.Path)
+	attrs, err := out.Bucket.Attributes(ctx, key)
+	if err != nil {
+		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
+		if errs.Is(err, errs.BadInput) {
+			return fmt.Sprintf("%s: missing", url), fp, nil, nil, nil
+		}
+		return "", fp, nil, nil, err
+	}
+	if attrs.Size != mf.Bytes {
+		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, mf.Bytes), fp, nil, nil, nil
+	}
+	rd, err := out.Bucket.NewReader(ctx, key, nil)
+	if err != nil {
+		return "", fp, nil, nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+	}
+	h := xxhash.New()
+	_, err = io.Copy(h, rd)
+	rd.Close()
+	if err != nil {
+		return "", fp, nil, nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+	}
+	if got := fmt.Sprintf("%016x", h.Sum64()); got != mf.XXHash64 {
+		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged)", url, got, mf.XXHash64), fp, nil, nil, nil
+	}
+	obj := storage.Object{Loc: out, Key: key, URL: url, Size: attrs.Size}
+	if out.Local != "" {
+		obj.LocalPath = out.Local + "/" + mf.Path
+	}
+	tbl, err := source.Open(ctx, []storage.Object{obj}, nil)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", url, err), fp, nil, nil, nil
+	}
+	defer tbl.Close()
+	f := tbl.Files[0]
+	if f.Rows != mf.Rows || len(f.RowGroupRows) != len(mf.RowGroups) {
+		return fmt.Sprintf("%s: footer has %d rows in %d row groups, manifest says %d in %d", url, f.Rows, len(f.RowGroupRows), mf.Rows, len(mf.RowGroups)), fp, nil, nil, nil
+	}
+	keyCols := make([]int, 0)
+	for _, k := range append(append([]string{}, m.SliceKeys...), m.SortKeys...) {
+		c, err := tbl.FieldIndex(k)
+		if err != nil {
+			return fmt.Sprintf("%s: %v", url, err), fp, nil, nil, nil
+		}
+		keyCols = append(keyCols, c)
+	}
+	nSlice := len(m.SliceKeys)
+	md := f.Parquet().MetaData()
+	var prev, prevSlice, curSlice []byte
+	for g, mg := range mf.RowGroups {
+		if f.RowGroupRows[g] != mg.Rows {
+			return fmt.Sprintf("%s: row group %d has %d rows, manifest says %d", url, g, f.RowGroupRows[g], mg.Rows), fp, nil, nil, nil
+		}
+		ref := source.RowGroupRef{File: f, RowGroup: g}
+		if deep {
+			rec, err := tbl.Read(ctx, ref, nil, 1)
+			if err != nil {
+				return fmt.Sprintf("%v", err), fp, nil, nil, nil
+			}
+			s, err := fingerprint.Record(rec)
+			rec.Release()
+			if err != nil {
+				return fmt.Sprintf("%s: %v", url, err), fp, nil, nil, nil
+			}
+			fp.Add(s)
+		}
+		prog.Add(mg.Rows)
+		if len(keyCols) == 0 {
+			continue
+		}
+		rec, err := tbl.Read(ctx, ref, keyCols, 1)
+		if err != nil {
+			return fmt.Sprintf("%v", err), fp, nil, nil, nil
+		}
+		// Walk runs of equal slice keys; compare with the manifest.
+		exp := expect[g]
+		run := -1
+		var runRows int64
+		var cur []byte
+		checkRun := func(i int) string {
+			if run < 0 {
+				return ""
+			}
+			if run >= len(exp.slices) {
+				return fmt.Sprintf("%s: row group %d holds more slices than the manifest says", url, g)
+			}
+			if runRows != exp.rows[run] {
+				return fmt.Sprintf("%s: row group %d: slice %d has %d rows here, manifest says %d", url, g, exp.slices[run], runRows, exp.rows[run])
+			}
+			want := m.Slices[exp.slices[run]].Key
+			for c := 0; c < nSlice; c++ {
+				gotJ, _ := json.Marshal(partition.Value(rec.Column(c), i))
+				wantJ, _ := json.Marshal(want[c].Value)
+				if !bytes.Equal(gotJ, wantJ) {
+					return fmt.Sprintf("%s: row group %d: key %s is %s, manifest says %s", url, g, m.SliceKeys[c], gotJ, wantJ)
+				}
+			}
+			return ""
+		}
+		n := int(rec.NumRows())
+		for i := 0; i < n; i++ {
+			cur = cur[:0]
+			for c := range keyCols {
+				cur = partition.AppendKey(cur, rec.Column(c), i)
+				if c == nSlice-1 {
+					curSlice = append(curSlice[:0], cur...)
+				}
+			}
+			if prev != nil && bytes.Compare(prev, cur) > 0 {
+				rec.Release()
+				return fmt.Sprintf("%s: row group %d row %d: keys decrease", url, g, i), fp, nil, nil, nil
+			}
+			if first == nil {
+				first = bytes.Clone(cur)
+			}
+			if run < 0 || !bytes.Equal(prevSlice, curSlice) {
+				if p := checkRun(i - 1); p != "" {
+					rec.Release()
+					return p, fp, nil, nil, nil
+				}
+				run++
+				runRows = 0
+			}
+			runRows++
+			prev = append(prev[:0], cur...)
+			prevSlice = append(prevSlice[:0], curSlice...)
+		}
+		if p := checkRun(n - 1); p != "" {
+			rec.Release()
+			return p, fp, nil, nil, nil
+		}
+		if run+1 != len(exp.slices) && n > 0 {
+			rec.Release()
+			return fmt.Sprintf("%s: row group %d holds %d slices, manifest says %d", url, g, run+1, len(exp.slices)), fp, nil, nil, nil
+		}
+		rec.Release()
+		// Statistics of the slice keys.
+		rgmd := md.RowGroup(g)
+		for c := 0; c < nSlice; c++ {
+			idx := md.Schema.ColumnIndexByName(m.SliceKeys[c])
+			if idx < 0 {
+				continue
+			}
+			cc, err := rgmd.ColumnChunk(idx)
+			if err != nil {
+				return fmt.Sprintf("%s: row group %d: %v", url, g, err), fp, nil, nil, nil
+			}
+			st, err := cc.Statistics()
+			if err != nil || st == nil {
+				return fmt.Sprintf("%s: row group %d: no statistics for %s", url, g, m.SliceKeys[c]), fp, nil, nil, nil
+			}
+			if st.HasMinMax() && len(exp.slices) == 1 && !bytes.Equal(st.EncodeMin(), st.EncodeMax()) {
+				return fmt.Sprintf("%s: row group %d holds one slice but %s statistics have min != max", url, g, m.SliceKeys[c]), fp, nil, nil, nil
+			}
+		}
+	}
+	if prev != nil {
+		last = bytes.Clone(prev)
+	}
+	return "", fp, first, last, nil
+}

@@ -1,0 +1,275 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/storage"
+)
+
+// File is one input object.
+type File struct {
+	Obj   storage.Object
+	Index int
+	// Rows is the file's row count; RowOffset the global position of its
+	// first row (the sum of the rows of the files before it).
+	Rows      int64
+	RowOffset int64
+	// RowGroupRows and RowGroupOffsets give each row group's row count and
+	// global position of its first row.
+	RowGroupRows    []int64
+	RowGroupOffsets []int64
+	// UncompressedBytes and CompressedBytes sum the file's column chunks.
+	UncompressedBytes int64
+	CompressedBytes   int64
+
+	ra     *storage.ReaderAt
+	pq     *file.Reader
+	fr     *pqarrow.FileReader
+	schema *arrow.Schema
+	// colMap maps a table field index to this file's field index; leaves
+	// holds each table field's leaf column indices in this file.
+	colMap []int
+	leaves []map[int]bool
+}
+
+// Parquet returns the file's low-level reader (footer metadata, page index).
+func (f *File) Parquet() *file.Reader { return f.pq }
+
+// Table is the union of the input files.
+type Table struct {
+	Files  []*File
+	Schema *arrow.Schema
+	Rows   int64
+	// Metadata is the first file's key-value metadata (ARROW:schema etc.).
+	Metadata map[string]string
+	Counts   *storage.Counters
+	mem      memory.Allocator
+}
+
+// NumRowGroups returns the number of row groups over all files.
+func (t *Table) NumRowGroups() int {
+	n := 0
+	for _, f := range t.Files {
+		n += len(f.RowGroupRows)
+	}
+	return n
+}
+
+// Close closes every file.
+func (t *Table) Close() error {
+	var first error
+	for _, f := range t.Files {
+		if f.ra != nil {
+			if err := f.ra.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// FieldIndex returns the index of the named top-level column, or a bad-input
+// error naming the column and the columns that exist.
+func (t *Table) FieldIndex(name string) (int, error) {
+	idx := t.Schema.FieldIndices(name)
+	if len(idx) == 0 {
+		names := make([]string, 0, t.Schema.NumFields())
+		for _, f := range t.Schema.Fields() {
+			names = append(names, f.Name)
+		}
+		return -1, errs.BadInputf("column %q not found in %s (columns: %s)", name, t.Files[0].Obj.URL, strings.Join(names, ", "))
+	}
+	return idx[0], nil
+}
+
+// Open opens the objects as one table, reading only their footers.
+func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) (*Table, error) {
+	if counts == nil {
+		counts = new(storage.Counters)
+	}
+	t := &Table{Counts: counts, mem: memory.DefaultAllocator}
+	for i, obj := range objs {
+		f, err := openFile(ctx, obj, counts)
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		f.Index = i
+		f.RowOffset = t.Rows
+		for j := range f.RowGroupOffsets {
+			f.RowGroupOffsets[j] += t.Rows
+		}
+		t.Rows += f.Rows
+		t.Files = append(t.Files, f)
+		if i == 0 {
+			t.Schema = f.schema
+			t.Metadata = map[string]string{}
+			md := f.pq.MetaData().KeyValueMetadata()
+			for k, key := range md.Keys() {
+				t.Metadata[key] = md.Values()[k]
+			}
+		}
+		if err := t.match(f); err != nil {
+			t.Close()
+			return nil, err
+		}
+	}
+	if len(t.Files) == 0 {
+		return nil, errs.BadInputf("no input files")
+	}
+	return t, nil
+}
+
+func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters) (f *File, err error) {
+	defer errs.Recover(&err, "open "+obj.URL)
+	ra, err := storage.NewReaderAt(ctx, obj, counts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			ra.Close()
+		}
+	}()
+	if obj.Size < 12 {
+		return nil, errs.BadInputf("open %s: not a Parquet file (only %d bytes)", obj.URL, obj.Size)
+	}
+	var magic [4]byte
+	if _, err := ra.ReadAt(magic[:], obj.Size-4); err != nil && err != io.EOF {
+		return nil, err
+	}
+	switch {
+	case bytes.Equal(magic[:], []byte("PARE")):
+		return nil, errs.BadInputf("open %s: unsupported: encrypted Parquet file (decrypt it first)", obj.URL)
+	case !bytes.Equal(magic[:], []byte("PAR1")):
+		return nil, errs.BadInputf("open %s: not a Parquet file (bad magic bytes at the end)", obj.URL)
+	}
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = false // one read per column chunk
+	pq, err := file.NewParquetReader(ra, file.WithReadProps(props))
+	if err != nil {
+		if c := errs.ClassOf(err); c == errs.Transient {
+			return nil, err
+		}
+		return nil, errs.BadInputf("open %s: %v", obj.URL, err)
+	}
+	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+	if err != nil {
+		return nil, errs.BadInputf("open %s: unsupported schema: %v", obj.URL, err)
+	}
+	sc, err := fr.Schema()
+	if err != nil {
+		return nil, errs.BadInputf("open %s: unsupported schema: %v", obj.URL, err)
+	}
+	md := pq.MetaData()
+	f = &File{Obj: obj, Rows: md.NumRows, ra: ra, pq: pq, fr: fr, schema: sc}
+	var off int64
+	for i := 0; i < md.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		n := rg.NumRows()
+		if n < 0 {
+			return nil, errs.BadInputf("open %s: row group %d has a negative row count", obj.URL, i)
+		}
+		f.RowGroupRows = append(f.RowGroupRows, n)
+		f.RowGroupOffsets = append(f.RowGroupOffsets, off)
+		off += n
+		f.UncompressedBytes += rg.TotalByteSize()
+		for c := 0; c < rg.NumColumns(); c++ {
+			cc, err := rg.ColumnChunk(c)
+			if err != nil {
+				return nil, errs.BadInputf("open %s: row group %d column %d: %v", obj.URL, i, c, err)
+			}
+			f.CompressedBytes += cc.TotalCompressedSize()
+		}
+	}
+	if off != f.Rows {
+		return nil, errs.BadInputf("open %s: row groups hold %d rows but the footer says %d", obj.URL, off, f.Rows)
+	}
+	return f, nil
+}
+
+// match checks f's schema against the table's and fills f.colMap.
+func (t *Table) match(f *File) error {
+	first := t.Files[0]
+	f.colMap = make([]int, t.Schema.NumFields())
+	if f.schema.NumFields() != t.Schema.NumFields() {
+		return errs.BadInputf("schema mismatch: %s has %d columns, %s has %d", first.Obj.URL, t.Schema.NumFields(), f.Obj.URL, f.schema.NumFields())
+	}
+	fields := t.Schema.Fields()
+	for i, want := range fields {
+		idx := f.schema.FieldIndices(want.Name)
+		if len(idx) != 1 {
+			return errs.BadInputf("schema mismatch: column %q is in %s but not in %s", want.Name, first.Obj.URL, f.Obj.URL)
+		}
+		got := f.schema.Field(idx[0])
+		if !arrow.TypeEqual(got.Type, want.Type) {
+			return errs.BadInputf("schema mismatch: column %q is %s in %s but %s in %s", want.Name, want.Type, first.Obj.URL, got.Type, f.Obj.URL)
+		}
+		if got.Nullable && !want.Nullable {
+			fields[i].Nullable = true
+		}
+		f.colMap[i] = idx[0]
+		f.leaves = append(f.leaves, leafSet(&f.fr.Manifest.Fields[idx[0]], map[int]bool{}))
+	}
+	md := t.Schema.Metadata()
+	t.Schema = arrow.NewSchema(fields, &md)
+	return nil
+}
+
+// ReadColumn reads table column col of row group rg of the file as one array.
+// The caller releases it.
+func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, err error) {
+	name := "?"
+	if col < len(f.colMap) {
+		name = f.schema.Field(f.colMap[col]).Name
+	}
+	what := fmt.Sprintf("read %s: row group %d, column %s", f.Obj.URL, rg, name)
+	defer errs.Recover(&err, what)
+	cr, err := f.fr.GetFieldReader(ctx, f.colMap[col], f.leaves[col], []int{rg})
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	defer cr.Release()
+	ch, err := f.fr.ReadColumn([]int{rg}, cr)
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	defer ch.Release()
+	if int64(ch.Len()) != f.RowGroupRows[rg] {
+		return nil, errs.BadInputf("%s: decoded %d values, the footer says %d rows", what, ch.Len(), f.RowGroupRows[rg])
+	}
+	return concat(ch)
+}
+
+func classify(err error, what string) error {
+	if c := errs.ClassOf(err); c == errs.Transient {
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return errs.TransientErr(fmt.Errorf("%s: %w", what, err))
+	}
+	return errs.BadInputf("%s: %v", what, err)
+}
+
+func leafSet(sf *pqarrow.SchemaField, into map[int]bool) map[int]bool {
+	if len(sf.Children) == 0 {
+		into[sf.ColIndex] = true
+		return into
+	}
+	for i := range sf.Children {
+		leafSet(&sf.Children[i], into)
+	}
+	return into
+}

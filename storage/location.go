@@ -1,0 +1,292 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/fileblob"
+	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
+
+	// Drivers for the URL schemes relayout accepts.
+	_ "gocloud.dev/blob/azureblob"
+	_ "gocloud.dev/blob/gcsblob"
+	_ "gocloud.dev/blob/s3blob"
+
+	"github.com/relayout/relayout/internal/errs"
+)
+
+// Location is a bucket and a key prefix inside it. For a single object the
+// prefix is the object's key.
+type Location struct {
+	Bucket *blob.Bucket
+	// Prefix is the key prefix ("" for the bucket root). It never starts with
+	// "/" and, for folders, ends with "/" unless empty.
+	Prefix string
+	// Name is what the user gave, for messages.
+	Name string
+	// Local is the local directory the bucket is rooted at, or "" for a
+	// remote or in-memory bucket.
+	Local string
+}
+
+// Key joins the location's prefix and rel into an object key.
+func (l Location) Key(rel string) string {
+	if l.Prefix == "" {
+		return rel
+	}
+	return strings.TrimSuffix(l.Prefix, "/") + "/" + rel
+}
+
+// URL names the object rel under the location, for messages and manifests.
+func (l Location) URL(rel string) string {
+	base := strings.TrimSuffix(l.Name, "/")
+	if rel == "" {
+		return base
+	}
+	return base + "/" + rel
+}
+
+var (
+	memMu      sync.Mutex
+	memBuckets = map[string]*blob.Bucket{}
+)
+
+// MemBucket returns the process-wide in-memory bucket for mem://name.
+func MemBucket(name string) *blob.Bucket {
+	memMu.Lock()
+	defer memMu.Unlock()
+	b, ok := memBuckets[name]
+	if !ok {
+		b = memblob.OpenBucket(nil)
+		memBuckets[name] = b
+	}
+	return b
+}
+
+// IsURL reports whether name is a URL with a scheme rather than a local path.
+func IsURL(name string) bool {
+	i := strings.Index(name, "://")
+	return i > 0 && !strings.ContainsAny(name[:i], "/\\.")
+}
+
+// OpenDir opens name as a folder-like location, creating a local folder when
+// create is set. Remote URLs are scheme://bucket/prefix?params.
+func OpenDir(ctx context.Context, name string, create bool) (Location, error) {
+	if !IsURL(name) || strings.HasPrefix(name, "file://") {
+		dir := strings.TrimPrefix(name, "file://")
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return Location{}, errs.Usagef("bad path %q: %v", name, err)
+		}
+		if create {
+			if err := os.MkdirAll(abs, 0o755); err != nil {
+				return Location{}, classifyOS(fmt.Errorf("create %s: %w", abs, err))
+			}
+		}
+		b, err := fileblob.OpenBucket(abs, &fileblob.Options{NoTempDir: true, Metadata: fileblob.MetadataDontWrite})
+		if err != nil {
+			return Location{}, classifyOS(fmt.Errorf("open folder %s: %w", abs, err))
+		}
+		return Location{Bucket: b, Name: strings.TrimSuffix(name, "/"), Local: abs}, nil
+	}
+	u, err := url.Parse(name)
+	if err != nil {
+		return Location{}, errs.Usagef("bad URL %q: %v", name, err)
+	}
+	prefix := strings.Trim(u.Path, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	var b *blob.Bucket
+	if u.Scheme == "mem" {
+		b = MemBucket(u.Host)
+	} else {
+		bu := *u
+		bu.Path = ""
+		b, err = blob.OpenBucket(ctx, bu.String())
+		if err != nil {
+			return Location{}, errs.Usagef("open bucket %s: %v", bu.String(), err)
+		}
+	}
+	display := u.Scheme + "://" + u.Host + "/" + strings.TrimSuffix(prefix, "/")
+	return Location{Bucket: b, Prefix: prefix, Name: strings.TrimSuffix(display, "/")}, nil
+}
+
+// Object is one input object.
+type Object struct {
+	Loc   Location
+	Key   string
+	URL   string // display name
+	Size  int64
+	ETag  string
+	MTime string // RFC 3339, UTC
+	// LocalPath is set for local files, which are read with os.File.
+	LocalPath string
+}
+
+// List expands the input names (local files, folders, globs or URLs naming an
+// object or a prefix) into the Parquet objects they name: every object whose
+// key ends in ".parquet" under a prefix, sorted by name within each input, in
+// the order the inputs were given. A name that matches nothing is an error.
+func List(ctx context.Context, names []string) ([]Object, error) {
+	var out []Object
+	seen := map[string]bool{}
+	for _, name := range names {
+		objs, err := list1(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(objs) == 0 {
+			return nil, errs.BadInputf("input %s: no *.parquet files found", name)
+		}
+		for _, o := range objs {
+			if !seen[o.URL] {
+				seen[o.URL] = true
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
+func list1(ctx context.Context, name string) ([]Object, error) {
+	if !IsURL(name) || strings.HasPrefix(name, "file://") {
+		return listLocal(ctx, strings.TrimPrefix(name, "file://"))
+	}
+	u, err := url.Parse(name)
+	if err != nil {
+		return nil, errs.Usagef("bad URL %q: %v", name, err)
+	}
+	key := strings.TrimPrefix(u.Path, "/")
+	loc, err := OpenDir(ctx, name, false)
+	if err != nil {
+		return nil, err
+	}
+	loc.Prefix = ""
+	loc.Name = u.Scheme + "://" + u.Host
+	// An exact object?
+	if key != "" && !strings.HasSuffix(key, "/") {
+		attrs, err := loc.Bucket.Attributes(ctx, key)
+		if err == nil {
+			return []Object{objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))}, nil
+		}
+		if gcerrors.Code(err) != gcerrors.NotFound {
+			return nil, Classify(fmt.Errorf("stat %s: %w", name, err))
+		}
+		key += "/"
+	}
+	var out []Object
+	it := loc.Bucket.List(&blob.ListOptions{Prefix: key})
+	for {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, Classify(fmt.Errorf("list %s: %w", name, err))
+		}
+		if obj.IsDir || !strings.HasSuffix(obj.Key, ".parquet") || hiddenKey(obj.Key[len(key):]) {
+			continue
+		}
+		out = append(out, objectFrom(loc, obj.Key, obj.Size, "", obj.ModTime.UTC().Format("2006-01-02T15:04:05Z")))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	// Listing does not return ETags on every driver; fetch them.
+	for i := range out {
+		attrs, err := loc.Bucket.Attributes(ctx, out[i].Key)
+		if err != nil {
+			return nil, Classify(fmt.Errorf("stat %s: %w", out[i].URL, err))
+		}
+		out[i].ETag = attrs.ETag
+	}
+	return out, nil
+}
+
+// hiddenKey reports whether a relative key has a path element starting with
+// "_" or ".", which by Hive/Spark convention are not data (e.g. _temporary).
+func hiddenKey(rel string) bool {
+	for _, p := range strings.Split(rel, "/") {
+		if strings.HasPrefix(p, "_") || strings.HasPrefix(p, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+func objectFrom(loc Location, key string, size int64, etag, mtime string) Object {
+	return Object{Loc: loc, Key: key, URL: loc.URL(key), Size: size, ETag: etag, MTime: mtime}
+}
+
+func listLocal(ctx context.Context, name string) ([]Object, error) {
+	var files []string
+	if strings.ContainsAny(name, "*?[") {
+		m, err := filepath.Glob(name)
+		if err != nil {
+			return nil, errs.Usagef("bad glob %q: %v", name, err)
+		}
+		for _, f := range m {
+			if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+				files = append(files, f)
+			}
+		}
+	} else {
+		st, err := os.Stat(name)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, errs.BadInputf("input %s: no such file or folder", name)
+			}
+			return nil, classifyOS(fmt.Errorf("input %s: %w", name, err))
+		}
+		if st.IsDir() {
+			err := filepath.WalkDir(name, func(p string, d os.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(name, p)
+				if d.IsDir() {
+					if p != name && hiddenKey(filepath.ToSlash(rel)) {
+						return filepath.SkipDir
+					}
+					return nil
+				}
+				if strings.HasSuffix(p, ".parquet") && !hiddenKey(filepath.ToSlash(rel)) {
+					files = append(files, p)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, classifyOS(fmt.Errorf("list %s: %w", name, err))
+			}
+		} else {
+			files = []string{name}
+		}
+	}
+	sort.Strings(files)
+	out := make([]Object, 0, len(files))
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			return nil, classifyOS(fmt.Errorf("stat %s: %w", f, err))
+		}
+		abs, _ := filepath.Abs(f)
+		out = append(out, Object{
+			Key:       path.Base(filepath.ToSlash(abs)),
+			URL:       f,
+			Size:      st.Size(),
+			MTime:     st.ModTime().UTC().Format("2006-01-02T15:04:05Z"),
+			LocalPath: abs,
+		})
+	}
+	return out, nil
+}

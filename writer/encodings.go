@@ -1,0 +1,131 @@
+package writer
+
+import (
+	"math"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/schema"
+)
+
+// sampleRows is how many rows of the sample decide encodings.
+const sampleRows = 32 << 10
+
+// chooseEncodings picks each leaf column's encoding from a sample of the data:
+// dictionary encoding when values repeat (distinct <= 1/4 of the sampled
+// values), else BYTE_STREAM_SPLIT for floats (it lets zstd find the
+// exponent bytes' redundancy), DELTA_BINARY_PACKED for integers and PLAIN for
+// the rest. arrow-go's default, a dictionary for every column abandoned at
+// 1 MiB, costs time on high-cardinality columns and bloats them. The choice
+// depends only on the sample, so it is deterministic.
+func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.WriterProperty {
+	if sample == nil || sample.NumRows() == 0 {
+		return nil
+	}
+	var props []parquet.WriterProperty
+	for i := 0; i < pqs.NumColumns(); i++ {
+		col := pqs.Column(i)
+		path := col.Path()
+		top := col.ColumnPath()[0]
+		idx := sample.Schema().FieldIndices(top)
+		if len(idx) != 1 {
+			continue
+		}
+		leaf := leafArray(sample.Column(idx[0]), len(col.ColumnPath()))
+		if leaf == nil {
+			continue
+		}
+		n := min(leaf.Len(), sampleRows)
+		distinct, ok := countDistinct(leaf, n)
+		if !ok || n == 0 {
+			continue
+		}
+		nonNull := n - nullsIn(leaf, n)
+		if nonNull == 0 || distinct*4 <= nonNull {
+			continue // keep the dictionary
+		}
+		props = append(props, parquet.WithDictionaryFor(path, false))
+		switch col.PhysicalType() {
+		case parquet.Types.Float, parquet.Types.Double:
+			props = append(props, parquet.WithEncodingFor(path, parquet.Encodings.ByteStreamSplit))
+		case parquet.Types.Int32, parquet.Types.Int64:
+			props = append(props, parquet.WithEncodingFor(path, parquet.Encodings.DeltaBinaryPacked))
+		}
+	}
+	return props
+}
+
+// leafArray returns the primitive values under a top-level column whose
+// Parquet path has depth elements: the column itself (depth 1) or the values
+// of a list of primitives (depth 3: name.list.element). Other shapes: nil.
+func leafArray(a arrow.Array, depth int) arrow.Array {
+	switch depth {
+	case 1:
+		return a
+	case 3:
+		if l, ok := a.(array.ListLike); ok {
+			switch l.ListValues().DataType().ID() {
+			case arrow.LIST, arrow.LARGE_LIST, arrow.STRUCT, arrow.MAP, arrow.FIXED_SIZE_LIST:
+				return nil
+			}
+			return l.ListValues()
+		}
+	}
+	return nil
+}
+
+func nullsIn(a arrow.Array, n int) int {
+	if a.NullN() == 0 {
+		return 0
+	}
+	c := 0
+	for i := 0; i < n; i++ {
+		if a.IsNull(i) {
+			c++
+		}
+	}
+	return c
+}
+
+func countDistinct(a arrow.Array, n int) (int, bool) {
+	switch v := a.(type) {
+	case *array.Float32:
+		return distinctOf(n, func(i int) uint64 { return uint64(math.Float32bits(v.Value(i))) }, v), true
+	case *array.Float64:
+		return distinctOf(n, func(i int) uint64 { return math.Float64bits(v.Value(i)) }, v), true
+	case *array.Int32:
+		return distinctOf(n, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
+	case *array.Int64:
+		return distinctOf(n, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
+	case *array.Timestamp:
+		return distinctOf(n, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
+	case *array.String:
+		seen := make(map[string]struct{}, n/4)
+		for i := 0; i < n; i++ {
+			if !v.IsNull(i) {
+				seen[v.Value(i)] = struct{}{}
+			}
+		}
+		return len(seen), true
+	case *array.Binary:
+		seen := make(map[string]struct{}, n/4)
+		for i := 0; i < n; i++ {
+			if !v.IsNull(i) {
+				seen[string(v.Value(i))] = struct{}{}
+			}
+		}
+		return len(seen), true
+	}
+	return 0, false
+}
+
+func distinctOf(n int, val func(int) uint64, a arrow.Array) int {
+	seen := make(map[uint64]struct{}, n/4)
+	for i := 0; i < n; i++ {
+		if !a.IsNull(i) {
+			seen[val(i)] = struct{}{}
+		}
+	}
+	return len(seen)
+}

@@ -1,0 +1,348 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/storage"
+)
+
+// ParquetOptions configures the Parquet sink.
+type ParquetOptions struct {
+	// ZstdLevel is the zstd compression level (default 3).
+	ZstdLevel int
+	// PageBytes is the target data page size (default 1 MiB).
+	PageBytes int64
+	// DictionaryPageBytes caps a dictionary page before falling back to
+	// plain encoding (default 1 MiB).
+	DictionaryPageBytes int64
+	// SortingColumns names the top-level columns the rows are sorted by.
+	SortingColumns []string
+	// Metadata is written as file key-value metadata, in key order.
+	Metadata [][2]string
+	// CreatedBy is the footer's created_by.
+	CreatedBy string
+	// Sample is a sample of the rows (e.g. the first input row group) from
+	// which each column's encoding is chosen; nil keeps arrow-go's defaults.
+	Sample arrow.RecordBatch
+}
+
+func (o ParquetOptions) withDefaults() ParquetOptions {
+	if o.ZstdLevel == 0 {
+		o.ZstdLevel = 3
+	}
+	if o.PageBytes == 0 {
+		o.PageBytes = 1 << 20
+	}
+	if o.DictionaryPageBytes == 0 {
+		o.DictionaryPageBytes = 1 << 20
+	}
+	return o
+}
+
+// RowGroupInfo describes one written row group.
+type RowGroupInfo struct {
+	Rows     int64
+	FirstRow int64 // first row within the file
+	Offset   int64 // byte offset of the first column chunk
+	Length   int64 // bytes from Offset to the end of the last column chunk
+	// UncompressedBytes is the row group's total_byte_size.
+	UncompressedBytes int64
+}
+
+// FileInfo describes one written file.
+type FileInfo struct {
+	Path      string // relative to the output root, e.g. parquet/part-00000.parquet
+	Bytes     int64
+	Rows      int64
+	XXHash64  uint64
+	RowGroups []RowGroupInfo
+	// Start is the global output index of the file's first row.
+	Start int64
+}
+
+// Parquet is a sink for the ordered rows of a table.
+type Parquet struct {
+	ctx     context.Context
+	out     storage.Location
+	schema  *arrow.Schema
+	layout  partition.Layout
+	opts    ParquetOptions
+	props   *parquet.WriterProperties
+	arrow   pqarrow.ArrowWriterProperties
+	written []FileInfo
+
+	// current file
+	fileIdx int
+	rgIdx   int
+	rgLeft  int64 // rows left in the current row group
+	cur     *openFile
+	next    int64 // global index of the next row
+}
+
+type openFile struct {
+	key    string
+	cancel context.CancelFunc
+	bw     io.WriteCloser
+	hw     *hashWriter
+	fw     *pqarrow.FileWriter
+}
+
+type hashWriter struct {
+	w io.Writer
+	h *xxhash.Digest
+	n int64
+}
+
+func (h *hashWriter) Write(p []byte) (int, error) {
+	n, err := h.w.Write(p)
+	h.h.Write(p[:n])
+	h.n += int64(n)
+	return n, err
+}
+
+// FileName returns the relative path of output file i.
+func FileName(i int) string { return fmt.Sprintf("parquet/part-%05d.parquet", i) }
+
+// NewParquet returns a sink writing layout's files under out.
+func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema, layout partition.Layout, opts ParquetOptions) (*Parquet, error) {
+	opts = opts.withDefaults()
+	w := &Parquet{ctx: ctx, out: out, schema: schema, layout: layout, opts: opts}
+	w.arrow = pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
+	base := []parquet.WriterProperty{
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompressionLevel(opts.ZstdLevel),
+		parquet.WithDataPageVersion(parquet.DataPageV1),
+		parquet.WithVersion(parquet.V2_LATEST),
+		parquet.WithDataPageSize(opts.PageBytes),
+		parquet.WithDictionaryPageSizeLimit(opts.DictionaryPageBytes),
+		parquet.WithStats(true),
+		parquet.WithPageIndexEnabled(true),
+		parquet.WithMaxRowGroupLength(1 << 62),
+		parquet.WithCreatedBy(opts.CreatedBy),
+	}
+	probe := parquet.NewWriterProperties(base...)
+	pqs, err := pqarrow.ToParquet(schema, probe, w.arrow)
+	if err != nil {
+		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+	}
+	var sorting []parquet.SortingColumn
+	for _, name := range opts.SortingColumns {
+		idx := pqs.ColumnIndexByName(name)
+		if idx < 0 {
+			return nil, fmt.Errorf("sorting column %q is not a leaf column", name)
+		}
+		sorting = append(sorting, parquet.SortingColumn{ColumnIdx: int32(idx), Descending: false, NullsFirst: true})
+	}
+	if len(sorting) > 0 {
+		base = append(base, parquet.WithSortingColumns(sorting))
+	}
+	base = append(base, chooseEncodings(opts.Sample, pqs)...)
+	w.props = parquet.NewWriterProperties(base...)
+	return w, nil
+}
+
+// Write appends the next rows, in output order.
+func (w *Parquet) Write(rec arrow.RecordBatch) error {
+	n := rec.NumRows()
+	var off int64
+	for off < n {
+		if w.cur == nil || w.rgLeft == 0 {
+			if err := w.advance(); err != nil {
+				return err
+			}
+		}
+		take := n - off
+		if take > w.rgLeft {
+			take = w.rgLeft
+		}
+		part := rec.NewSlice(off, off+take)
+		err := w.cur.fw.WriteBuffered(part)
+		part.Release()
+		if err != nil {
+			return w.fail(err)
+		}
+		off += take
+		w.rgLeft -= take
+		w.next += take
+	}
+	return nil
+}
+
+// advance moves to the next planned row group, closing and opening files.
+func (w *Parquet) advance() error {
+	if w.cur != nil {
+		w.rgIdx++
+		if w.rgIdx >= len(w.layout.Files[w.fileIdx].RowGroups) {
+			if err := w.closeFile(); err != nil {
+				return err
+			}
+			w.fileIdx++
+			w.rgIdx = 0
+		}
+	}
+	if w.fileIdx >= len(w.layout.Files) {
+		return fmt.Errorf("writer: more rows than the layout plans (row %d)", w.next)
+	}
+	if w.cur == nil {
+		if err := w.openFile(); err != nil {
+			return err
+		}
+	}
+	if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
+		return w.fail(err)
+	}
+	w.rgLeft = w.layout.Files[w.fileIdx].RowGroups[w.rgIdx].Rows
+	return nil
+}
+
+func (w *Parquet) openFile() error {
+	key := w.out.Key(FileName(w.fileIdx))
+	ctx, cancel := context.WithCancel(w.ctx)
+	bw, err := w.out.Bucket.NewWriter(ctx, key, nil)
+	if err != nil {
+		cancel()
+		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(FileName(w.fileIdx)), err))
+	}
+	hw := &hashWriter{w: bw, h: xxhash.New()}
+	fw, err := pqarrow.NewFileWriter(w.schema, hw, w.props, w.arrow)
+	if err != nil {
+		cancel()
+		bw.Close()
+		return errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+	}
+	for _, kv := range w.opts.Metadata {
+		if err := fw.AppendKeyValueMetadata(kv[0], kv[1]); err != nil {
+			cancel()
+			bw.Close()
+			return err
+		}
+	}
+	w.cur = &openFile{key: key, cancel: cancel, bw: bw, hw: hw, fw: fw}
+	return nil
+}
+
+func (w *Parquet) closeFile() error {
+	f := w.cur
+	name := FileName(w.fileIdx)
+	if err := f.fw.Close(); err != nil {
+		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+	}
+	md, err := f.fw.FileMetadata()
+	if err != nil {
+		return w.fail(err)
+	}
+	if err := f.bw.Close(); err != nil {
+		f.cancel()
+		w.cur = nil
+		return storage.Classify(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+	}
+	f.cancel()
+	w.cur = nil
+	info := FileInfo{Path: name, Bytes: f.hw.n, Rows: md.NumRows, XXHash64: f.hw.h.Sum64(), Start: w.layout.Files[w.fileIdx].Start}
+	var first int64
+	for i := 0; i < md.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		ri, err := rowGroupInfo(rg)
+		if err != nil {
+			return err
+		}
+		ri.FirstRow = first
+		first += ri.Rows
+		info.RowGroups = append(info.RowGroups, ri)
+	}
+	w.written = append(w.written, info)
+	return nil
+}
+
+func rowGroupInfo(rg *metadata.RowGroupMetaData) (RowGroupInfo, error) {
+	ri := RowGroupInfo{Rows: rg.NumRows(), UncompressedBytes: rg.TotalByteSize()}
+	start, end := int64(-1), int64(0)
+	for c := 0; c < rg.NumColumns(); c++ {
+		cc, err := rg.ColumnChunk(c)
+		if err != nil {
+			return ri, err
+		}
+		s := cc.DataPageOffset()
+		if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < s {
+			s = cc.DictionaryPageOffset()
+		}
+		if start < 0 || s < start {
+			start = s
+		}
+		if e := s + cc.TotalCompressedSize(); e > end {
+			end = e
+		}
+	}
+	ri.Offset, ri.Length = start, end-start
+	return ri, nil
+}
+
+// fail aborts the current file and returns err.
+func (w *Parquet) fail(err error) error {
+	w.Abort()
+	return err
+}
+
+// Abort discards the file being written (its blob never becomes visible).
+// Files already closed stay; the caller removes them with Remove.
+func (w *Parquet) Abort() {
+	if w.cur != nil {
+		w.cur.cancel()
+		w.cur.fw.Close() // may fail; the blob write is cancelled anyway
+		w.cur.bw.Close()
+		w.cur = nil
+	}
+}
+
+// Close finishes the last file and returns every file written. It checks
+// that exactly the planned rows were written.
+func (w *Parquet) Close() ([]FileInfo, error) {
+	if w.cur != nil {
+		if w.rgLeft != 0 || w.rgIdx != len(w.layout.Files[w.fileIdx].RowGroups)-1 {
+			w.Abort()
+			return nil, fmt.Errorf("writer: closed after %d rows, before the end of the layout", w.next)
+		}
+		if err := w.closeFile(); err != nil {
+			return nil, err
+		}
+		w.fileIdx++
+	}
+	if len(w.written) == 0 && len(w.layout.Files) > 0 {
+		// An empty table: one file with no row groups keeps the schema.
+		if err := w.openFile(); err != nil {
+			return nil, err
+		}
+		if err := w.closeFile(); err != nil {
+			return nil, err
+		}
+	}
+	return w.written, nil
+}
+
+// Files returns the files closed so far.
+func (w *Parquet) Files() []FileInfo { return w.written }
+
+// Remove deletes files written by a failed run (best effort).
+func Remove(ctx context.Context, out storage.Location, files []FileInfo) {
+	var wg sync.WaitGroup
+	for _, f := range files {
+		wg.Add(1)
+		go func(p string) {
+			defer wg.Done()
+			_ = out.Bucket.Delete(context.WithoutCancel(ctx), out.Key(p))
+		}(f.Path)
+	}
+	wg.Wait()
+}
