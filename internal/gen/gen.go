@@ -25,7 +25,7 @@ import (
 type Impression struct {
 	EventTime  time.Time `parquet:"event_time,timestamp(millisecond)"`
 	Country    string    `parquet:"country"`
-	Date       time.Time `parquet:"date,date"`
+	Date       int32     `parquet:"date,date"` // days since 1970-01-01
 	QueryID    int64     `parquet:"query_id"`
 	UserID     int64     `parquet:"user_id"`              // query-level
 	SessionID  string    `parquet:"session_id"`           // query-level
@@ -210,7 +210,7 @@ func queryRow(rng *rand.Rand, q int64, base time.Time, cz, dz []float64, row int
 	r := Impression{
 		EventTime:  date.Add(time.Duration(rng.IntN(86_400_000)) * time.Millisecond),
 		Country:    fmt.Sprintf("C%02d", draw(rng, cz)),
-		Date:       date,
+		Date:       int32(date.Unix() / 86400),
 		QueryID:    q,
 		UserID:     user,
 		SessionID:  fmt.Sprintf("s-%x", rng.Uint64()&0xffffffffff),
