@@ -127,21 +127,46 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 	return l
 }
 
-// Units cuts rows [0,total) into consecutive ranges of at most maxRows rows
-// and near-equal size: the pieces that are gathered in memory one at a time.
-func Units(total, maxRows int64) []RowGroup {
+// Chunks cuts each planned row group, from its start, into pieces of at most
+// maxRows rows: the batches handed to the writer. The grid depends only on
+// the layout, so the writer sees the same batches however rows are gathered.
+func Chunks(l Layout, maxRows int64) []RowGroup {
 	maxRows = atLeast1(maxRows)
-	k := atLeast1((total + maxRows - 1) / maxRows)
-	base, extra := total/k, total%k
-	out := make([]RowGroup, 0, k)
-	var start int64
-	for i := int64(0); i < k; i++ {
-		n := base
-		if i < extra {
-			n++
+	var out []RowGroup
+	for _, f := range l.Files {
+		for _, g := range f.RowGroups {
+			for s := g.Start; s < g.Start+g.Rows; s += maxRows {
+				out = append(out, RowGroup{Start: s, Rows: min(maxRows, g.Start+g.Rows-s)})
+			}
 		}
-		out = append(out, RowGroup{Start: start, Rows: n})
-		start += n
+	}
+	return out
+}
+
+// Unit is a run of consecutive chunks gathered in memory at once.
+type Unit struct {
+	Start, Rows int64
+	Chunks      []RowGroup
+}
+
+// GroupUnits groups consecutive chunks into units of at most maxRows rows
+// (a single larger chunk is a unit by itself).
+func GroupUnits(chunks []RowGroup, maxRows int64) []Unit {
+	var out []Unit
+	var cur Unit
+	for _, c := range chunks {
+		if cur.Rows > 0 && cur.Rows+c.Rows > maxRows {
+			out = append(out, cur)
+			cur = Unit{}
+		}
+		if cur.Rows == 0 {
+			cur.Start = c.Start
+		}
+		cur.Rows += c.Rows
+		cur.Chunks = append(cur.Chunks, c)
+	}
+	if cur.Rows > 0 || len(out) == 0 {
+		out = append(out, cur)
 	}
 	return out
 }

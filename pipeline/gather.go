@@ -20,30 +20,17 @@ import (
 	"github.com/relayout/relayout/source"
 )
 
-// unitSource holds the rows of one unit, column by column, and maps an input
-// position to its index in those columns.
+// unitSource holds the rows of one unit, column by column, in input order,
+// and ord, the order of those rows in the output.
 type unitSource struct {
 	cols []compute.Datum
-	// positions, when set, are the sorted input positions of the rows held;
-	// otherwise row index == input position.
-	positions []int64
+	ord  []int64
 }
 
 func (u *unitSource) release() {
 	for _, c := range u.cols {
 		c.Release()
 	}
-}
-
-func (u *unitSource) local(p int64) (int64, error) {
-	if u.positions == nil {
-		return p, nil
-	}
-	i, ok := slices.BinarySearch(u.positions, p)
-	if !ok {
-		return 0, fmt.Errorf("internal: position %d missing from its unit", p)
-	}
-	return int64(i), nil
 }
 
 // newUnitSource builds column datums from records in position order.
@@ -128,27 +115,10 @@ func (u *unitSource) take(ctx context.Context, schema *arrow.Schema, idx []int64
 	return rec, nil
 }
 
-// chunkRanges splits [start, start+rows) at row-group boundaries and at most
-// maxRows rows per piece.
-func chunkRanges(layout partition.Layout, unit partition.RowGroup, maxRows int64) []partition.RowGroup {
-	var out []partition.RowGroup
-	end := unit.Start + unit.Rows
-	for _, f := range layout.Files {
-		for _, g := range f.RowGroups {
-			s, e := max(g.Start, unit.Start), min(g.Start+g.Rows, end)
-			for s < e {
-				n := min(e-s, maxRows)
-				out = append(out, partition.RowGroup{Start: s, Rows: n})
-				s += n
-			}
-		}
-	}
-	return out
-}
-
 // writeUnit gathers the unit's rows in output order on `workers` goroutines
 // and hands them to write in order.
-func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, perm []int64, chunks []partition.RowGroup, workers int, write func(arrow.RecordBatch) error) error {
+func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit partition.Unit, workers int, write func(arrow.RecordBatch) error) error {
+	chunks := unit.Chunks
 	type result struct {
 		rec arrow.RecordBatch
 		err error
@@ -171,17 +141,8 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, perm 
 			defer wg.Done()
 			for i := range jobs {
 				ch := chunks[i]
-				idx := make([]int64, ch.Rows)
-				var err error
-				for j := range idx {
-					if idx[j], err = src.local(perm[ch.Start+int64(j)]); err != nil {
-						break
-					}
-				}
-				var rec arrow.RecordBatch
-				if err == nil {
-					rec, err = src.take(ctx, schema, idx)
-				}
+				lo := ch.Start - unit.Start
+				rec, err := src.take(ctx, schema, src.ord[lo:lo+ch.Rows])
 				outs[i] <- result{rec, err}
 			}
 		}()
@@ -290,19 +251,14 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress) 
 	return recs, total, nil
 }
 
-// spill routes every input row to its unit's spill file (Arrow IPC, LZ4) and
-// returns the files and the input fingerprint.
-func spill(ctx context.Context, t *source.Table, perm []int64, units []partition.RowGroup, dir string, parallel int, prog Progress) ([]string, fingerprint.Sum, int64, error) {
+// spill routes every input row to its unit's spill file (Arrow IPC, LZ4),
+// in input order, and returns the files and the input fingerprint.
+func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, dir string, parallel int, prog Progress) ([]string, fingerprint.Sum, int64, error) {
 	var fp fingerprint.Sum
-	unitOf := make([]uint32, t.Rows)
-	for u, un := range units {
-		for _, p := range perm[un.Start : un.Start+un.Rows] {
-			unitOf[p] = uint32(u)
-		}
-	}
-	paths := make([]string, len(units))
-	files := make([]*os.File, len(units))
-	writers := make([]*ipc.FileWriter, len(units))
+	n := len(rt.units)
+	paths := make([]string, n)
+	files := make([]*os.File, n)
+	writers := make([]*ipc.FileWriter, n)
 	closeAll := func() error {
 		var first error
 		for i, w := range writers {
@@ -318,71 +274,66 @@ func spill(ctx context.Context, t *source.Table, perm []int64, units []partition
 		}
 		return first
 	}
-	var spilled int64
+	fail := func(err error) ([]string, fingerprint.Sum, int64, error) {
+		closeAll()
+		return nil, fp, 0, err
+	}
+	var buf []byte
 	for _, ref := range t.RowGroups() {
 		rec, err := t.Read(ctx, ref, nil, parallel)
 		if err != nil {
-			closeAll()
-			return nil, fp, 0, err
+			return fail(err)
 		}
 		s, err := fingerprint.Record(rec)
 		if err != nil {
 			rec.Release()
-			closeAll()
-			return nil, fp, 0, errs.BadInputf("%s: %v", ref.File.Obj.URL, err)
+			return fail(errs.BadInputf("%s: %v", ref.File.Obj.URL, err))
 		}
 		fp.Add(s)
-		byUnit := map[uint32][]int64{}
+		byUnit := map[int][]int64{}
 		off := ref.Offset()
-		for i := int64(0); i < ref.Rows(); i++ {
-			u := unitOf[off+i]
-			byUnit[u] = append(byUnit[u], i)
+		for i := 0; i < int(ref.Rows()); i++ {
+			buf = buf[:0]
+			for _, c := range sliceCols {
+				buf = partition.AppendKey(buf, rec.Column(c), i)
+			}
+			u, err := rt.unitOf(buf, off+int64(i))
+			if err != nil {
+				rec.Release()
+				return fail(err)
+			}
+			byUnit[u] = append(byUnit[u], int64(i))
 		}
 		src := &unitSource{}
 		for c := range rec.Columns() {
 			src.cols = append(src.cols, compute.NewDatum(rec.Column(c)))
 		}
-		keys := make([]uint32, 0, len(byUnit))
+		keys := make([]int, 0, len(byUnit))
 		for u := range byUnit {
 			keys = append(keys, u)
 		}
 		slices.Sort(keys)
 		for _, u := range keys {
 			part, err := src.take(ctx, rec.Schema(), byUnit[u])
+			if err == nil && writers[u] == nil {
+				paths[u] = filepath.Join(dir, fmt.Sprintf("unit-%05d.arrow", u))
+				var f *os.File
+				if f, err = os.Create(paths[u]); err == nil {
+					files[u] = f
+					writers[u], err = ipc.NewFileWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+				}
+			}
+			if err == nil {
+				err = writers[u].Write(part)
+			}
+			if part != nil {
+				part.Release()
+			}
 			if err != nil {
 				src.release()
 				rec.Release()
-				closeAll()
-				return nil, fp, 0, err
+				return fail(errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err)))
 			}
-			if writers[u] == nil {
-				paths[u] = filepath.Join(dir, fmt.Sprintf("unit-%05d.arrow", u))
-				f, err := os.Create(paths[u])
-				if err != nil {
-					part.Release()
-					src.release()
-					rec.Release()
-					closeAll()
-					return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
-				}
-				files[u] = f
-				writers[u], err = ipc.NewFileWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
-				if err != nil {
-					part.Release()
-					src.release()
-					rec.Release()
-					closeAll()
-					return nil, fp, 0, err
-				}
-			}
-			if err := writers[u].Write(part); err != nil {
-				part.Release()
-				src.release()
-				rec.Release()
-				closeAll()
-				return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
-			}
-			part.Release()
 		}
 		src.release()
 		rec.Release()
@@ -391,6 +342,7 @@ func spill(ctx context.Context, t *source.Table, perm []int64, units []partition
 	if err := closeAll(); err != nil {
 		return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
 	}
+	var spilled int64
 	for _, p := range paths {
 		if p != "" {
 			if st, err := os.Stat(p); err == nil {
@@ -402,11 +354,9 @@ func spill(ctx context.Context, t *source.Table, perm []int64, units []partition
 }
 
 // loadUnit reads a unit's spill file.
-func loadUnit(path string, schema *arrow.Schema, perm []int64) (*unitSource, error) {
-	positions := slices.Clone(perm)
-	slices.Sort(positions)
+func loadUnit(path string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 	if path == "" { // a unit with no rows
-		return &unitSource{positions: positions}, nil
+		return nil, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -430,13 +380,5 @@ func loadUnit(path string, schema *arrow.Schema, perm []int64) (*unitSource, err
 		rec.Retain()
 		recs = append(recs, rec)
 	}
-	src, err := newUnitSource(schema, recs)
-	for _, x := range recs {
-		x.Release()
-	}
-	if err != nil {
-		return nil, err
-	}
-	src.positions = positions
-	return src, nil
+	return recs, nil
 }

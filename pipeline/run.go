@@ -23,6 +23,9 @@ import (
 	"github.com/relayout/relayout/writer"
 )
 
+// chunkRows is the most rows handed to the writer at once.
+const chunkRows = 64 << 10
+
 // Result is what a successful run produced.
 type Result struct {
 	Manifest *manifests.Manifest
@@ -102,8 +105,8 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 
 	// 1. Plan.
-	opts.Progress.Start("order", int64(tbl.NumRowGroups()))
-	order, err := partition.Build(ctx, tbl, sliceCols, sortCols, opts.Parallel)
+	opts.Progress.Start("plan", int64(tbl.NumRowGroups()))
+	hist, err := partition.Build(ctx, tbl, sliceCols, opts.Parallel)
 	opts.Progress.Finish()
 	if err != nil {
 		return nil, err
@@ -114,23 +117,23 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rowBytes = float64(inUncompressed) / float64(tbl.Rows)
 		fileRowBytes = float64(inBytes) / float64(tbl.Rows)
 	}
-	layout := partition.PlanLayout(order.Slices, partition.LayoutOptions{
+	layout := partition.PlanLayout(hist.Slices, partition.LayoutOptions{
 		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
 		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
 		RowBytes: rowBytes, FileRowBytes: fileRowBytes,
 	})
-	// Memory: the order costs ~16 B/row; the writer buffers one row group
-	// (compressed); the rest is split between the decoded unit and the
-	// gathered rows in flight plus GC headroom.
-	fixed := 16*tbl.Rows + opts.RowGroupBytes/2 + 64<<20
-	unitBytes := (opts.MemoryLimit - fixed) / 2
-	if unitBytes < 8<<20 {
-		unitBytes = 8 << 20
+	// Memory: the writer buffers one row group (compressed); the rest is
+	// split between a unit's decoded rows and the rows being gathered and
+	// encoded, with GC headroom.
+	fixed := opts.RowGroupBytes/4 + 48<<20
+	unitBytes := (opts.MemoryLimit - fixed) / 3
+	if unitBytes < 4<<20 {
+		unitBytes = 4 << 20
 	}
 	maxUnitRows := int64(float64(unitBytes) / max(rowBytes, 1))
-	units := partition.Units(tbl.Rows, maxUnitRows)
+	units := partition.GroupUnits(partition.Chunks(layout, chunkRows), maxUnitRows)
 	rep.Units = len(units)
-	log.Info("planned", "slices", len(order.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units))
+	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units))
 
 	cfg := layoutConfig{
 		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
@@ -185,8 +188,22 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil
 	}
 	workers := max(opts.Parallel-1, 1)
-	const chunkRows = 64 << 10
 	var inFP fingerprint.Sum
+	sortUnit := func(recs []arrow.RecordBatch, un partition.Unit) (*unitSource, error) {
+		ord, err := partition.Sort(hist, recs, sliceCols, sortCols)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(ord)) != un.Rows {
+			return nil, fmt.Errorf("internal: unit at row %d holds %d rows, the plan says %d", un.Start, len(ord), un.Rows)
+		}
+		src, err := newUnitSource(tbl.Schema, recs)
+		if err != nil {
+			return nil, err
+		}
+		src.ord = ord
+		return src, nil
+	}
 	if len(units) == 1 {
 		opts.Progress.Start("read", tbl.Rows)
 		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress)
@@ -197,7 +214,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		inFP = fp
 		rep.stage("read", t1)
 		t1 = time.Now()
-		src, err := newUnitSource(tbl.Schema, recs)
+		src, err := sortUnit(recs, units[0])
 		for _, r := range recs {
 			r.Release()
 		}
@@ -205,7 +222,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 		opts.Progress.Start("write", tbl.Rows)
-		err = writeUnit(ctx, tbl.Schema, src, order.Perm, chunkRanges(layout, units[0], chunkRows), workers, write)
+		err = writeUnit(ctx, tbl.Schema, src, units[0], workers, write)
 		opts.Progress.Finish()
 		src.release()
 		if err != nil {
@@ -217,8 +234,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, errs.TransientErr(fmt.Errorf("create spill folder in %q: %w", opts.TmpDir, err))
 		}
 		defer os.RemoveAll(dir)
+		rt := newRouter(hist, units)
+		if err := rt.rankSplitSlices(ctx, tbl, sliceCols, sortCols); err != nil {
+			return nil, err
+		}
 		opts.Progress.Start("spill", tbl.Rows)
-		paths, fp, spilled, err := spill(ctx, tbl, order.Perm, units, dir, opts.Parallel, opts.Progress)
+		paths, fp, spilled, err := spill(ctx, tbl, rt, sliceCols, dir, opts.Parallel, opts.Progress)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
@@ -229,15 +250,21 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		t1 = time.Now()
 		opts.Progress.Start("write", tbl.Rows)
 		for u, un := range units {
-			perm := order.Perm[un.Start : un.Start+un.Rows]
-			src, err := loadUnit(paths[u], tbl.Schema, perm)
+			recs, err := loadUnit(paths[u], tbl.Schema)
 			if err != nil {
 				return nil, err
 			}
 			if paths[u] != "" {
 				os.Remove(paths[u])
 			}
-			err = writeUnit(ctx, tbl.Schema, src, order.Perm, chunkRanges(layout, un, chunkRows), workers, write)
+			src, err := sortUnit(recs, un)
+			for _, r := range recs {
+				r.Release()
+			}
+			if err != nil {
+				return nil, err
+			}
+			err = writeUnit(ctx, tbl.Schema, src, un, workers, write)
 			src.release()
 			if err != nil {
 				return nil, err
@@ -254,7 +281,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, fmt.Errorf("internal: read %d rows, footers say %d", inFP.Rows, tbl.Rows)
 	}
 
-	m := buildManifest(tbl, order, files, cfgJSON, cfgHash, opts, inFP)
+	m := buildManifest(tbl, hist, files, cfgJSON, cfgHash, opts, inFP)
 
 	// 4. Check what was written against the manifest and the input.
 	if !opts.SkipCheck {
@@ -331,7 +358,7 @@ func putObject(ctx context.Context, out storage.Location, rel string, data []byt
 	return nil
 }
 
-func buildManifest(tbl *source.Table, order *partition.Order, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
+func buildManifest(tbl *source.Table, hist *partition.Histogram, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
 	m := &manifests.Manifest{
 		Format: manifests.Format, FormatVersion: manifests.FormatVersion,
 		RelayoutVersion: version.Version, Config: cfg, ConfigHash: cfgHash,
@@ -364,7 +391,7 @@ func buildManifest(tbl *source.Table, order *partition.Order, files []writer.Fil
 	}
 	m.Totals.Files = len(files)
 	k := 0
-	for _, s := range order.Slices {
+	for _, s := range hist.Slices {
 		if s.Rows == 0 {
 			continue
 		}
