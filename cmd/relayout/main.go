@@ -19,7 +19,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := startProfile()
-	err := newApp().RunContext(ctx, os.Args)
+	err := newApp().RunContext(ctx, permuteArgs(os.Args))
 	stopProfile()
 	stop()
 	os.Exit(exitCode(err))

@@ -1,0 +1,154 @@
+// Package testutil holds helpers shared by relayout's tests: where the shared
+// third-party data lives, generated inputs, an independent Parquet reader
+// (parquet-go, while relayout reads with arrow-go) and the DuckDB peer.
+package testutil
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/relayout/relayout/internal/gen"
+)
+
+// Root returns the module's root folder.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// DataDir returns the shared third-party test data folder: $RELAYOUT_TEST_DATA,
+// or ../shared/data beside the checkout. It skips the test, saying why, when
+// the folder is absent.
+func DataDir(tb testing.TB) string {
+	tb.Helper()
+	d := os.Getenv("RELAYOUT_TEST_DATA")
+	if d == "" {
+		d = filepath.Join(Root(), "..", "shared", "data")
+	}
+	if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		tb.Skipf("shared test data not found at %s (set RELAYOUT_TEST_DATA)", d)
+	}
+	return d
+}
+
+// Generate writes a generated impression log under a temporary folder.
+func Generate(tb testing.TB, o gen.Options) string {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "events")
+	if _, err := gen.Write(dir, o); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// ParquetGoRows reads every row of the files with parquet-go and returns them
+// as canonical strings (column, levels and value of each leaf value), sorted:
+// a multiset that does not depend on row order, row groups or encodings.
+func ParquetGoRows(tb testing.TB, paths ...string) []string {
+	tb.Helper()
+	var out []string
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		st, _ := f.Stat()
+		pf, err := parquet.OpenFile(f, st.Size())
+		if err != nil {
+			f.Close()
+			tb.Fatalf("parquet-go open %s: %v", p, err)
+		}
+		for _, rg := range pf.RowGroups() {
+			rows := rg.Rows()
+			buf := make([]parquet.Row, 256)
+			for {
+				n, err := rows.ReadRows(buf)
+				for _, r := range buf[:n] {
+					out = append(out, RowString(r))
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					tb.Fatalf("parquet-go read %s: %v", p, err)
+				}
+			}
+			rows.Close()
+		}
+		f.Close()
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RowString formats a parquet-go row canonically.
+func RowString(r parquet.Row) string {
+	var b strings.Builder
+	for _, v := range r {
+		fmt.Fprintf(&b, "%d/%d/%d=", v.Column(), v.RepetitionLevel(), v.DefinitionLevel())
+		if v.IsNull() {
+			b.WriteString("null")
+		} else {
+			fmt.Fprintf(&b, "%v", v)
+		}
+		b.WriteByte('|')
+	}
+	return b.String()
+}
+
+// Files returns the *.parquet files under dir, sorted.
+func Files(tb testing.TB, dir string) []string {
+	tb.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*.parquet"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sort.Strings(m)
+	return m
+}
+
+// DuckDB runs SQL statements with the npm @duckdb/node-api package (the
+// project's tools/node) and returns the last statement's rows and the bytes
+// read for each statement. Without node or the package it fails when
+// RELAYOUT_REQUIRE_PEERS=1 (as `make test` sets) and skips otherwise.
+func DuckDB(tb testing.TB, sql ...string) (rows []map[string]any, readBytes []int64) {
+	tb.Helper()
+	script := filepath.Join(Root(), "tools", "node", "duckdb.mjs")
+	if _, err := exec.LookPath("node"); err != nil || !exists(filepath.Join(Root(), "tools", "node", "node_modules", "@duckdb", "node-api")) {
+		if os.Getenv("RELAYOUT_REQUIRE_PEERS") == "1" {
+			tb.Fatalf("DuckDB peer missing: run `make deps`")
+		}
+		tb.Skip("DuckDB peer not installed (run `make deps`)")
+	}
+	cmd := exec.Command("node", append([]string{script, "--threads", "2"}, sql...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("duckdb: %v: %s", err, stderr.String())
+	}
+	var res struct {
+		Rows      []map[string]any `json:"rows"`
+		ReadBytes []int64          `json:"read_bytes"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		tb.Fatalf("duckdb output: %v: %s", err, out)
+	}
+	return res.Rows, res.ReadBytes
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,519 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/manifests"
+)
+
+// smallRun runs relayout on in with options sized so that a few tens of
+// thousands of rows give many row groups, slices of every kind (owning,
+// sharing, spanning row groups and files) and several files.
+func smallRun(t *testing.T, in, out string, mod func(*RunOptions)) *Result {
+	t.Helper()
+	o := RunOptions{
+		Inputs: []string{in}, Output: out, SliceKeys: []string{"country", "date"},
+		RowGroupBytes: 512 << 10, MinRowGroupBytes: 64 << 10, FileBytes: 1 << 20,
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return res
+}
+
+func readManifest(t *testing.T, out string) *manifests.Manifest {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifests.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestRunRoundTripIndependentReader(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 3, Seed: 7})
+	out := filepath.Join(t.TempDir(), "out")
+	res := smallRun(t, in, out, nil)
+	m := readManifest(t, out)
+	if m.Totals.Files < 2 || m.Totals.RowGroups < 4 {
+		t.Fatalf("want several files and row groups, got %d files, %d row groups", m.Totals.Files, m.Totals.RowGroups)
+	}
+	if res.Manifest.Totals.Rows != 40_000 {
+		t.Fatalf("rows = %d", res.Manifest.Totals.Rows)
+	}
+
+	// Same multiset of rows, read by parquet-go (relayout reads and writes
+	// with arrow-go).
+	want := testutil.ParquetGoRows(t, testutil.Files(t, in)...)
+	got := testutil.ParquetGoRows(t, testutil.Files(t, filepath.Join(out, "parquet"))...)
+	if len(got) != len(want) {
+		t.Fatalf("output has %d rows, input %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("row multisets differ at %d:\n got  %s\n want %s", i, got[i], want[i])
+		}
+	}
+
+	// Keys never decrease, and each row group's statistics agree with the
+	// slices the manifest puts in it (parquet-go reads the statistics).
+	checkOrderAndStats(t, out, m)
+}
+
+// checkOrderAndStats reads country and date with parquet-go.
+func checkOrderAndStats(t *testing.T, out string, m *manifests.Manifest) {
+	t.Helper()
+	type key struct {
+		country string
+		date    int32
+	}
+	var prev *key
+	for fi, mf := range m.Files {
+		f, err := os.Open(filepath.Join(out, mf.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		pf, err := parquet.OpenFile(f, st.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, _ := pf.Schema().Lookup("country")
+		di, _ := pf.Schema().Lookup("date")
+		if len(pf.RowGroups()) != len(mf.RowGroups) {
+			t.Fatalf("%s: %d row groups, manifest %d", mf.Path, len(pf.RowGroups()), len(mf.RowGroups))
+		}
+		if len(pf.Metadata().RowGroups[0].SortingColumns) != 2 {
+			t.Errorf("%s: sorting_columns = %v", mf.Path, pf.Metadata().RowGroups[0].SortingColumns)
+		}
+		for gi, rg := range pf.RowGroups() {
+			// Expected min/max from the manifest's slice index.
+			var minK, maxK *key
+			for _, s := range m.Slices {
+				for _, sg := range s.Segments {
+					if sg.File == fi && sg.RowGroup == gi {
+						k := key{s.Key[0].Value.(string), dateDays(t, s.Key[1].Value.(string))}
+						if minK == nil || k.country < minK.country {
+							kk := k
+							minK = &kk
+						}
+						if maxK == nil || k.country > maxK.country {
+							kk := k
+							maxK = &kk
+						}
+					}
+				}
+			}
+			cmin, cmax, ok := rg.ColumnChunks()[ci.ColumnIndex].(*parquet.FileColumnChunk).Bounds()
+			if !ok || minK == nil {
+				t.Fatalf("%s rg %d: no country statistics or no slices", mf.Path, gi)
+			}
+			if string(cmin.ByteArray()) != minK.country || string(cmax.ByteArray()) != maxK.country {
+				t.Errorf("%s rg %d: country stats [%s,%s], manifest [%s,%s]", mf.Path, gi, cmin, cmax, minK.country, maxK.country)
+			}
+			if minK.country == maxK.country {
+				dmin, dmax, _ := rg.ColumnChunks()[di.ColumnIndex].(*parquet.FileColumnChunk).Bounds()
+				var lo, hi int32 = 1 << 30, -1 << 30
+				for _, s := range m.Slices {
+					for _, sg := range s.Segments {
+						if sg.File == fi && sg.RowGroup == gi {
+							d := dateDays(t, s.Key[1].Value.(string))
+							lo, hi = min(lo, d), max(hi, d)
+						}
+					}
+				}
+				if dmin.Int32() != lo || dmax.Int32() != hi {
+					t.Errorf("%s rg %d: date stats [%d,%d], manifest [%d,%d]", mf.Path, gi, dmin.Int32(), dmax.Int32(), lo, hi)
+				}
+			}
+			// Row order.
+			rows := rg.Rows()
+			buf := make([]parquet.Row, 512)
+			for {
+				n, err := rows.ReadRows(buf)
+				for _, r := range buf[:n] {
+					k := key{string(col(r, ci.ColumnIndex).ByteArray()), col(r, di.ColumnIndex).Int32()}
+					if prev != nil && (k.country < prev.country || (k.country == prev.country && k.date < prev.date)) {
+						t.Fatalf("%s rg %d: key %v after %v", mf.Path, gi, k, *prev)
+					}
+					kk := k
+					prev = &kk
+				}
+				if err != nil {
+					break
+				}
+			}
+			rows.Close()
+		}
+		f.Close()
+	}
+}
+
+func dateDays(t *testing.T, s string) int32 {
+	t.Helper()
+	var y, mo, d int
+	if _, err := fmtSscanf(s, &y, &mo, &d); err != nil {
+		t.Fatalf("date %q: %v", s, err)
+	}
+	return int32(daysFromCivil(y, mo, d))
+}
+
+func TestManifestMatchesJSONSchema(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 2, Seed: 3})
+	out := filepath.Join(t.TempDir(), "out")
+	smallRun(t, in, out, nil)
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(manifests.SchemaJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("manifest.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("manifest.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		t.Fatalf("manifest does not match its schema: %v", err)
+	}
+	// A broken manifest must not validate: the schema is not vacuous.
+	var v map[string]any
+	json.Unmarshal(data, &v)
+	delete(v, "fingerprint")
+	if err := sch.Validate(v); err == nil {
+		t.Fatal("schema accepted a manifest without fingerprint")
+	}
+}
+
+func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Seed: 11})
+	base := t.TempDir()
+	runs := []struct {
+		name string
+		mod  func(*RunOptions)
+	}{
+		{"p1", func(o *RunOptions) { o.Parallel = 1 }},
+		{"p4", func(o *RunOptions) { o.Parallel = 4 }},
+		{"again", nil},
+		// 16 MiB forces several units spilled to disk (the decoded input is
+		// about 13 MB).
+		{"spill", func(o *RunOptions) { o.MemoryLimit = 16 << 20; o.TmpDir = t.TempDir() }},
+	}
+	var ref map[string][]byte
+	for _, r := range runs {
+		out := filepath.Join(base, r.name)
+		res := smallRun(t, in, out, r.mod)
+		if r.name == "spill" && res.Report.Units < 2 {
+			t.Fatalf("spill run used %d units; the test must force spilling", res.Report.Units)
+		}
+		got := readTree(t, out)
+		if ref == nil {
+			ref = got
+			continue
+		}
+		if len(got) != len(ref) {
+			t.Fatalf("%s: %d files, first run %d", r.name, len(got), len(ref))
+		}
+		for k, v := range ref {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("%s: %s differs from the first run", r.name, k)
+			}
+		}
+	}
+}
+
+// readTree returns the manifest and data files of an output.
+func readTree(t *testing.T, out string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ReportFileName) {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(out, p)
+		files[rel] = data
+		return nil
+	})
+	return files
+}
+
+func TestSortKeysAndSplitHotSlice(t *testing.T) {
+	// Two countries only: each slice is huge relative to the tiny memory
+	// limit, so slices are split over units and ranked by sort key.
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 2, Seed: 5, Countries: 2, Days: 1})
+	base := t.TempDir()
+	mod := func(spill bool) func(*RunOptions) {
+		return func(o *RunOptions) {
+			o.SortKeys = []string{"user_id", "item_id"}
+			if spill {
+				o.MemoryLimit, o.TmpDir = 16<<20, t.TempDir()
+			}
+		}
+	}
+	a := smallRun(t, in, filepath.Join(base, "mem"), mod(false))
+	b := smallRun(t, in, filepath.Join(base, "spill"), mod(true))
+	if b.Report.Units < 2 {
+		t.Fatalf("spill run used %d units", b.Report.Units)
+	}
+	ta, tb := readTree(t, filepath.Join(base, "mem")), readTree(t, filepath.Join(base, "spill"))
+	for k, v := range ta {
+		if !bytes.Equal(tb[k], v) {
+			t.Fatalf("%s differs between in-memory and spilled runs", k)
+		}
+	}
+	if len(a.Manifest.Slices) != 2 {
+		t.Fatalf("slices = %d", len(a.Manifest.Slices))
+	}
+	// Within each slice rows are ordered by (user_id, item_id).
+	for _, p := range testutil.Files(t, filepath.Join(base, "mem", "parquet")) {
+		f, _ := os.Open(p)
+		st, _ := f.Stat()
+		pf, err := parquet.OpenFile(f, st.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, _ := pf.Schema().Lookup("country")
+		ui, _ := pf.Schema().Lookup("user_id")
+		ii, _ := pf.Schema().Lookup("item_id")
+		var prev []any
+		for _, rg := range pf.RowGroups() {
+			rows := rg.Rows()
+			buf := make([]parquet.Row, 512)
+			for {
+				n, err := rows.ReadRows(buf)
+				for _, r := range buf[:n] {
+					cur := []any{string(col(r, ci.ColumnIndex).ByteArray()), col(r, ui.ColumnIndex).Int64(), col(r, ii.ColumnIndex).Int64()}
+					if prev != nil && cur[0] == prev[0] && (cur[1].(int64) < prev[1].(int64) || (cur[1] == prev[1] && cur[2].(int64) < prev[2].(int64))) {
+						t.Fatalf("sort keys decrease: %v after %v", cur, prev)
+					}
+					prev = cur
+				}
+				if err != nil {
+					break
+				}
+			}
+			rows.Close()
+		}
+		f.Close()
+	}
+}
+
+func TestNoSliceKeysIsFaithfulRewrite(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 10_000, Files: 2, Seed: 9})
+	out := filepath.Join(t.TempDir(), "out")
+	smallRun(t, in, out, func(o *RunOptions) { o.SliceKeys = nil })
+	// Same rows in the same order.
+	var want, got []string
+	for _, p := range testutil.Files(t, in) {
+		want = append(want, orderedRows(t, p)...)
+	}
+	for _, p := range testutil.Files(t, filepath.Join(out, "parquet")) {
+		got = append(got, orderedRows(t, p)...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rewrite without slice keys changed rows or their order (%d vs %d rows)", len(got), len(want))
+	}
+}
+
+func orderedRows(t *testing.T, p string) []string {
+	f, _ := os.Open(p)
+	defer f.Close()
+	st, _ := f.Stat()
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rg := range pf.RowGroups() {
+		rows := rg.Rows()
+		buf := make([]parquet.Row, 512)
+		for {
+			n, err := rows.ReadRows(buf)
+			for _, r := range buf[:n] {
+				out = append(out, testutil.RowString(r))
+			}
+			if err != nil {
+				break
+			}
+		}
+		rows.Close()
+	}
+	return out
+}
+
+func TestExistingOutputNeedsOverwrite(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 2_000, Files: 1, Seed: 1})
+	out := filepath.Join(t.TempDir(), "out")
+	smallRun(t, in, out, nil)
+	_, err := Run(context.Background(), RunOptions{Inputs: []string{in}, Output: out})
+	if !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "--overwrite") {
+		t.Fatalf("second run: %v (class %v), want a precondition error naming --overwrite", err, errs.ClassOf(err))
+	}
+	smallRun(t, in, out, func(o *RunOptions) { o.Overwrite = true; o.FileBytes = 1 << 30 })
+	if m := readManifest(t, out); len(m.Files) != 1 || len(testutil.Files(t, filepath.Join(out, "parquet"))) != 1 {
+		t.Fatalf("overwrite left stale files")
+	}
+}
+
+func TestInjectedFailureLeavesNoManifestOrTemp(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 2})
+	out := filepath.Join(t.TempDir(), "out")
+	tmp := t.TempDir()
+	_, err := Run(context.Background(), RunOptions{
+		Inputs: []string{in}, Output: out, SliceKeys: []string{"country"},
+		RowGroupBytes: 512 << 10, FileBytes: 1 << 20, FailAfterFiles: 1,
+		MemoryLimit: 16 << 20, TmpDir: tmp,
+	})
+	if err == nil || !errs.Is(err, errs.Transient) {
+		t.Fatalf("want the injected transient failure, got %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "manifest.json")); !os.IsNotExist(err) {
+		t.Fatalf("a failed run left a manifest")
+	}
+	if left := testutil.Files(t, filepath.Join(out, "parquet")); len(left) != 0 {
+		t.Fatalf("a failed run left data files: %v", left)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Fatalf("a failed run left temp files: %v", ents)
+	}
+	res, err := Verify(context.Background(), out, false, 1)
+	if err != nil || res.OK {
+		t.Fatalf("verify of a failed output: %+v %v", res, err)
+	}
+}
+
+func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 4})
+	out := filepath.Join(t.TempDir(), "out")
+	smallRun(t, in, out, nil)
+	if res, err := Verify(context.Background(), out, true, 2); err != nil || !res.OK {
+		t.Fatalf("verify of a good output: %+v %v", res, err)
+	}
+	p := testutil.Files(t, filepath.Join(out, "parquet"))[0]
+	orig, _ := os.ReadFile(p)
+	for _, off := range []int{0, len(orig) / 3, len(orig) / 2, len(orig) - 9, len(orig) - 1} {
+		bad := bytes.Clone(orig)
+		bad[off] ^= 0x01
+		os.WriteFile(p, bad, 0o644)
+		res, err := Verify(context.Background(), out, false, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.OK || !strings.Contains(res.Problem, "xxhash64") {
+			t.Fatalf("flipped byte at %d not caught: %+v", off, res)
+		}
+	}
+	os.WriteFile(p, orig, 0o644)
+	os.Remove(p)
+	if res, _ := Verify(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
+		t.Fatalf("missing file not caught: %+v", res)
+	}
+}
+
+func TestInputErrorsNameFileAndColumn(t *testing.T) {
+	dir := t.TempDir()
+	type A struct {
+		Country string `parquet:"country"`
+		X       int64  `parquet:"x"`
+	}
+	type B struct {
+		X       int32  `parquet:"x"`
+		Country string `parquet:"country"`
+	}
+	type C struct {
+		Country string `parquet:"country"`
+		X       int64  `parquet:"x"`
+		Extra   int64  `parquet:"extra"`
+	}
+	write := func(name string, rows any) string {
+		p := filepath.Join(dir, name)
+		var err error
+		switch r := rows.(type) {
+		case []A:
+			err = parquet.WriteFile(p, r)
+		case []B:
+			err = parquet.WriteFile(p, r)
+		case []C:
+			err = parquet.WriteFile(p, r)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := write("a.parquet", []A{{"de", 1}})
+	b := write("b.parquet", []B{{2, "fr"}})
+	c := write("c.parquet", []C{{"it", 3, 4}})
+	bad := filepath.Join(dir, "bad.parquet")
+	os.WriteFile(bad, []byte("PAR1 this is not parquet PAR1"), 0o644)
+	cases := []struct {
+		name   string
+		inputs []string
+		keys   []string
+		want   []string
+	}{
+		{"type mismatch", []string{a, b}, nil, []string{"a.parquet", "b.parquet", `"x"`}},
+		{"column count", []string{a, c}, nil, []string{"a.parquet", "c.parquet"}},
+		{"missing key", []string{a}, []string{"nope"}, []string{`"nope"`, "a.parquet"}},
+		{"corrupt", []string{bad}, nil, []string{"bad.parquet"}},
+		{"no input", []string{filepath.Join(dir, "none")}, nil, []string{"none"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Run(context.Background(), RunOptions{Inputs: tc.inputs, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: tc.keys})
+			if !errs.Is(err, errs.BadInput) {
+				t.Fatalf("err = %v (class %v), want bad input", err, errs.ClassOf(err))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+// col returns the first value of leaf column c in a parquet-go row (rows are
+// flattened leaf values, so list columns shift positions).
+func col(r parquet.Row, c int) parquet.Value {
+	for _, v := range r {
+		if v.Column() == c {
+			return v
+		}
+	}
+	return parquet.Value{}
+}
