@@ -163,15 +163,15 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		if c := errs.ClassOf(err); c == errs.Transient {
 			return nil, err
 		}
-		return nil, errs.BadInputf("open %s: %v", obj.URL, err)
+		return nil, badData("open "+obj.URL, err)
 	}
 	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
 	if err != nil {
-		return nil, errs.BadInputf("open %s: unsupported schema: %v", obj.URL, err)
+		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
 	}
 	sc, err := fr.Schema()
 	if err != nil {
-		return nil, errs.BadInputf("open %s: unsupported schema: %v", obj.URL, err)
+		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
 	}
 	md := pq.MetaData()
 	f = &File{Obj: obj, Rows: md.NumRows, ra: ra, pq: pq, fr: fr, schema: sc}
@@ -189,7 +189,7 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		for c := 0; c < rg.NumColumns(); c++ {
 			cc, err := rg.ColumnChunk(c)
 			if err != nil {
-				return nil, errs.BadInputf("open %s: row group %d column %d: %v", obj.URL, i, c, err)
+				return nil, badData(fmt.Sprintf("open %s: row group %d column %d", obj.URL, i, c), err)
 			}
 			f.CompressedBytes += cc.TotalCompressedSize()
 		}
@@ -260,7 +260,27 @@ func classify(err error, what string) error {
 	if errors.Is(err, context.Canceled) {
 		return errs.TransientErr(fmt.Errorf("%s: %w", what, err))
 	}
-	return errs.BadInputf("%s: %v", what, err)
+	return badData(what, err)
+}
+
+func unsupported(what string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "unsupported: ")
+	return errs.WithHint(errs.BadInputf("%s: unsupported: %s", what, msg), "convert the file, e.g. with DuckDB COPY, or leave it out of --input")
+}
+
+// badData words a decoder error: unsupported features say "unsupported:",
+// everything else is damaged data; both say what to do.
+func badData(what string, err error) error {
+	msg := err.Error()
+	low := strings.ToLower(msg)
+	switch {
+	case strings.Contains(low, "decrypt"), strings.Contains(low, "encrypt"):
+		return errs.WithHint(errs.BadInputf("%s: unsupported: encrypted columns", what), "decrypt the file first")
+	case strings.Contains(low, "unimplemented"), strings.Contains(low, "not implemented"),
+		strings.Contains(low, "not supported"), strings.Contains(low, "unsupported"):
+		return unsupported(what, err)
+	}
+	return errs.WithHint(errs.BadInputf("%s: corrupt data: %s", what, msg), "re-export the file or leave it out of --input")
 }
 
 func leafSet(sf *pqarrow.SchemaField, into map[int]bool) map[int]bool {

@@ -196,7 +196,7 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 		if err != nil {
 			return nil, Classify(fmt.Errorf("list %s: %w", name, err))
 		}
-		if obj.IsDir || !strings.HasSuffix(obj.Key, ".parquet") || hiddenKey(obj.Key[len(key):]) {
+		if obj.IsDir || !strings.HasSuffix(strings.ToLower(obj.Key), ".parquet") || hiddenKey(obj.Key[len(key):]) {
 			continue
 		}
 		out = append(out, objectFrom(loc, obj.Key, obj.Size, "", obj.ModTime.UTC().Format("2006-01-02T15:04:05Z")))
@@ -260,7 +260,7 @@ func listLocal(ctx context.Context, name string) ([]Object, error) {
 					}
 					return nil
 				}
-				if strings.HasSuffix(p, ".parquet") && !hiddenKey(filepath.ToSlash(rel)) {
+				if strings.HasSuffix(strings.ToLower(p), ".parquet") && !hiddenKey(filepath.ToSlash(rel)) {
 					files = append(files, p)
 				}
 				return nil

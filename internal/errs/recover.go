@@ -18,5 +18,5 @@ func Recover(errp *error, what string) {
 	if debugPanics {
 		fmt.Printf("panic in %s: %v\n%s", what, r, debug.Stack())
 	}
-	*errp = BadInputf("%s: corrupt or unsupported data (decoder panicked: %v)", what, r)
+	*errp = WithHint(BadInputf("%s: corrupt data (the decoder failed: %v)", what, r), "re-export the file or leave it out of --input")
 }
