@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -58,6 +59,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil && ctx.Err() != nil && !errs.Is(err, errs.BadInput) {
+			err = errs.TransientErr(fmt.Errorf("interrupted (%v); nothing was committed", context.Cause(ctx)))
+		}
+	}()
 	rep := newReport("run", opts)
 	log := opts.Log
 	t0 := time.Now()
@@ -229,9 +235,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 	} else {
-		dir, err := os.MkdirTemp(opts.TmpDir, "relayout-spill-")
+		dir, err := newSpillDir(opts.TmpDir)
 		if err != nil {
-			return nil, errs.TransientErr(fmt.Errorf("create spill folder in %q: %w", opts.TmpDir, err))
+			return nil, err
 		}
 		defer os.RemoveAll(dir)
 		rt := newRouter(hist, units)
@@ -319,7 +325,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 // prepareOutput refuses to replace an existing output unless overwrite is
 // set; then it removes the old manifest first (so no reader trusts it while
-// files change), then the old data files and report.
+// files change). Whatever is under parquet/ without a manifest is debris of
+// a failed or killed run, never committed data, so it is removed too, with
+// the old report and, in local outputs, writers' stray *.tmp files.
 func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) error {
 	key := out.Key(manifests.FileName)
 	exists, err := out.Bucket.Exists(ctx, key)
@@ -334,8 +342,11 @@ func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) er
 			return storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(manifests.FileName), err))
 		}
 	}
-	if !exists && !overwrite {
-		return nil
+	if out.Local != "" {
+		tmps, _ := filepath.Glob(filepath.Join(out.Local, "parquet", "*.tmp"))
+		for _, p := range tmps {
+			os.Remove(p)
+		}
 	}
 	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key("parquet/")})
 	for {

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -32,5 +33,8 @@ func exitCode(err error) int {
 	}
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	fmt.Fprintf(os.Stderr, "relayout: %s\n", msg)
+	if errs.ClassOf(err) == errs.Internal && errors.Is(err, context.Canceled) {
+		return int(errs.Transient)
+	}
 	return int(errs.ClassOf(err))
 }
