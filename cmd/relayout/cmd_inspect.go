@@ -11,6 +11,7 @@ func inspectCommand() *cli.Command {
 		configFlag(),
 		sliceFlag("slice-keys", "columns whose values define slices"),
 		boolFlag("json", "print JSON"),
+		intFlag("slices", 20, "slices listed in the table (largest first; 0: all)"),
 		intFlag("parallel", 0, "goroutines (default: number of CPUs)"),
 	}, logFlags()...)
 	return &cli.Command{
