@@ -13,6 +13,10 @@ type LayoutOptions struct {
 	RowGroupRows int64
 	// FileBytes is the target size of a file on disk.
 	FileBytes int64
+	// BoundaryKeys: row groups always end where one of the first
+	// BoundaryKeys slice keys changes, unless the groups on both sides of
+	// the change are tiny (fewer rows than MinRows/32).
+	BoundaryKeys int
 	// RowBytes is the average uncompressed bytes per row; FileRowBytes the
 	// average stored (compressed) bytes per row. Both at least 1.
 	RowBytes     float64
@@ -74,6 +78,31 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 	fileRows := atLeast1(int64(float64(o.FileBytes) / fileRowBytes))
 	l := Layout{TargetRows: target, MinRows: minRows, FileRows: fileRows}
 
+	// Rows of each run of slices sharing their first BoundaryKeys values.
+	prefixRows := make([]int64, len(slices))
+	prefixNew := make([]bool, len(slices))
+	if o.BoundaryKeys > 0 {
+		start := 0
+		for i := range slices {
+			if i == 0 || !samePrefix(slices[i-1], slices[i], o.BoundaryKeys) {
+				prefixNew[i] = true
+				start = i
+			}
+			prefixRows[start] += slices[i].Rows
+		}
+		// Propagate each run's total to all of its slices.
+		for i := 0; i < len(slices); {
+			j := i + 1
+			for j < len(slices) && !prefixNew[j] {
+				j++
+			}
+			for k := i; k < j; k++ {
+				prefixRows[k] = prefixRows[i]
+			}
+			i = j
+		}
+	}
+	tiny := minRows / 32
 	var groups []RowGroup
 	var cur RowGroup
 	flush := func() {
@@ -82,7 +111,7 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 		}
 		cur = RowGroup{Start: cur.Start + cur.Rows}
 	}
-	for _, s := range slices {
+	for i, s := range slices {
 		if s.Rows == 0 {
 			continue
 		}
@@ -103,6 +132,9 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 			continue
 		}
 		if cur.Rows > 0 && cur.Rows+s.Rows > target {
+			flush()
+		}
+		if cur.Rows > 0 && o.BoundaryKeys > 0 && prefixNew[i] && (prefixRows[i] >= tiny || prefixRows[i-1] >= tiny) {
 			flush()
 		}
 		cur.Rows += s.Rows
@@ -169,4 +201,16 @@ func GroupUnits(chunks []RowGroup, maxRows int64) []Unit {
 		out = append(out, cur)
 	}
 	return out
+}
+
+func samePrefix(a, b Slice, k int) bool {
+	if len(a.Parts) < k || len(b.Parts) < k {
+		return true
+	}
+	for i := 0; i < k; i++ {
+		if string(a.Parts[i]) != string(b.Parts[i]) {
+			return false
+		}
+	}
+	return true
 }

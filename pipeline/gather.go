@@ -33,33 +33,47 @@ func (u *unitSource) release() {
 	}
 }
 
-// newUnitSource builds column datums from records in position order.
-// Columns whose type the chunked take kernel supports stay chunked; others
-// are concatenated once.
+// newUnitSource takes ownership of recs (rows in input order) and makes one
+// contiguous array per column, so gathering is a plain indexed copy rather
+// than a chunk lookup per row. Columns are concatenated one at a time and
+// their chunks released at once, so memory does not double.
 func newUnitSource(schema *arrow.Schema, recs []arrow.RecordBatch) (*unitSource, error) {
+	ncols := schema.NumFields()
+	cols := make([][]arrow.Array, ncols)
+	for _, r := range recs {
+		for c := 0; c < ncols; c++ {
+			a := r.Column(c)
+			a.Retain()
+			cols[c] = append(cols[c], a)
+		}
+		r.Release()
+	}
 	u := &unitSource{}
-	for c := 0; c < schema.NumFields(); c++ {
-		chunks := make([]arrow.Array, 0, len(recs))
-		for _, r := range recs {
-			chunks = append(chunks, r.Column(c))
-		}
-		dt := schema.Field(c).Type
-		if arrow.IsPrimitive(dt.ID()) || arrow.IsBaseBinary(dt.ID()) {
-			ch := arrow.NewChunked(dt, chunks)
-			u.cols = append(u.cols, compute.NewDatum(ch))
-			ch.Release()
-			continue
-		}
+	for c := 0; c < ncols; c++ {
+		chunks := cols[c]
 		var arr arrow.Array
 		var err error
-		if len(chunks) == 1 {
+		switch len(chunks) {
+		case 0:
+			arr = array.MakeArrayOfNull(memory.DefaultAllocator, schema.Field(c).Type, 0)
+		case 1:
 			arr = chunks[0]
 			arr.Retain()
-		} else if len(chunks) == 0 {
-			arr = array.MakeArrayOfNull(memory.DefaultAllocator, dt, 0)
-		} else if arr, err = array.Concatenate(chunks, memory.DefaultAllocator); err != nil {
+		default:
+			arr, err = array.Concatenate(chunks, memory.DefaultAllocator)
+		}
+		for _, a := range chunks {
+			a.Release()
+		}
+		cols[c] = nil
+		if err != nil {
+			for _, rest := range cols[c+1:] {
+				for _, a := range rest {
+					a.Release()
+				}
+			}
 			u.release()
-			return nil, err
+			return nil, fmt.Errorf("gather column %s: %w", schema.Field(c).Name, err)
 		}
 		u.cols = append(u.cols, compute.NewDatum(arr))
 		arr.Release()
@@ -116,42 +130,35 @@ func (u *unitSource) take(ctx context.Context, schema *arrow.Schema, idx []int64
 }
 
 // writeUnit gathers the unit's rows in output order on `workers` goroutines
-// and hands them to write in order.
-func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit partition.Unit, workers int, write func(arrow.RecordBatch) error) error {
+// and hands them to write in order. At most workers+1 chunks are in flight.
+// When fp is set, each chunk's content fingerprint is added to it, computed
+// on the gathering goroutines.
+func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit partition.Unit, workers int, fp *fingerprint.Sum, write func(arrow.RecordBatch) error) error {
 	chunks := unit.Chunks
 	type result struct {
 		rec arrow.RecordBatch
+		fp  fingerprint.Sum
 		err error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	jobs := make(chan int)
+	// outs[i] receives chunk i's result exactly once (buffered: never blocks).
 	outs := make([]chan result, len(chunks))
 	for i := range outs {
 		outs[i] = make(chan result, 1)
 	}
-	// Bound look-ahead: a worker may run at most `ahead` chunks in front of
-	// the writer.
-	ahead := workers + 1
-	tokens := make(chan struct{}, ahead)
+	jobs := make(chan int)
+	// slots bounds look-ahead: the producer takes a slot before dispatching a
+	// chunk; the writer frees it after consuming that chunk.
+	slots := make(chan struct{}, workers+1)
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				ch := chunks[i]
-				lo := ch.Start - unit.Start
-				rec, err := src.take(ctx, schema, src.ord[lo:lo+ch.Rows])
-				outs[i] <- result{rec, err}
-			}
-		}()
-	}
-	go func() {
+	wg.Add(1)
+	go func() { // producer
+		defer wg.Done()
 		defer close(jobs)
 		for i := range chunks {
 			select {
-			case tokens <- struct{}{}:
+			case slots <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
@@ -162,18 +169,42 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 			}
 		}
 	}()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				ch := chunks[i]
+				lo := ch.Start - unit.Start
+				rec, err := src.take(ctx, schema, src.ord[lo:lo+ch.Rows])
+				var sum fingerprint.Sum
+				if err == nil && fp != nil {
+					sum, err = fingerprint.Record(rec)
+				}
+				outs[i] <- result{rec, sum, err}
+			}
+		}()
+	}
 	var firstErr error
+	consumed := 0
 	for i := range chunks {
 		var r result
 		select {
 		case r = <-outs[i]:
 		case <-ctx.Done():
-			r.err = ctx.Err()
+			firstErr = ctx.Err()
 		}
-		<-tokens
+		if firstErr != nil {
+			break
+		}
+		consumed = i + 1
+		<-slots // chunk i was dispatched, so its slot is held
 		if r.err != nil {
 			firstErr = r.err
 			break
+		}
+		if fp != nil {
+			fp.Add(r.fp)
 		}
 		err := write(r.rec)
 		r.rec.Release()
@@ -183,16 +214,10 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 		}
 	}
 	cancel()
-	// Drain so workers exit.
-	go func() {
-		for range tokens {
-		}
-	}()
-	wg.Wait()
-	close(tokens)
-	for i := range outs {
+	wg.Wait() // the producer sees the cancel and closes jobs; workers drain it
+	for _, o := range outs[consumed:] {
 		select {
-		case r := <-outs[i]:
+		case r := <-o:
 			if r.rec != nil {
 				r.rec.Release()
 			}

@@ -26,6 +26,9 @@ type RunOptions struct {
 	RowGroupRows int64
 	// FileBytes is the target file size (default 1 GiB).
 	FileBytes int64
+	// BoundaryKeys: row groups end where one of the first BoundaryKeys
+	// slice keys changes (default 1; negative: 0, no such rule).
+	BoundaryKeys int
 	// ZstdLevel (default 3) and PageBytes (default 1 MiB) tune encoding.
 	ZstdLevel int
 	PageBytes int64
@@ -37,8 +40,13 @@ type RunOptions struct {
 	Parallel int
 	// Overwrite replaces an existing output.
 	Overwrite bool
-	// SkipCheck skips re-reading the output before commit (not recommended).
-	SkipCheck bool
+	// Check is how the output is checked before commit. CheckKeys (default)
+	// compares the content fingerprint of the rows handed to the encoder with
+	// the input's and re-reads footers, file hashes and key columns (row
+	// counts, key order, slice index, statistics); CheckFull instead decodes
+	// every written value again and fingerprints that; CheckNone only
+	// compares the encoder-side fingerprint.
+	Check string
 	// Log receives progress and summaries (default: discard).
 	Log *slog.Logger
 	// Progress receives progress updates (may be nil).
@@ -63,6 +71,13 @@ type nopProgress struct{}
 func (nopProgress) Start(string, int64) {}
 func (nopProgress) Add(int64)           {}
 func (nopProgress) Finish()             {}
+
+// Check modes.
+const (
+	CheckFull = "full"
+	CheckKeys = "keys"
+	CheckNone = "none"
+)
 
 const (
 	defaultRowGroupBytes = 128 << 20
@@ -109,6 +124,15 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	if o.FileBytes == 0 {
 		o.FileBytes = defaultFileBytes
 	}
+	if o.BoundaryKeys == 0 {
+		o.BoundaryKeys = 1
+	}
+	if o.BoundaryKeys < 0 {
+		o.BoundaryKeys = 0
+	}
+	if o.BoundaryKeys > len(o.SliceKeys) {
+		o.BoundaryKeys = len(o.SliceKeys)
+	}
 	if o.ZstdLevel == 0 {
 		o.ZstdLevel = 3
 	}
@@ -117,6 +141,13 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	}
 	if o.MemoryLimit == 0 {
 		o.MemoryLimit = defaultMemoryLimit
+	}
+	switch o.Check {
+	case "":
+		o.Check = CheckKeys
+	case CheckFull, CheckKeys, CheckNone:
+	default:
+		return o, errs.Usagef("--check must be full, keys or none (got %q)", o.Check)
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = runtime.GOMAXPROCS(0)

@@ -42,6 +42,7 @@ type layoutConfig struct {
 	MinRowGroupBytes int64    `json:"min_row_group_bytes"`
 	RowGroupRows     int64    `json:"row_group_rows"`
 	FileBytes        int64    `json:"file_bytes"`
+	BoundaryKeys     int      `json:"boundary_keys"`
 	ZstdLevel        int      `json:"zstd_level"`
 	PageBytes        int64    `json:"page_bytes"`
 }
@@ -126,7 +127,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	layout := partition.PlanLayout(hist.Slices, partition.LayoutOptions{
 		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
 		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
-		RowBytes: rowBytes, FileRowBytes: fileRowBytes,
+		RowBytes: rowBytes, FileRowBytes: fileRowBytes, BoundaryKeys: opts.BoundaryKeys,
 	})
 	// Memory: the writer buffers one row group (compressed); the rest is
 	// split between a unit's decoded rows and the rows being gathered and
@@ -144,7 +145,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	cfg := layoutConfig{
 		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
 		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
-		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
+		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes, BoundaryKeys: opts.BoundaryKeys,
 		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
 	}
 	cfgJSON, _ := json.Marshal(cfg)
@@ -182,6 +183,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// 2-3. Gather and write.
 	t1 := time.Now()
 	written := 0
+	var outFP fingerprint.Sum // of the rows handed to the encoder
+	fpOut := &outFP
+	if opts.Check == CheckFull {
+		fpOut = nil // the full check fingerprints the written files instead
+	}
 	write := func(rec arrow.RecordBatch) error {
 		if err := w.Write(rec); err != nil {
 			return err
@@ -197,7 +203,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	var inFP fingerprint.Sum
 	sortUnit := func(recs []arrow.RecordBatch, un partition.Unit) (*unitSource, error) {
 		ord, err := partition.Sort(hist, recs, sliceCols, sortCols)
+		if err == nil && int64(len(ord)) != un.Rows {
+			err = fmt.Errorf("internal: unit at row %d holds %d rows, the plan says %d", un.Start, len(ord), un.Rows)
+		}
 		if err != nil {
+			for _, r := range recs {
+				r.Release()
+			}
 			return nil, err
 		}
 		if int64(len(ord)) != un.Rows {
@@ -208,7 +220,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 		src.ord = ord
-		return src, nil
+		return src, nil // recs are now owned by src
 	}
 	if len(units) == 1 {
 		opts.Progress.Start("read", tbl.Rows)
@@ -221,14 +233,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.stage("read", t1)
 		t1 = time.Now()
 		src, err := sortUnit(recs, units[0])
-		for _, r := range recs {
-			r.Release()
-		}
 		if err != nil {
 			return nil, err
 		}
 		opts.Progress.Start("write", tbl.Rows)
-		err = writeUnit(ctx, tbl.Schema, src, units[0], workers, write)
+		err = writeUnit(ctx, tbl.Schema, src, units[0], workers, fpOut, write)
 		opts.Progress.Finish()
 		src.release()
 		if err != nil {
@@ -264,13 +273,10 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 				os.Remove(paths[u])
 			}
 			src, err := sortUnit(recs, un)
-			for _, r := range recs {
-				r.Release()
-			}
 			if err != nil {
 				return nil, err
 			}
-			err = writeUnit(ctx, tbl.Schema, src, un, workers, write)
+			err = writeUnit(ctx, tbl.Schema, src, un, workers, fpOut, write)
 			src.release()
 			if err != nil {
 				return nil, err
@@ -290,10 +296,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	m := buildManifest(tbl, hist, files, cfgJSON, cfgHash, opts, inFP)
 
 	// 4. Check what was written against the manifest and the input.
-	if !opts.SkipCheck {
+	if opts.Check != CheckFull && (outFP.Rows != inFP.Rows || outFP.Hash != inFP.Hash) {
+		return nil, fmt.Errorf("internal: the rows written (fingerprint %s, %d rows) differ from the input (%s, %d rows); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows)
+	}
+	if opts.Check != CheckNone {
 		t2 := time.Now()
 		opts.Progress.Start("check", m.Totals.Rows)
-		vr, err := verifyLocation(ctx, out, m, true, opts.Parallel, opts.Progress)
+		vr, err := verifyLocation(ctx, out, m, opts.Check == CheckFull, opts.Parallel, opts.Progress)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err

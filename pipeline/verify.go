@@ -8,6 +8,8 @@ import (
 	"io"
 	"sync"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/fingerprint"
@@ -218,116 +220,165 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 	}
 	nSlice := len(m.SliceKeys)
 	md := f.Parquet().MetaData()
-	var prev, prevSlice, curSlice []byte
 	for g, mg := range mf.RowGroups {
 		if f.RowGroupRows[g] != mg.Rows {
 			return fmt.Sprintf("%s: row group %d has %d rows, manifest says %d", url, g, f.RowGroupRows[g], mg.Rows), fp, nil, nil, nil
 		}
-		ref := source.RowGroupRef{File: f, RowGroup: g}
-		if deep {
-			rec, err := tbl.Read(ctx, ref, nil, parallel)
-			if err != nil {
-				return fmt.Sprintf("%v", err), fp, nil, nil, nil
+	}
+	// Row groups are checked in parallel; key order across their
+	// boundaries is checked afterwards.
+	type rgResult struct {
+		problem     string
+		fp          fingerprint.Sum
+		first, last []byte
+		err         error
+	}
+	results := make([]rgResult, len(mf.RowGroups))
+	next := make(chan int, len(mf.RowGroups))
+	for g := range mf.RowGroups {
+		next <- g
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < max(parallel, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range next {
+				r := &results[g]
+				r.problem, r.fp, r.first, r.last = verifyRowGroup(ctx, tbl, url, m, g, expect[g], keyCols, nSlice, deep, md)
+				prog.Add(mf.RowGroups[g].Rows)
 			}
-			s, err := fingerprint.Record(rec)
-			rec.Release()
-			if err != nil {
-				return fmt.Sprintf("%s: %v", url, err), fp, nil, nil, nil
-			}
-			fp.Add(s)
+		}()
+	}
+	wg.Wait()
+	var prev []byte
+	for g, r := range results {
+		if r.problem != "" {
+			return r.problem, fp, nil, nil, nil
 		}
-		prog.Add(mg.Rows)
-		if len(keyCols) == 0 {
+		fp.Add(r.fp)
+		if r.first == nil {
 			continue
 		}
+		if prev != nil && bytes.Compare(prev, r.first) > 0 {
+			return fmt.Sprintf("%s: keys decrease between row groups %d and %d", url, g-1, g), fp, nil, nil, nil
+		}
+		if first == nil {
+			first = r.first
+		}
+		prev = r.last
+	}
+	return "", fp, first, prev, nil
+}
+
+// verifyRowGroup checks one row group: its content fingerprint (deep), key
+// order, its runs of slice keys against the manifest, and key statistics.
+func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manifests.Manifest, g int, exp rgExpect, keyCols []int, nSlice int, deep bool, md *metadata.FileMetaData) (problem string, fp fingerprint.Sum, first, last []byte) {
+	ref := source.RowGroupRef{File: tbl.Files[0], RowGroup: g}
+	var keys []arrow.Array
+	if deep {
+		rec, err := tbl.Read(ctx, ref, nil, 1)
+		if err != nil {
+			return fmt.Sprintf("%v", err), fp, nil, nil
+		}
+		defer rec.Release()
+		s, err := fingerprint.Record(rec)
+		if err != nil {
+			return fmt.Sprintf("%s: %v", url, err), fp, nil, nil
+		}
+		fp = s
+		for _, c := range keyCols {
+			keys = append(keys, rec.Column(c))
+		}
+	} else if len(keyCols) > 0 {
 		rec, err := tbl.Read(ctx, ref, keyCols, 1)
 		if err != nil {
-			return fmt.Sprintf("%v", err), fp, nil, nil, nil
+			return fmt.Sprintf("%v", err), fp, nil, nil
 		}
-		// Walk runs of equal slice keys; compare with the manifest.
-		exp := expect[g]
-		run := -1
-		var runRows int64
-		var cur []byte
-		checkRun := func(i int) string {
-			if run < 0 {
-				return ""
-			}
-			if run >= len(exp.slices) {
-				return fmt.Sprintf("%s: row group %d holds more slices than the manifest says", url, g)
-			}
-			if runRows != exp.rows[run] {
-				return fmt.Sprintf("%s: row group %d: slice %d has %d rows here, manifest says %d", url, g, exp.slices[run], runRows, exp.rows[run])
-			}
-			want := m.Slices[exp.slices[run]].Key
-			for c := 0; c < nSlice; c++ {
-				gotJ, _ := json.Marshal(partition.Value(rec.Column(c), i))
-				wantJ, _ := json.Marshal(want[c].Value)
-				if !bytes.Equal(gotJ, wantJ) {
-					return fmt.Sprintf("%s: row group %d: key %s is %s, manifest says %s", url, g, m.SliceKeys[c], gotJ, wantJ)
-				}
-			}
+		defer rec.Release()
+		keys = rec.Columns()
+	}
+	if len(keyCols) == 0 {
+		return "", fp, nil, nil
+	}
+	// Walk runs of equal slice keys; compare with the manifest.
+	run := -1
+	var runRows int64
+	var cur, prev, curSlice, prevSlice []byte
+	checkRun := func(i int) string {
+		if run < 0 {
 			return ""
 		}
-		n := int(rec.NumRows())
-		for i := 0; i < n; i++ {
-			cur = cur[:0]
-			for c := range keyCols {
-				cur = partition.AppendKey(cur, rec.Column(c), i)
-				if c == nSlice-1 {
-					curSlice = append(curSlice[:0], cur...)
-				}
-			}
-			if prev != nil && bytes.Compare(prev, cur) > 0 {
-				rec.Release()
-				return fmt.Sprintf("%s: row group %d row %d: keys decrease", url, g, i), fp, nil, nil, nil
-			}
-			if first == nil {
-				first = bytes.Clone(cur)
-			}
-			if run < 0 || !bytes.Equal(prevSlice, curSlice) {
-				if p := checkRun(i - 1); p != "" {
-					rec.Release()
-					return p, fp, nil, nil, nil
-				}
-				run++
-				runRows = 0
-			}
-			runRows++
-			prev = append(prev[:0], cur...)
-			prevSlice = append(prevSlice[:0], curSlice...)
+		if run >= len(exp.slices) {
+			return fmt.Sprintf("%s: row group %d holds more slices than the manifest says", url, g)
 		}
-		if p := checkRun(n - 1); p != "" {
-			rec.Release()
-			return p, fp, nil, nil, nil
+		if runRows != exp.rows[run] {
+			return fmt.Sprintf("%s: row group %d: slice %d has %d rows here, manifest says %d", url, g, exp.slices[run], runRows, exp.rows[run])
 		}
-		if run+1 != len(exp.slices) && n > 0 {
-			rec.Release()
-			return fmt.Sprintf("%s: row group %d holds %d slices, manifest says %d", url, g, run+1, len(exp.slices)), fp, nil, nil, nil
-		}
-		rec.Release()
-		// Statistics of the slice keys.
-		rgmd := md.RowGroup(g)
+		want := m.Slices[exp.slices[run]].Key
 		for c := 0; c < nSlice; c++ {
-			idx := md.Schema.ColumnIndexByName(m.SliceKeys[c])
-			if idx < 0 {
-				continue
+			gotJ, _ := json.Marshal(partition.Value(keys[c], i))
+			wantJ, _ := json.Marshal(want[c].Value)
+			if !bytes.Equal(gotJ, wantJ) {
+				return fmt.Sprintf("%s: row group %d: key %s is %s, manifest says %s", url, g, m.SliceKeys[c], gotJ, wantJ)
 			}
-			cc, err := rgmd.ColumnChunk(idx)
-			if err != nil {
-				return fmt.Sprintf("%s: row group %d: %v", url, g, err), fp, nil, nil, nil
+		}
+		return ""
+	}
+	n := keys[0].Len()
+	for i := 0; i < n; i++ {
+		cur = cur[:0]
+		for c := range keyCols {
+			cur = partition.AppendKey(cur, keys[c], i)
+			if c == nSlice-1 {
+				curSlice = append(curSlice[:0], cur...)
 			}
-			st, err := cc.Statistics()
-			if err != nil || st == nil {
-				return fmt.Sprintf("%s: row group %d: no statistics for %s", url, g, m.SliceKeys[c]), fp, nil, nil, nil
+		}
+		if prev != nil && bytes.Compare(prev, cur) > 0 {
+			return fmt.Sprintf("%s: row group %d row %d: keys decrease", url, g, i), fp, nil, nil
+		}
+		if first == nil {
+			first = bytes.Clone(cur)
+		}
+		if run < 0 || !bytes.Equal(prevSlice, curSlice) {
+			if p := checkRun(i - 1); p != "" {
+				return p, fp, nil, nil
 			}
-			if st.HasMinMax() && len(exp.slices) == 1 && !bytes.Equal(st.EncodeMin(), st.EncodeMax()) {
-				return fmt.Sprintf("%s: row group %d holds one slice but %s statistics have min != max", url, g, m.SliceKeys[c]), fp, nil, nil, nil
-			}
+			run++
+			runRows = 0
+		}
+		runRows++
+		prev = append(prev[:0], cur...)
+		prevSlice = append(prevSlice[:0], curSlice...)
+	}
+	if p := checkRun(n - 1); p != "" {
+		return p, fp, nil, nil
+	}
+	if n > 0 && run+1 != len(exp.slices) {
+		return fmt.Sprintf("%s: row group %d holds %d slices, manifest says %d", url, g, run+1, len(exp.slices)), fp, nil, nil
+	}
+	// Statistics of the slice keys.
+	rgmd := md.RowGroup(g)
+	for c := 0; c < nSlice; c++ {
+		idx := md.Schema.ColumnIndexByName(m.SliceKeys[c])
+		if idx < 0 {
+			continue
+		}
+		cc, err := rgmd.ColumnChunk(idx)
+		if err != nil {
+			return fmt.Sprintf("%s: row group %d: %v", url, g, err), fp, nil, nil
+		}
+		st, err := cc.Statistics()
+		if err != nil || st == nil {
+			return fmt.Sprintf("%s: row group %d: no statistics for %s", url, g, m.SliceKeys[c]), fp, nil, nil
+		}
+		if st.HasMinMax() && len(exp.slices) == 1 && !bytes.Equal(st.EncodeMin(), st.EncodeMax()) {
+			return fmt.Sprintf("%s: row group %d holds one slice but %s statistics have min != max", url, g, m.SliceKeys[c]), fp, nil, nil
 		}
 	}
 	if prev != nil {
 		last = bytes.Clone(prev)
 	}
-	return "", fp, first, last, nil
+	return "", fp, first, last
 }

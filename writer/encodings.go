@@ -42,7 +42,14 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 			continue
 		}
 		nonNull := n - nullsIn(leaf, n)
-		if nonNull == 0 || distinct*4 <= nonNull {
+		// Floats repeated in runs (query-level features) compress as well
+		// with zstd as with a dictionary, which costs a hash per value;
+		// keep dictionaries for floats only at very low cardinality.
+		ratio := 4
+		if pt := col.PhysicalType(); pt == parquet.Types.Float || pt == parquet.Types.Double {
+			ratio = 16
+		}
+		if nonNull == 0 || distinct*ratio <= nonNull {
 			continue // keep the dictionary
 		}
 		props = append(props, parquet.WithDictionaryFor(path, false))

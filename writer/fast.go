@@ -202,3 +202,47 @@ func writeFastColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int
 	defer leaf.Release()
 	return pqarrow.WriteArrowToColumn(ctx, cw, leaf, def, rep, p.elemNullable)
 }
+
+// pageFlusher is implemented by arrow-go's concrete column writers.
+type pageFlusher interface {
+	EstimatedBufferedValueBytes() int64
+	FlushCurrentPage() error
+}
+
+// flushPages encodes and compresses each column's pending page in parallel
+// before the row group is closed: closing is serial (columns are copied to
+// the file in order), so this moves the compression of the last pages off
+// the critical path. Columns without buffered values are left to Close, so
+// no empty pages are written.
+func flushPages(rgw file.BufferedRowGroupWriter, ncols, workers int) error {
+	errv := make([]error, ncols)
+	next := make(chan int, ncols)
+	for i := 0; i < ncols; i++ {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < max(workers, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				cw, err := rgw.Column(i)
+				if err != nil {
+					errv[i] = err
+					continue
+				}
+				if f, ok := cw.(pageFlusher); ok && f.EstimatedBufferedValueBytes() > 0 {
+					errv[i] = f.FlushCurrentPage()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errv {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -226,6 +226,9 @@ func (w *Parquet) advance() error {
 	}
 	if w.fast != nil {
 		if w.cur.rgw != nil {
+			if err := flushPages(w.cur.rgw, len(w.fast), w.workers); err != nil {
+				return w.fail(err)
+			}
 			if err := w.cur.rgw.Close(); err != nil {
 				return w.fail(err)
 			}
@@ -293,6 +296,9 @@ func (w *Parquet) closeFile() error {
 	var md *metadata.FileMetaData
 	if f.pw != nil {
 		if f.rgw != nil {
+			if err := flushPages(f.rgw, len(w.fast), w.workers); err != nil {
+				return w.fail(err)
+			}
 			if err := f.rgw.Close(); err != nil {
 				return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
 			}

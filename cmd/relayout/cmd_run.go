@@ -23,12 +23,14 @@ func runFlags() []cli.Flag {
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
 		intFlag("row-group-rows", 1<<20, "maximum rows per row group"),
 		strFlag("file-bytes", "1GiB", "target output file size"),
+		intFlag("boundary-keys", 1, "row groups always end where one of the first N slice keys changes (0: off)"),
 		intFlag("zstd-level", 3, "zstd compression level (1-22)"),
 		strFlag("page-bytes", "1MiB", "target data page size"),
 		strFlag("memory-limit", "2GiB", "memory budget; larger inputs are sorted in runs spilled to --tmp-dir"),
 		strFlag("tmp-dir", "", "folder for spill files (default: system temp folder)"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
 		boolFlag("overwrite", "replace an existing output"),
+		strFlag("check", "keys", "before commit: keys (fingerprint of the rows encoded vs the input's; re-read footers, file hashes, key order, slice index, statistics), full (also decode every written value again) or none"),
 		strFlag("report-json", "", "also write the run report (JSON) to this local path"),
 	}
 	return append(fs, logFlags()...)
@@ -60,10 +62,12 @@ func runCommand() *cli.Command {
 				SliceKeys:    splitList(c.StringSlice("slice-keys")),
 				SortKeys:     splitList(c.StringSlice("sort-keys")),
 				RowGroupRows: int64(c.Int("row-group-rows")),
+				BoundaryKeys: boundaryKeys(c.Int("boundary-keys")),
 				ZstdLevel:    c.Int("zstd-level"),
 				TmpDir:       c.String("tmp-dir"),
 				Parallel:     c.Int("parallel"),
 				Overwrite:    c.Bool("overwrite"),
+				Check:        c.String("check"),
 				Log:          log,
 				Progress:     newProgress(c, log),
 			}
@@ -113,4 +117,12 @@ func human(b int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// boundaryKeys maps the flag (0 = off) to RunOptions (0 = default, <0 = off).
+func boundaryKeys(v int) int {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }

@@ -1,0 +1,60 @@
+# relayout — see README.md. `make demo` and `make test` are the two commands a
+# new user needs; everything else is for developers.
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
+DEMO    := .demo
+
+.PHONY: all build deps test test-short race vet fmt-check demo bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/relayout ./cmd/relayout
+	$(GO) build -o bin/relayout-gen ./cmd/relayout-gen
+
+# Test and benchmark peers: DuckDB (npm @duckdb/node-api) as an independent
+# reader. Node.js itself comes with the machine image.
+deps: tools/node/node_modules/.installed
+
+tools/node/node_modules/.installed: tools/node/package.json tools/node/package-lock.json
+	scripts/deps.sh
+	touch $@
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+# The README's test command. RELAYOUT_REQUIRE_PEERS makes tests fail, not
+# skip, when DuckDB is missing.
+test: deps fmt-check vet
+	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
+
+test-short:
+	$(GO) test -count=1 -short ./...
+
+race:
+	$(GO) test -count=1 -race -short ./...
+
+# Builds, generates a sample impression log, shows how scattered its slices
+# are, re-lays it out, verifies it and shows the result.
+demo: build
+	@rm -rf $(DEMO)
+	bin/relayout-gen --out $(DEMO)/events --rows 300000 --files 4
+	bin/relayout inspect $(DEMO)/events --slice-keys country,date --slices 5
+	bin/relayout run --input $(DEMO)/events --output $(DEMO)/relaid --slice-keys country,date --row-group-bytes 8MiB
+	bin/relayout verify --deep $(DEMO)/relaid
+	bin/relayout inspect $(DEMO)/relaid/parquet --slice-keys country,date --slices 5
+	@echo "output: $(DEMO)/relaid (manifest.json, parquet/, _report.json)"
+
+# Benchmarks: Go micro-benchmarks once each, then relayout against DuckDB side
+# by side (see bench/README.md). BENCH_ROWS sizes the generated input.
+bench: build deps
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	bench/compare.sh
+
+clean:
+	rm -rf bin $(DEMO) .bench

@@ -1,0 +1,195 @@
+// Command compare benchmarks relayout against DuckDB side by side; see
+// bench/README.md.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relayout/relayout/internal/gen"
+)
+
+type measure struct {
+	Seconds float64 `json:"seconds"`
+	RSS     int64   `json:"peak_rss_bytes"`
+}
+
+var rssRe = regexp.MustCompile(`Maximum resident set size \(kbytes\): (\d+)`)
+
+// timed runs a command under /usr/bin/time -v.
+func timed(name string, args ...string) (measure, string) {
+	cmd := exec.Command("/usr/bin/time", append([]string{"-v", name}, args...)...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s %v: %v\n%s\n", name, args, err, se.String())
+		os.Exit(1)
+	}
+	m := measure{Seconds: time.Since(t0).Seconds()}
+	if g := rssRe.FindStringSubmatch(se.String()); g != nil {
+		kb, _ := strconv.ParseInt(g[1], 10, 64)
+		m.RSS = kb * 1024
+	}
+	return m, so.String()
+}
+
+func median(ms []measure) measure {
+	s := append([]measure{}, ms...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Seconds < s[j].Seconds })
+	r := append([]measure{}, ms...)
+	sort.Slice(r, func(i, j int) bool { return r[i].RSS < r[j].RSS })
+	return measure{Seconds: s[len(s)/2].Seconds, RSS: r[len(r)/2].RSS}
+}
+
+func envInt(k string, d int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(k), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return d
+}
+
+func dirBytes(glob string) int64 {
+	m, _ := filepath.Glob(glob)
+	var n int64
+	for _, p := range m {
+		if st, err := os.Stat(p); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+func duck(sql ...string) (rows []map[string]any, reads []int64) {
+	args := append([]string{"tools/node/duckdb.mjs", "--threads", "2"}, sql...)
+	out, err := exec.Command("node", args...).Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "duckdb: %v\n", err)
+		os.Exit(1)
+	}
+	var res struct {
+		Rows      []map[string]any `json:"rows"`
+		ReadBytes []int64          `json:"read_bytes"`
+	}
+	json.Unmarshal(out, &res)
+	return res.Rows, res.ReadBytes
+}
+
+// amplification measures, per country, DuckDB's bytes read for SELECT *
+// WHERE country = c over share of the files' bytes; row-weighted mean.
+func amplification(glob string) (float64, map[string]float64) {
+	total := dirBytes(glob)
+	rows, _ := duck(fmt.Sprintf("select country, count(*)::BIGINT n from read_parquet('%s') group by all order by all", glob))
+	var countries []string
+	counts := map[string]float64{}
+	var all float64
+	for _, r := range rows {
+		c := fmt.Sprint(r["country"])
+		n, _ := strconv.ParseFloat(fmt.Sprint(r["n"]), 64)
+		countries = append(countries, c)
+		counts[c] = n
+		all += n
+	}
+	sqls := []string{"SET enable_external_file_cache = false"}
+	for _, c := range countries {
+		sqls = append(sqls, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE t AS SELECT * FROM read_parquet('%s') WHERE country = '%s'", glob, c))
+	}
+	_, reads := duck(sqls...)
+	per := map[string]float64{}
+	var weighted float64
+	for i, c := range countries {
+		share := float64(total) * counts[c] / all
+		ratio := float64(reads[i+1]) / share
+		per[c] = ratio
+		weighted += ratio * counts[c] / all
+	}
+	return weighted, per
+}
+
+func main() {
+	rows := envInt("BENCH_ROWS", 1_000_000)
+	reps := int(envInt("BENCH_REPS", 3))
+	dir := os.Getenv("BENCH_DIR")
+	if dir == "" {
+		dir = ".bench"
+	}
+	os.MkdirAll(dir, 0o755)
+	in := filepath.Join(dir, fmt.Sprintf("events-%d", rows))
+	if _, err := os.Stat(in); err != nil {
+		fmt.Printf("generating %d rows in 4 files...\n", rows)
+		if _, err := gen.Write(in, gen.Options{Rows: rows, Files: 4, Seed: 1}); err != nil {
+			panic(err)
+		}
+	}
+	inBytes := dirBytes(in + "/*.parquet")
+	res := map[string]any{"rows": rows, "input_bytes": inBytes, "date": time.Now().UTC().Format(time.RFC3339)}
+
+	// 1. relayout vs DuckDB.
+	var rl, dk []measure
+	out := filepath.Join(dir, "relaid")
+	duckOut := filepath.Join(dir, "duckdb.parquet")
+	for i := 0; i < reps; i++ {
+		m, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", out, "--slice-keys", "country,date")
+		rl = append(rl, m)
+		os.Remove(duckOut)
+		m, _ = timed("node", "tools/node/duckdb.mjs", "--threads", "2",
+			fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd)", in, duckOut))
+		dk = append(dk, m)
+	}
+	r, d := median(rl), median(dk)
+	rlBytes, dkBytes := dirBytes(out+"/parquet/*.parquet"), dirBytes(duckOut)
+	fmt.Printf("\n== relayout vs DuckDB on %d rows (%.1f MB input), median of %d\n", rows, float64(inBytes)/1e6, reps)
+	fmt.Printf("%-10s %10s %12s %12s\n", "", "seconds", "peak RSS MB", "output MB")
+	fmt.Printf("%-10s %10.2f %12.0f %12.1f\n", "relayout", r.Seconds, float64(r.RSS)/1e6, float64(rlBytes)/1e6)
+	fmt.Printf("%-10s %10.2f %12.0f %12.1f\n", "duckdb", d.Seconds, float64(d.RSS)/1e6, float64(dkBytes)/1e6)
+	fmt.Printf("%-10s %10.2fx %11.2fx %11.2fx   (targets: <= 1.5x, <= 1.0x, <= 1.15x)\n", "ratio", r.Seconds/d.Seconds, float64(r.RSS)/float64(d.RSS), float64(rlBytes)/float64(dkBytes))
+	res["relayout"] = map[string]any{"median": r, "runs": rl, "output_bytes": rlBytes}
+	res["duckdb"] = map[string]any{"median": d, "runs": dk, "output_bytes": dkBytes}
+
+	// 2. Slice read amplification, per country.
+	aOut, perOut := amplification(out + "/parquet/*.parquet")
+	aIn, _ := amplification(in + "/*.parquet")
+	aDuck, _ := amplification(duckOut)
+	fmt.Printf("\n== country slice read amplification (DuckDB rchar / slice share of bytes, weighted by rows)\n")
+	fmt.Printf("relayout output %.2fx (target <= 1.25)   input %.2fx   DuckDB sorted output %.2fx\n", aOut, aIn, aDuck)
+	var worst []string
+	for c, v := range perOut {
+		worst = append(worst, fmt.Sprintf("%s=%.2f", c, v))
+	}
+	sort.Strings(worst)
+	fmt.Printf("per country (relayout): %s\n", strings.Join(worst, " "))
+	res["amplification"] = map[string]any{"relayout": aOut, "input": aIn, "duckdb": aDuck, "relayout_per_country": perOut}
+
+	// 3. Scaling at a fixed memory limit.
+	if os.Getenv("BENCH_SKIP_SCALE") == "" {
+		limit := os.Getenv("BENCH_SCALE_LIMIT")
+		if limit == "" {
+			limit = "512MiB"
+		}
+		in4 := filepath.Join(dir, fmt.Sprintf("events-%d", rows*4))
+		if _, err := os.Stat(in4); err != nil {
+			fmt.Printf("\ngenerating %d rows...\n", rows*4)
+			if _, err := gen.Write(in4, gen.Options{Rows: rows * 4, Files: 16, Seed: 1}); err != nil {
+				panic(err)
+			}
+		}
+		m1, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", filepath.Join(dir, "s1"), "--slice-keys", "country,date", "--memory-limit", limit, "--tmp-dir", dir)
+		m4, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in4, "--output", filepath.Join(dir, "s4"), "--slice-keys", "country,date", "--memory-limit", limit, "--tmp-dir", dir)
+		fmt.Printf("\n== scaling at --memory-limit %s\n", limit)
+		fmt.Printf("1x: %.2f s, %.0f MB peak RSS   4x: %.2f s, %.0f MB peak RSS   time ratio %.2fx (input 4.0x)\n",
+			m1.Seconds, float64(m1.RSS)/1e6, m4.Seconds, float64(m4.RSS)/1e6, m4.Seconds/m1.Seconds)
+		res["scaling"] = map[string]any{"memory_limit": limit, "x1": m1, "x4": m4, "input_x4_bytes": dirBytes(in4 + "/*.parquet")}
+	}
+	data, _ := json.MarshalIndent(res, "", " ")
+	os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644)
+	fmt.Printf("\nresults: %s\n", filepath.Join(dir, "results.json"))
+}
