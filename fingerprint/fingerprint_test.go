@@ -1,0 +1,156 @@
+package fingerprint
+
+import (
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+var schema = arrow.NewSchema([]arrow.Field{
+	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "score", Type: arrow.PrimitiveTypes.Float32, Nullable: true},
+	{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+	{Name: "pt", Type: arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int32}, arrow.Field{Name: "y", Type: arrow.PrimitiveTypes.Float64, Nullable: true}), Nullable: true},
+	{Name: "m", Type: arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int64), Nullable: true},
+}, nil)
+
+type row struct {
+	id    int64
+	name  *string
+	score *float32
+	tags  []string // nil = null list
+	x     int32
+	y     *float64
+	m     map[string]int64
+}
+
+func str(s string) *string   { return &s }
+func f32(f float32) *float32 { return &f }
+func f64(f float64) *float64 { return &f }
+
+func rows() []row {
+	return []row{
+		{id: 1, name: str("a"), score: f32(1.5), tags: []string{"x", "y"}, x: 1, y: f64(2), m: map[string]int64{"k": 1}},
+		{id: 2, name: nil, score: f32(0), tags: []string{}, x: 2, y: nil, m: nil},
+		{id: 3, name: str(""), score: nil, tags: nil, x: 3, y: f64(-0.0), m: map[string]int64{}},
+		{id: 1, name: str("a"), score: f32(1.5), tags: []string{"x", "y"}, x: 1, y: f64(2), m: map[string]int64{"k": 1}},
+	}
+}
+
+func record(rs []row) arrow.RecordBatch {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for _, r := range rs {
+		b.Field(0).(*array.Int64Builder).Append(r.id)
+		if r.name == nil {
+			b.Field(1).AppendNull()
+		} else {
+			b.Field(1).(*array.StringBuilder).Append(*r.name)
+		}
+		if r.score == nil {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.Float32Builder).Append(*r.score)
+		}
+		lb := b.Field(3).(*array.ListBuilder)
+		if r.tags == nil {
+			lb.AppendNull()
+		} else {
+			lb.Append(true)
+			for _, tg := range r.tags {
+				lb.ValueBuilder().(*array.StringBuilder).Append(tg)
+			}
+		}
+		sb := b.Field(4).(*array.StructBuilder)
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.Int32Builder).Append(r.x)
+		if r.y == nil {
+			sb.FieldBuilder(1).AppendNull()
+		} else {
+			sb.FieldBuilder(1).(*array.Float64Builder).Append(*r.y)
+		}
+		mb := b.Field(5).(*array.MapBuilder)
+		if r.m == nil {
+			mb.AppendNull()
+		} else {
+			mb.Append(true)
+			for k, v := range r.m {
+				mb.KeyBuilder().(*array.StringBuilder).Append(k)
+				mb.ItemBuilder().(*array.Int64Builder).Append(v)
+			}
+		}
+	}
+	return b.NewRecordBatch()
+}
+
+func sum(t *testing.T, rs ...[]row) Sum {
+	t.Helper()
+	var s Sum
+	for _, part := range rs {
+		rec := record(part)
+		x, err := Record(rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Add(x)
+	}
+	return s
+}
+
+func TestOrderAndSplitIndependent(t *testing.T) {
+	rs := rows()
+	a := sum(t, rs)
+	b := sum(t, []row{rs[3], rs[1]}, []row{rs[2], rs[0]})
+	if a != b {
+		t.Fatalf("fingerprint depends on order or batching: %v vs %v", a, b)
+	}
+	if a.Rows != 4 {
+		t.Fatalf("rows = %d", a.Rows)
+	}
+}
+
+func TestSensitiveToEveryChange(t *testing.T) {
+	base := sum(t, rows())
+	changes := map[string]func([]row){
+		"int":                   func(r []row) { r[0].id = 9 },
+		"null string":           func(r []row) { r[1].name = str("") },
+		"empty vs null list":    func(r []row) { r[1].tags = nil },
+		"list element":          func(r []row) { r[0].tags = []string{"y", "x"} },
+		"struct field":          func(r []row) { r[0].y = nil },
+		"map value":             func(r []row) { r[0].m = map[string]int64{"k": 2} },
+		"float":                 func(r []row) { r[0].score = f32(1.25) },
+		"duplicate vs distinct": func(r []row) { r[3].id = 4 },
+	}
+	for name, ch := range changes {
+		rs := rows()
+		ch(rs)
+		if got := sum(t, rs); got == base {
+			t.Errorf("%s: fingerprint unchanged", name)
+		}
+	}
+	// Dropping one of two identical rows changes it (multiset semantics).
+	if sum(t, rows()[:3]) == base {
+		t.Error("dropping a duplicate row left the fingerprint unchanged")
+	}
+}
+
+func TestSameValuesDifferentLayout(t *testing.T) {
+	// A sliced array, and -0 versus 0, hash as their values.
+	rs := rows()
+	rec := record(append(rows(), rows()...))
+	defer rec.Release()
+	sliced := rec.NewSlice(4, 8)
+	defer sliced.Release()
+	a, _ := Record(sliced)
+	if a != sum(t, rs) {
+		t.Fatal("a sliced record hashes differently from the same rows")
+	}
+	rs[2].y = f64(0)
+	if sum(t, rs) != sum(t, rows()) {
+		t.Fatal("-0 and 0 hash differently")
+	}
+}
