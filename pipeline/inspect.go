@@ -48,8 +48,10 @@ type InspectTotals struct {
 	Bytes     int64 `json:"bytes"`
 	Rows      int64 `json:"rows"`
 	RowGroups int   `json:"row_groups"`
-	// DataBytes sums the compressed column chunks (bytes a full scan reads).
-	DataBytes int64 `json:"data_bytes"`
+	// DataBytes sums the compressed column chunks (bytes a full scan reads);
+	// UncompressedBytes the row groups' total_byte_size (decoded size).
+	DataBytes         int64 `json:"data_bytes"`
+	UncompressedBytes int64 `json:"uncompressed_bytes"`
 }
 
 // InspectSlice is one slice.
@@ -152,6 +154,7 @@ func Inspect(ctx context.Context, o InspectOptions) (*InspectResult, error) {
 		res.Totals.Bytes += f.Obj.Size
 		res.Totals.Rows += f.Rows
 		res.Totals.RowGroups += len(f.RowGroupRows)
+		res.Totals.UncompressedBytes += f.UncompressedBytes
 	}
 	if len(sliceCols) > 0 {
 		hist, err := partition.Build(ctx, tbl, sliceCols, max(o.Parallel, 1))

@@ -24,8 +24,9 @@ import (
 	"github.com/relayout/relayout/writer"
 )
 
-// chunkRows is the most rows handed to the writer at once.
-const chunkRows = 64 << 10
+// runtimeReserve is the memory budgeted for the Go runtime and the
+// binary's resident text, outside the data.
+const runtimeReserve = 32 << 20
 
 // Result is what a successful run produced.
 type Result struct {
@@ -105,7 +106,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// A soft memory limit plus a low GC target: decoded columns are large
 	// and short-lived, and collecting early keeps peak RSS near the live data
 	// (measured: GOGC 30 was both faster and 40% smaller than 100 here).
-	prevLimit := debug.SetMemoryLimit(opts.MemoryLimit)
+	// Go's limit covers the heap and runtime, not the binary's resident
+	// text, so leave room for it: the limit applies to the whole process.
+	prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-runtimeReserve, opts.MemoryLimit/2))
 	defer debug.SetMemoryLimit(prevLimit)
 	if os.Getenv("GOGC") == "" {
 		defer debug.SetGCPercent(debug.SetGCPercent(30))
@@ -129,18 +132,30 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
 		RowBytes: rowBytes, FileRowBytes: fileRowBytes, BoundaryKeys: opts.BoundaryKeys,
 	})
-	// Memory: the writer buffers one row group (compressed); the rest is
-	// split between a unit's decoded rows and the rows being gathered and
-	// encoded, with GC headroom.
-	fixed := opts.RowGroupBytes/4 + 48<<20
-	unitBytes := (opts.MemoryLimit - fixed) / 3
-	if unitBytes < 4<<20 {
-		unitBytes = 4 << 20
+	// Memory budget. Fixed costs: the Go runtime and binary; every leaf
+	// column's pending page (uncompressed, up to --page-bytes); the largest
+	// row group's compressed pages, buffered until it is closed; gathered
+	// chunks in flight. What is left holds one unit of decoded rows, the
+	// same rows concatenated per column (one column at a time) and GC
+	// headroom.
+	leaves := int64(tbl.Files[0].Parquet().MetaData().Schema.NumColumns())
+	compRatio := 1.0
+	if inUncompressed > 0 {
+		compRatio = min(max(float64(inBytes)/float64(inUncompressed), 0.05), 1)
 	}
-	maxUnitRows := int64(float64(unitBytes) / max(rowBytes, 1))
+	chunkRows := min(max(int64((4<<20)/max(rowBytes, 1)), 1024), 64<<10)
+	chunkBytes := int64(float64(chunkRows) * rowBytes)
+	fixed := int64(runtimeReserve) + leaves*opts.PageBytes +
+		int64(float64(layout.TargetRows)*rowBytes*compRatio) + int64(max(opts.Parallel, 2)+1)*chunkBytes
+	avail := opts.MemoryLimit - fixed
+	if avail < 12<<20 {
+		return nil, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight); raise --memory-limit or lower --row-group-bytes or --page-bytes",
+			opts.MemoryLimit>>20, (fixed+12<<20)>>20, leaves, opts.PageBytes>>10, layout.TargetRows)
+	}
+	maxUnitRows := int64(float64(avail/3) / max(rowBytes, 1))
 	units := partition.GroupUnits(partition.Chunks(layout, chunkRows), maxUnitRows)
 	rep.Units = len(units)
-	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units))
+	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "chunk_rows", chunkRows)
 
 	cfg := layoutConfig{
 		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),

@@ -8,3 +8,12 @@ if ! command -v node >/dev/null; then
   exit 1
 fi
 npm ci --no-audit --no-fund --loglevel=error
+# /usr/bin/time measures peak RSS in tests and benchmarks.
+if [ ! -x /usr/bin/time ]; then
+  if command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time
+  else
+    echo "deps: /usr/bin/time is missing (install GNU time)" >&2
+    exit 1
+  fi
+fi

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,5 +211,67 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 				t.Fatalf("verify after rerun: %s", r.stderr)
 			}
 		})
+	}
+}
+
+// TestPeakRSSWithinMemoryLimit runs the binary on an input whose decoded
+// size is about 4x --memory-limit and requires the process's peak RSS (from
+// the kernel's rusage) to stay within the limit + 25%, with the output
+// identical to an unconstrained run.
+func TestPeakRSSWithinMemoryLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: generates 2.5M rows")
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 2_500_000, Files: 8, Seed: 12})
+	const limit = 128 << 20
+	// Decoded size: the row groups' uncompressed bytes, from inspect.
+	var res struct {
+		Totals struct {
+			Uncompressed int64 `json:"uncompressed_bytes"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal([]byte(relayout(t, nil, "inspect", "--json", in).stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	decoded := res.Totals.Uncompressed
+	if decoded < 4*limit {
+		t.Fatalf("input decodes to ~%d MiB, want >= 4x the %d MiB limit", decoded>>20, limit>>20)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	// Measured by /usr/bin/time, a small process that forks relayout: the
+	// rusage of a child started by this (large) test process would count the
+	// parent's pages shared until exec (Go starts children with vfork).
+	timeFile := filepath.Join(t.TempDir(), "time")
+	cmd := exec.Command("/usr/bin/time", "-o", timeFile, "-f", "%M", bin, "run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country,date",
+		"--memory-limit", "128MiB", "--row-group-bytes", "4MiB", "--tmp-dir", t.TempDir())
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run: %v: %s", err, se.String())
+	}
+	tf, err := os.ReadFile(timeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peakKB int64
+	if _, err := fmt.Sscan(strings.TrimSpace(string(tf)), &peakKB); err != nil {
+		t.Fatalf("/usr/bin/time output %q: %v", tf, err)
+	}
+	peak := peakKB * 1024
+	t.Logf("peak RSS %d MiB at --memory-limit 128MiB (input ~%d MiB decoded)", peak>>20, decoded>>20)
+	if peak > limit*5/4 {
+		t.Fatalf("peak RSS %d MiB exceeds the limit + 25%% (%d MiB)", peak>>20, limit*5/4>>20)
+	}
+	ref := filepath.Join(t.TempDir(), "ref")
+	if r := relayout(t, nil, "run", "--quiet", "--input", in, "--output", ref, "--slice-keys", "country,date", "--row-group-bytes", "4MiB"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	a, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+	b, _ := os.ReadFile(filepath.Join(ref, "manifest.json"))
+	if !bytes.Equal(a, b) {
+		t.Fatal("the memory-limited run's manifest differs from the unconstrained run's")
+	}
+	if r := relayout(t, nil, "verify", "--deep", out); r.code != 0 {
+		t.Fatal(r.stderr)
 	}
 }
