@@ -28,7 +28,7 @@ func TestCancelAtAnyPointReturns(t *testing.T) {
 			o := RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"country", "date"},
 				RowGroupBytes: 512 << 10, FileBytes: 1 << 20, TmpDir: tmp}
 			if spillMode {
-				o.MemoryLimit = 16 << 20
+				o.UnitRows = 15_000
 			}
 			done := make(chan error, 1)
 			go func() {

@@ -36,6 +36,10 @@ type RunOptions struct {
 	// (default the system temp folder).
 	MemoryLimit int64
 	TmpDir      string
+	// UnitRows, when > 0, caps the rows gathered in memory at once instead of
+	// deriving the cap from MemoryLimit: a way to force spilling on small
+	// inputs (tests, debugging). The output does not depend on it.
+	UnitRows int64
 	// Parallel is the number of goroutines doing CPU work (default GOMAXPROCS).
 	Parallel int
 	// Overwrite replaces an existing output.

@@ -145,14 +145,20 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	chunkRows := min(max(int64((4<<20)/max(rowBytes, 1)), 1024), 64<<10)
 	chunkBytes := int64(float64(chunkRows) * rowBytes)
-	fixed := int64(runtimeReserve) + leaves*opts.PageBytes +
-		int64(float64(layout.TargetRows)*rowBytes*compRatio) + int64(max(opts.Parallel, 2)+1)*chunkBytes
+	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * rowBytes)
+	pending := min(leaves*opts.PageBytes, rowGroupBytes) // pages not yet cut
+	fixed := int64(runtimeReserve) + pending + int64(float64(rowGroupBytes)*compRatio) + int64(max(opts.Parallel, 2)+1)*chunkBytes
 	avail := opts.MemoryLimit - fixed
-	if avail < 12<<20 {
+	if avail < 8<<20 {
 		return nil, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight); raise --memory-limit or lower --row-group-bytes or --page-bytes",
-			opts.MemoryLimit>>20, (fixed+12<<20)>>20, leaves, opts.PageBytes>>10, layout.TargetRows)
+			opts.MemoryLimit>>20, (fixed+8<<20)>>20, leaves, opts.PageBytes>>10, layout.TargetRows)
 	}
-	maxUnitRows := int64(float64(avail/3) / max(rowBytes, 1))
+	// A unit's rows are held twice while a column is concatenated and once
+	// more as gathered chunks; keep a quarter for GC headroom.
+	maxUnitRows := int64(float64(avail/4) / max(rowBytes, 1))
+	if opts.UnitRows > 0 {
+		maxUnitRows = opts.UnitRows
+	}
 	units := partition.GroupUnits(partition.Chunks(layout, chunkRows), maxUnitRows)
 	rep.Units = len(units)
 	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "chunk_rows", chunkRows)

@@ -222,9 +222,8 @@ func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
 		{"p1", func(o *RunOptions) { o.Parallel = 1 }},
 		{"p4", func(o *RunOptions) { o.Parallel = 4 }},
 		{"again", nil},
-		// 16 MiB forces several units spilled to disk (the decoded input is
-		// about 13 MB).
-		{"spill", func(o *RunOptions) { o.MemoryLimit = 16 << 20; o.TmpDir = t.TempDir() }},
+		// Units of 15k rows force several spilled units.
+		{"spill", func(o *RunOptions) { o.UnitRows = 15_000; o.TmpDir = t.TempDir() }},
 	}
 	var ref map[string][]byte
 	for _, r := range runs {
@@ -277,7 +276,7 @@ func TestSortKeysAndSplitHotSlice(t *testing.T) {
 		return func(o *RunOptions) {
 			o.SortKeys = []string{"user_id", "item_id"}
 			if spill {
-				o.MemoryLimit, o.TmpDir = 16<<20, t.TempDir()
+				o.UnitRows, o.TmpDir = 15_000, t.TempDir()
 			}
 		}
 	}
@@ -393,7 +392,7 @@ func TestInjectedFailureLeavesNoManifestOrTemp(t *testing.T) {
 	_, err := Run(context.Background(), RunOptions{
 		Inputs: []string{in}, Output: out, SliceKeys: []string{"country"},
 		RowGroupBytes: 512 << 10, FileBytes: 1 << 20, FailAfterFiles: 1,
-		MemoryLimit: 16 << 20, TmpDir: tmp,
+		UnitRows: 15_000, TmpDir: tmp,
 	})
 	if err == nil || !errs.Is(err, errs.Transient) {
 		t.Fatalf("want the injected transient failure, got %v", err)
