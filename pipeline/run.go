@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/cespare/xxhash/v2"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -138,13 +139,23 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// chunks in flight. What is left holds one unit of decoded rows, the
 	// same rows concatenated per column (one column at a time) and GC
 	// headroom.
+	sample, err := readSample(ctx, tbl)
+	if err != nil {
+		return nil, err
+	}
+	// Decoded Arrow data is larger than Parquet's uncompressed size when
+	// columns are dictionary-encoded; budget with the sample's real size.
+	memRowBytes := rowBytes
+	if sample != nil && sample.NumRows() > 0 {
+		memRowBytes = max(rowBytes, float64(recordBytes(sample))/float64(sample.NumRows()))
+	}
 	leaves := int64(tbl.Files[0].Parquet().MetaData().Schema.NumColumns())
 	compRatio := 1.0
 	if inUncompressed > 0 {
 		compRatio = min(max(float64(inBytes)/float64(inUncompressed), 0.05), 1)
 	}
 	chunkRows := min(max(int64((4<<20)/max(rowBytes, 1)), 1024), 64<<10)
-	chunkBytes := int64(float64(chunkRows) * rowBytes)
+	chunkBytes := int64(float64(chunkRows) * memRowBytes)
 	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * rowBytes)
 	pending := min(leaves*opts.PageBytes, rowGroupBytes) // pages not yet cut
 	fixed := int64(runtimeReserve) + pending + int64(float64(rowGroupBytes)*compRatio) + int64(max(opts.Parallel, 2)+1)*chunkBytes
@@ -155,13 +166,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	// A unit's rows are held twice while a column is concatenated and once
 	// more as gathered chunks; keep a quarter for GC headroom.
-	maxUnitRows := int64(float64(avail/4) / max(rowBytes, 1))
+	maxUnitRows := int64(float64(avail/4) / max(memRowBytes, 1))
 	if opts.UnitRows > 0 {
 		maxUnitRows = opts.UnitRows
 	}
 	units := partition.GroupUnits(partition.Chunks(layout, chunkRows), maxUnitRows)
 	rep.Units = len(units)
-	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "chunk_rows", chunkRows)
+	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "unit_rows", maxUnitRows, "chunk_rows", chunkRows, "row_bytes", int(rowBytes), "decoded_row_bytes", int(memRowBytes), "fixed_mib", fixed>>20)
 
 	cfg := layoutConfig{
 		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
@@ -172,10 +183,6 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	cfgJSON, _ := json.Marshal(cfg)
 	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfgJSON))
 
-	sample, err := readSample(ctx, tbl)
-	if err != nil {
-		return nil, err
-	}
 	w, err := writer.NewParquet(ctx, out, tbl.Schema, layout, writer.ParquetOptions{
 		Sample:    sample,
 		Parallel:  opts.Parallel,
@@ -473,4 +480,31 @@ func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, erro
 		}
 	}
 	return nil, nil
+}
+
+// recordBytes sums the sizes of a record's buffers (its decoded size).
+func recordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, c := range rec.Columns() {
+		n += dataBytes(c.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		if dict := d.Dictionary(); dict != nil && dict.(*array.Data) != nil {
+			n += dataBytes(dict)
+		}
+	}
+	return n
 }

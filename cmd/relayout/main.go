@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,15 @@ import (
 )
 
 func main() {
+	defer func() {
+		if r := recover(); r != nil {
+			if os.Getenv("RELAYOUT_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "%s\n", debug.Stack())
+			}
+			fmt.Fprintf(os.Stderr, "relayout: internal error: %v (a bug: please report it with the command line; RELAYOUT_DEBUG=1 prints the stack)\n", r)
+			os.Exit(int(errs.Internal))
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := startProfile()
 	err := newApp().RunContext(ctx, permuteArgs(os.Args))

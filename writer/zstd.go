@@ -1,0 +1,58 @@
+package writer
+
+import (
+	"sync"
+
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/klauspost/compress/zstd"
+)
+
+// arrow-go's zstd codec pools encoders with zstd's default window (8 MiB at
+// the default level), and each concurrent compressor holds one: tens of MiB
+// of history for pages that are at most a few MiB. relayout registers a
+// codec that encodes with a window of zstdWindow bytes, enough for every
+// page it writes (data pages target --page-bytes; dictionary pages are
+// capped at 1 MiB), and decodes with arrow-go's codec unchanged.
+const zstdWindow = 4 << 20
+
+type smallWindowZstd struct {
+	compress.Codec // arrow-go's codec: decoding, streams, bounds
+}
+
+var zstdPools sync.Map // zstd.EncoderLevel -> *sync.Pool
+
+func encoder(level zstd.EncoderLevel) *zstd.Encoder {
+	p, _ := zstdPools.LoadOrStore(level, &sync.Pool{New: func() any {
+		enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
+			zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow))
+		return enc
+	}})
+	return p.(*sync.Pool).Get().(*zstd.Encoder)
+}
+
+func release(level zstd.EncoderLevel, enc *zstd.Encoder) {
+	p, _ := zstdPools.Load(level)
+	p.(*sync.Pool).Put(enc)
+}
+
+func (z smallWindowZstd) Encode(dst, src []byte) []byte {
+	return z.EncodeLevel(dst, src, compress.DefaultCompressionLevel)
+}
+
+func (z smallWindowZstd) EncodeLevel(dst, src []byte, level int) []byte {
+	l := zstd.EncoderLevelFromZstd(level)
+	if level == compress.DefaultCompressionLevel {
+		l = zstd.SpeedDefault
+	}
+	enc := encoder(l)
+	defer release(l, enc)
+	return enc.EncodeAll(src, dst[:0])
+}
+
+func init() {
+	base, err := compress.GetCodec(compress.Codecs.Zstd)
+	if err != nil {
+		panic(err)
+	}
+	compress.RegisterCodec(compress.Codecs.Zstd, smallWindowZstd{base})
+}
