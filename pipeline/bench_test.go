@@ -21,15 +21,15 @@ func BenchmarkRun(b *testing.B) {
 	}
 	for _, mode := range []struct {
 		name  string
-		limit int64
-	}{{"memory", 0}, {"spill", 32 << 20}} {
+		units int64
+	}{{"memory", 0}, {"spill", 50_000}} {
 		b.Run(mode.name, func(b *testing.B) {
 			b.SetBytes(inBytes)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				out := filepath.Join(b.TempDir(), "out")
 				_, err := Run(context.Background(), RunOptions{Inputs: []string{in}, Output: out,
-					SliceKeys: []string{"country", "date"}, MemoryLimit: mode.limit, TmpDir: b.TempDir()})
+					SliceKeys: []string{"country", "date"}, UnitRows: mode.units, TmpDir: b.TempDir()})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -515,4 +516,53 @@ func col(r parquet.Row, c int) parquet.Value {
 		}
 	}
 	return parquet.Value{}
+}
+
+// TestReorderedColumnsAndNullSlices: files whose columns come in another
+// order form one table (columns matched by name), and rows whose slice key
+// is null form their own slice, ordered first.
+func TestReorderedColumnsAndNullSlices(t *testing.T) {
+	dir := t.TempDir()
+	type A struct {
+		Country *string `parquet:"country,optional"`
+		X       int64   `parquet:"x"`
+	}
+	type B struct {
+		X       int64   `parquet:"x"`
+		Country *string `parquet:"country,optional"`
+	}
+	s := func(v string) *string { return &v }
+	if err := parquet.WriteFile(filepath.Join(dir, "a.parquet"), []A{{s("de"), 1}, {nil, 2}, {s("at"), 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := parquet.WriteFile(filepath.Join(dir, "b.parquet"), []B{{4, nil}, {5, s("de")}}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	res, err := Run(context.Background(), RunOptions{Inputs: []string{dir}, Output: out, SliceKeys: []string{"country"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Manifest
+	if m.Schema[0].Name != "country" || m.Schema[1].Name != "x" {
+		t.Fatalf("schema order %v, want the first file's", m.Schema)
+	}
+	var keys []any
+	var rows []int64
+	for _, sl := range m.Slices {
+		keys = append(keys, sl.Key[0].Value)
+		rows = append(rows, sl.Rows)
+	}
+	if fmt.Sprint(keys) != "[<nil> at de]" || fmt.Sprint(rows) != "[2 1 2]" {
+		t.Fatalf("slices %v with rows %v, want [<nil> at de] with [2 1 2]", keys, rows)
+	}
+	// Within the null slice and the "de" slice, input order is kept.
+	got := orderedRows(t, testutil.Files(t, filepath.Join(out, "parquet"))[0])
+	var xs []string
+	for _, r := range got {
+		xs = append(xs, r[strings.LastIndex(r[:len(r)-1], "=")+1:len(r)-1])
+	}
+	if fmt.Sprint(xs) != "[2 4 3 1 5]" {
+		t.Fatalf("x in output order %v, want [2 4 3 1 5]", xs)
+	}
 }
