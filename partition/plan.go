@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"sort"
-	"sync"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/source"
 )
 
@@ -69,40 +69,16 @@ func Build(ctx context.Context, t *source.Table, sliceCols []int, parallel int) 
 		return &Histogram{Slices: []Slice{{Rows: t.Rows, InputRowGroups: len(refs)}}, rank: map[string]int32{"": 0}}, nil
 	}
 	per := make([]*rgSlices, len(refs))
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	next := make(chan int, len(refs))
-	for i := range refs {
-		next <- i
-	}
-	close(next)
-	for w := 0; w < max(parallel, 1); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if ctx.Err() != nil {
-					return
-				}
-				k, err := readSlices(ctx, t, refs[i], sliceCols)
-				mu.Lock()
-				if err != nil && first == nil {
-					first = err
-				}
-				per[i] = k
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errs.TransientErr(err)
+	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
+		var err error
+		per[i], err = readSlices(ctx, t, refs[i], sliceCols)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errs.TransientErr(err)
+		}
+		return nil, err
 	}
 	global := map[string]int{}
 	var all []Slice

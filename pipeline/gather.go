@@ -16,6 +16,7 @@ import (
 
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
 )
@@ -232,46 +233,29 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress) 
 	refs := t.RowGroups()
 	recs := make([]arrow.RecordBatch, len(refs))
 	sums := make([]fingerprint.Sum, len(refs))
-	errv := make([]error, len(refs))
-	next := make(chan int, len(refs))
-	for i := range refs {
-		next <- i
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for w := 0; w < parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if ctx.Err() != nil {
-					errv[i] = ctx.Err()
-					continue
-				}
-				rec, err := t.Read(ctx, refs[i], nil, 1)
-				if err == nil {
-					sums[i], err = fingerprint.Record(rec)
-					if err != nil {
-						err = errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
-					}
-				}
-				recs[i], errv[i] = rec, err
-				prog.Add(refs[i].Rows())
-			}
-		}()
-	}
-	wg.Wait()
-	var total fingerprint.Sum
-	for i, err := range errv {
+	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
+		rec, err := t.Read(ctx, refs[i], nil, 1)
 		if err != nil {
-			for _, r := range recs {
-				if r != nil {
-					r.Release()
-				}
-			}
-			return nil, total, err
+			return err
 		}
-		total.Add(sums[i])
+		recs[i] = rec
+		if sums[i], err = fingerprint.Record(rec); err != nil {
+			return errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
+		}
+		prog.Add(refs[i].Rows())
+		return nil
+	})
+	var total fingerprint.Sum
+	if err != nil {
+		for _, r := range recs {
+			if r != nil {
+				r.Release()
+			}
+		}
+		return nil, total, err
+	}
+	for _, s := range sums {
+		total.Add(s)
 	}
 	return recs, total, nil
 }

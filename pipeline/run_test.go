@@ -149,23 +149,14 @@ func checkOrderAndStats(t *testing.T, out string, m *manifests.Manifest) {
 				}
 			}
 			// Row order.
-			rows := rg.Rows()
-			buf := make([]parquet.Row, 512)
-			for {
-				n, err := rows.ReadRows(buf)
-				for _, r := range buf[:n] {
-					k := key{string(col(r, ci.ColumnIndex).ByteArray()), col(r, di.ColumnIndex).Int32()}
-					if prev != nil && (k.country < prev.country || (k.country == prev.country && k.date < prev.date)) {
-						t.Fatalf("%s rg %d: key %v after %v", mf.Path, gi, k, *prev)
-					}
-					kk := k
-					prev = &kk
+			testutil.EachRow(t, rg, func(r parquet.Row) {
+				k := key{string(col(r, ci.ColumnIndex).ByteArray()), col(r, di.ColumnIndex).Int32()}
+				if prev != nil && (k.country < prev.country || (k.country == prev.country && k.date < prev.date)) {
+					t.Fatalf("%s rg %d: key %v after %v", mf.Path, gi, k, *prev)
 				}
-				if err != nil {
-					break
-				}
-			}
-			rows.Close()
+				kk := k
+				prev = &kk
+			})
 		}
 		f.Close()
 	}
@@ -308,22 +299,13 @@ func TestSortKeysAndSplitHotSlice(t *testing.T) {
 		ii, _ := pf.Schema().Lookup("item_id")
 		var prev []any
 		for _, rg := range pf.RowGroups() {
-			rows := rg.Rows()
-			buf := make([]parquet.Row, 512)
-			for {
-				n, err := rows.ReadRows(buf)
-				for _, r := range buf[:n] {
-					cur := []any{string(col(r, ci.ColumnIndex).ByteArray()), col(r, ui.ColumnIndex).Int64(), col(r, ii.ColumnIndex).Int64()}
-					if prev != nil && cur[0] == prev[0] && (cur[1].(int64) < prev[1].(int64) || (cur[1] == prev[1] && cur[2].(int64) < prev[2].(int64))) {
-						t.Fatalf("sort keys decrease: %v after %v", cur, prev)
-					}
-					prev = cur
+			testutil.EachRow(t, rg, func(r parquet.Row) {
+				cur := []any{string(col(r, ci.ColumnIndex).ByteArray()), col(r, ui.ColumnIndex).Int64(), col(r, ii.ColumnIndex).Int64()}
+				if prev != nil && cur[0] == prev[0] && (cur[1].(int64) < prev[1].(int64) || (cur[1] == prev[1] && cur[2].(int64) < prev[2].(int64))) {
+					t.Fatalf("sort keys decrease: %v after %v", cur, prev)
 				}
-				if err != nil {
-					break
-				}
-			}
-			rows.Close()
+				prev = cur
+			})
 		}
 		f.Close()
 	}
@@ -356,18 +338,7 @@ func orderedRows(t *testing.T, p string) []string {
 	}
 	var out []string
 	for _, rg := range pf.RowGroups() {
-		rows := rg.Rows()
-		buf := make([]parquet.Row, 512)
-		for {
-			n, err := rows.ReadRows(buf)
-			for _, r := range buf[:n] {
-				out = append(out, testutil.RowString(r))
-			}
-			if err != nil {
-				break
-			}
-		}
-		rows.Close()
+		testutil.EachRow(t, rg, func(r parquet.Row) { out = append(out, testutil.RowString(r)) })
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
@@ -122,25 +122,16 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 		err     error
 	}
 	results := make([]fileResult, len(m.Files))
-	next := make(chan int, len(m.Files))
-	for i := range m.Files {
-		next <- i
-	}
-	close(next)
-	var wg sync.WaitGroup
 	fileWorkers := max(min(parallel, len(m.Files)), 1)
 	colWorkers := max(parallel/fileWorkers, 1)
-	for w := 0; w < fileWorkers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				r := &results[i]
-				r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog)
-			}
-		}()
+	par.ForEach(ctx, len(m.Files), fileWorkers, func(i int) error {
+		r := &results[i]
+		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog)
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, errs.TransientErr(err)
 	}
-	wg.Wait()
 	var fp fingerprint.Sum
 	var prevLast []byte
 	for i, r := range results {
@@ -234,24 +225,15 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 		err         error
 	}
 	results := make([]rgResult, len(mf.RowGroups))
-	next := make(chan int, len(mf.RowGroups))
-	for g := range mf.RowGroups {
-		next <- g
+	par.ForEach(ctx, len(mf.RowGroups), parallel, func(g int) error {
+		r := &results[g]
+		r.problem, r.fp, r.first, r.last = verifyRowGroup(ctx, tbl, url, m, g, expect[g], keyCols, nSlice, deep, md)
+		prog.Add(mf.RowGroups[g].Rows)
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return "", fp, nil, nil, errs.TransientErr(err)
 	}
-	close(next)
-	var wg sync.WaitGroup
-	for w := 0; w < max(parallel, 1); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for g := range next {
-				r := &results[g]
-				r.problem, r.fp, r.first, r.last = verifyRowGroup(ctx, tbl, url, m, g, expect[g], keyCols, nSlice, deep, md)
-				prog.Add(mf.RowGroups[g].Rows)
-			}
-		}()
-	}
-	wg.Wait()
 	var prev []byte
 	for g, r := range results {
 		if r.problem != "" {

@@ -2,11 +2,12 @@ package source
 
 import (
 	"context"
-	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/relayout/relayout/internal/par"
 )
 
 func concat(ch *arrow.Chunked) (arrow.Array, error) {
@@ -54,40 +55,19 @@ func (t *Table) Read(ctx context.Context, ref RowGroupRef, cols []int, parallel 
 			cols[i] = i
 		}
 	}
-	if parallel < 1 {
-		parallel = 1
-	}
 	arrs := make([]arrow.Array, len(cols))
-	errv := make([]error, len(cols))
-	var wg sync.WaitGroup
-	next := make(chan int, len(cols))
-	for i := range cols {
-		next <- i
-	}
-	close(next)
-	for w := 0; w < parallel && w < len(cols); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if ctx.Err() != nil {
-					errv[i] = ctx.Err()
-					continue
-				}
-				arrs[i], errv[i] = ref.File.ReadColumn(ctx, ref.RowGroup, cols[i])
+	err := par.ForEach(ctx, len(cols), parallel, func(i int) error {
+		var err error
+		arrs[i], err = ref.File.ReadColumn(ctx, ref.RowGroup, cols[i])
+		return err
+	})
+	if err != nil {
+		for _, a := range arrs {
+			if a != nil {
+				a.Release()
 			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errv {
-		if err != nil {
-			for _, a := range arrs {
-				if a != nil {
-					a.Release()
-				}
-			}
-			return nil, err
 		}
+		return nil, err
 	}
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -13,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/relayout/relayout/internal/par"
 )
 
 // The fast path encodes the columns of a row group in parallel. pqarrow's
@@ -86,33 +87,16 @@ func writeFast(ctx context.Context, rgw file.BufferedRowGroupWriter, rec arrow.R
 	if rec.NumRows() == 0 {
 		return nil
 	}
-	errv := make([]error, len(plan))
-	next := make(chan int, len(plan))
-	for i := range plan {
-		next <- i
+	ctxs := make([]context.Context, len(plan))
+	for i := range ctxs {
+		ctxs[i] = pqarrow.NewArrowWriteContext(ctx, props) // one buffer per column: not shared
 	}
-	close(next)
-	var wg sync.WaitGroup
-	for w := 0; w < max(workers, 1); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wctx := pqarrow.NewArrowWriteContext(ctx, props)
-			for i := range next {
-				errv[i] = writeFastColumn(wctx, rgw, i, rec.Column(i), plan[i])
-				if errv[i] != nil {
-					errv[i] = fmt.Errorf("column %s: %w", rec.ColumnName(i), errv[i])
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errv {
-		if err != nil {
-			return err
+	return par.ForEach(ctx, len(plan), workers, func(i int) error {
+		if err := writeFastColumn(ctxs[i], rgw, i, rec.Column(i), plan[i]); err != nil {
+			return fmt.Errorf("column %s: %w", rec.ColumnName(i), err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func writeFastColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int, arr arrow.Array, p fastCol) (err error) {
@@ -215,34 +199,14 @@ type pageFlusher interface {
 // the critical path. Columns without buffered values are left to Close, so
 // no empty pages are written.
 func flushPages(rgw file.BufferedRowGroupWriter, ncols, workers int) error {
-	errv := make([]error, ncols)
-	next := make(chan int, ncols)
-	for i := 0; i < ncols; i++ {
-		next <- i
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for w := 0; w < max(workers, 1); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				cw, err := rgw.Column(i)
-				if err != nil {
-					errv[i] = err
-					continue
-				}
-				if f, ok := cw.(pageFlusher); ok && f.EstimatedBufferedValueBytes() > 0 {
-					errv[i] = f.FlushCurrentPage()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errv {
+	return par.ForEach(context.Background(), ncols, workers, func(i int) error {
+		cw, err := rgw.Column(i)
 		if err != nil {
 			return err
 		}
-	}
-	return nil
+		if f, ok := cw.(pageFlusher); ok && f.EstimatedBufferedValueBytes() > 0 {
+			return f.FlushCurrentPage()
+		}
+		return nil
+	})
 }

@@ -70,21 +70,7 @@ func ParquetGoRows(tb testing.TB, paths ...string) []string {
 			tb.Fatalf("parquet-go open %s: %v", p, err)
 		}
 		for _, rg := range pf.RowGroups() {
-			rows := rg.Rows()
-			buf := make([]parquet.Row, 256)
-			for {
-				n, err := rows.ReadRows(buf)
-				for _, r := range buf[:n] {
-					out = append(out, RowString(r))
-				}
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					tb.Fatalf("parquet-go read %s: %v", p, err)
-				}
-			}
-			rows.Close()
+			EachRow(tb, rg, func(r parquet.Row) { out = append(out, RowString(r)) })
 		}
 		f.Close()
 	}
@@ -151,4 +137,24 @@ func DuckDB(tb testing.TB, sql ...string) (rows []map[string]any, readBytes []in
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// EachRow calls fn for every row of the row group, read with parquet-go.
+func EachRow(tb testing.TB, rg parquet.RowGroup, fn func(parquet.Row)) {
+	tb.Helper()
+	rows := rg.Rows()
+	defer rows.Close()
+	buf := make([]parquet.Row, 256)
+	for {
+		n, err := rows.ReadRows(buf)
+		for _, r := range buf[:n] {
+			fn(r)
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			tb.Fatalf("parquet-go read: %v", err)
+		}
+	}
 }
