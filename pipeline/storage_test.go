@@ -14,6 +14,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"gocloud.dev/blob"
 
+	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
@@ -129,4 +130,19 @@ func normaliseInputs(m []byte) []byte {
 		return m
 	}
 	return append(append(bytes.Clone(m[:i]), "INPUTS\n "...), m[j:]...)
+}
+
+// TestUnreachableStoreIsTransient: a store that refuses connections is a
+// transient I/O error (exit 4, retry), not bad input.
+func TestUnreachableStoreIsTransient(t *testing.T) {
+	ts := httptest.NewServer(nil)
+	url := ts.URL
+	ts.Close() // nothing listens there now
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	params := "?region=us-east-1&endpoint=" + url + "&use_path_style=true&disable_https=true"
+	_, err := Run(context.Background(), RunOptions{Inputs: []string{"s3://bkt/in/" + params}, Output: filepath.Join(t.TempDir(), "o")})
+	if !errs.Is(err, errs.Transient) {
+		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
+	}
 }

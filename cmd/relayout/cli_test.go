@@ -275,3 +275,31 @@ func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 		t.Fatal(r.stderr)
 	}
 }
+
+func TestJSONLogs(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 2_000, Files: 1, Seed: 5})
+	r := relayout(t, nil, "run", "--log-format", "json", "--input", in, "--output", filepath.Join(t.TempDir(), "o"), "--slice-keys", "country")
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("want log lines, got %q", r.stderr)
+	}
+	var committed bool
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON log line: %q", l)
+		}
+		if m["msg"] == "committed" {
+			committed = true
+		}
+	}
+	if !committed {
+		t.Fatal("no committed log line")
+	}
+	if r := relayout(t, nil, "run", "--log-format", "xml", "--input", in, "--output", filepath.Join(t.TempDir(), "o")); r.code != 2 {
+		t.Fatalf("bad --log-format: exit %d", r.code)
+	}
+}
