@@ -45,3 +45,24 @@ func TestDecodeRejectsUnknownFormats(t *testing.T) {
 		}
 	}
 }
+
+func FuzzDecode(f *testing.F) {
+	m := &Manifest{Format: Format, FormatVersion: FormatVersion, Config: json.RawMessage(`{}`),
+		Slices: []Slice{{Key: KeyValues{{"country", "C01"}}, Rows: 3}}}
+	data, _ := Marshal(m)
+	f.Add(data)
+	f.Add([]byte(`{"format":"relayout-manifest","format_version":1,"slices":[{"key":{"a":[1]}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Decode(data) // must not panic
+		if err != nil {
+			return
+		}
+		again, err := Marshal(m)
+		if err != nil {
+			return // e.g. a key value JSON cannot re-encode
+		}
+		if _, err := Decode(again); err != nil {
+			t.Fatalf("re-encoded manifest does not decode: %v", err)
+		}
+	})
+}
