@@ -304,3 +304,13 @@ func putU64(b []byte, v uint64) {
 		b[k] = byte(v >> (8 * k))
 	}
 }
+
+// ValueHashes returns h(arr[i]) for every value of the array (see the
+// package doc): equal values, nulls included, hash equal.
+func ValueHashes(arr arrow.Array) ([]uint64, error) {
+	out := make([]uint64, arr.Len())
+	if err := valueHashes(arr, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

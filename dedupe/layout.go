@@ -1,0 +1,86 @@
+package dedupe
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// ItemsColumn is the name of the packed list column.
+const ItemsColumn = "items"
+
+// Layout describes how a flat table is packed.
+type Layout struct {
+	Flat   *arrow.Schema
+	Packed *arrow.Schema
+	// QueryKey, QueryColumns and ItemColumns are flat field indices in
+	// flat-schema order; QueryKey columns are query columns too.
+	QueryKey     []int
+	QueryColumns []int
+	ItemColumns  []int
+}
+
+// NewLayout builds the packed schema: the query columns in flat order, then
+// items: list<struct<item columns in flat order>>. isQuery[i] says whether
+// flat column i is query-level.
+func NewLayout(flat *arrow.Schema, queryKey []int, isQuery []bool) (*Layout, error) {
+	l := &Layout{Flat: flat, QueryKey: queryKey}
+	var qf, itf []arrow.Field
+	for i, f := range flat.Fields() {
+		if isQuery[i] {
+			l.QueryColumns = append(l.QueryColumns, i)
+			qf = append(qf, f)
+		} else {
+			l.ItemColumns = append(l.ItemColumns, i)
+			itf = append(itf, f)
+		}
+		if f.Name == ItemsColumn {
+			return nil, fmt.Errorf("column %q would collide with the packed list column; rename it", ItemsColumn)
+		}
+	}
+	for _, k := range queryKey {
+		if !isQuery[k] {
+			return nil, fmt.Errorf("query key %q varies within a query", flat.Field(k).Name)
+		}
+	}
+	if len(itf) == 0 {
+		return nil, fmt.Errorf("every column is query-level: nothing to pack into %q", ItemsColumn)
+	}
+	items := arrow.Field{Name: ItemsColumn, Type: arrow.ListOfField(arrow.Field{Name: "element", Type: arrow.StructOf(itf...), Nullable: false}), Nullable: false}
+	md := flat.Metadata()
+	l.Packed = arrow.NewSchema(append(qf, items), &md)
+	return l, nil
+}
+
+// Names returns the names of flat columns.
+func (l *Layout) Names(cols []int) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = l.Flat.Field(c).Name
+	}
+	return out
+}
+
+// MatchColumns resolves names or globs (path.Match syntax) to flat column
+// indices; a pattern that matches nothing is an error.
+func MatchColumns(flat *arrow.Schema, patterns []string) ([]bool, error) {
+	out := make([]bool, flat.NumFields())
+	for _, p := range patterns {
+		n := 0
+		for i, f := range flat.Fields() {
+			ok, err := path.Match(p, f.Name)
+			if err != nil {
+				return nil, fmt.Errorf("bad pattern %q: %v", p, err)
+			}
+			if ok {
+				out[i] = true
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%q matches no column", p)
+		}
+	}
+	return out, nil
+}
