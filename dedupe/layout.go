@@ -84,3 +84,48 @@ func MatchColumns(flat *arrow.Schema, patterns []string) ([]bool, error) {
 	}
 	return out, nil
 }
+
+// LayoutFromPacked rebuilds the layout of a packed schema: query columns,
+// then items: list<struct<item columns>>; flatOrder names the flat columns
+// in their original order.
+func LayoutFromPacked(packed *arrow.Schema, flatOrder, queryKey []string) (*Layout, error) {
+	n := packed.NumFields()
+	if n == 0 || packed.Field(n-1).Name != ItemsColumn {
+		return nil, fmt.Errorf("not a packed schema: the last column is not %q", ItemsColumn)
+	}
+	lt, ok := packed.Field(n - 1).Type.(*arrow.ListType)
+	if !ok {
+		return nil, fmt.Errorf("packed column %q is not a list", ItemsColumn)
+	}
+	st, ok := lt.Elem().(*arrow.StructType)
+	if !ok {
+		return nil, fmt.Errorf("packed column %q is not a list of structs", ItemsColumn)
+	}
+	byName := map[string]arrow.Field{}
+	isQuery := map[string]bool{}
+	for _, f := range packed.Fields()[:n-1] {
+		byName[f.Name], isQuery[f.Name] = f, true
+	}
+	for _, f := range st.Fields() {
+		byName[f.Name] = f
+	}
+	if len(byName) != len(flatOrder) {
+		return nil, fmt.Errorf("packed schema has %d columns, the flat order names %d", len(byName), len(flatOrder))
+	}
+	fields := make([]arrow.Field, len(flatOrder))
+	q := make([]bool, len(flatOrder))
+	pos := map[string]int{}
+	for i, name := range flatOrder {
+		f, ok := byName[name]
+		if !ok {
+			return nil, fmt.Errorf("flat column %q is not in the packed schema", name)
+		}
+		fields[i], q[i], pos[name] = f, isQuery[name], i
+	}
+	var key []int
+	for _, k := range queryKey {
+		key = append(key, pos[k])
+	}
+	md := packed.Metadata()
+	return NewLayout(arrow.NewSchema(fields, &md), key, q)
+}

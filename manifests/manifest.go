@@ -30,6 +30,8 @@ type Manifest struct {
 	Slices          []Slice         `json:"slices"`
 	Totals          Totals          `json:"totals"`
 	Fingerprint     Fingerprint     `json:"fingerprint"`
+	// Packing is set for packed outputs.
+	Packing *Packing `json:"packing,omitempty"`
 }
 
 // Column is a top-level column of the table.
@@ -68,8 +70,10 @@ type RowGroup struct {
 
 // Slice is one distinct slice-key tuple: its values and where its rows are.
 type Slice struct {
-	Key      KeyValues `json:"key"`
-	Rows     int64     `json:"rows"`
+	Key  KeyValues `json:"key"`
+	Rows int64     `json:"rows"`
+	// Items is the slice's flat rows when the output is packed.
+	Items    int64     `json:"items,omitempty"`
 	FirstRow int64     `json:"first_row"` // global index of its first row
 	Segments []Segment `json:"segments"`
 }
@@ -189,4 +193,32 @@ func Decode(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest: format_version %d is not supported (this relayout reads %d)", m.FormatVersion, FormatVersion)
 	}
 	return &m, nil
+}
+
+// Packing describes a packed output (run with --query-key): one row per
+// query with its query-level columns and `items`, a list of structs of the
+// item-level columns. FlatColumns is the original column order, which
+// unpacking restores. Rows elsewhere in the manifest count queries; the
+// fingerprint is over the flat rows (items).
+type Packing struct {
+	QueryKey      []string     `json:"query_key"`
+	QueryColumns  []string     `json:"query_columns"`
+	ItemColumns   []string     `json:"item_columns"`
+	FlatColumns   []string     `json:"flat_columns"`
+	ItemOrder     []string     `json:"item_order"`
+	MovedToItems  []string     `json:"moved_to_items"`
+	Queries       int64        `json:"queries"`
+	Items         int64        `json:"items"`
+	ItemsPerQuery Distribution `json:"items_per_query"`
+	BytesBefore   int64        `json:"bytes_before"`
+	BytesAfter    int64        `json:"bytes_after"`
+}
+
+// Distribution summarises counts.
+type Distribution struct {
+	Min int64 `json:"min"`
+	P50 int64 `json:"p50"`
+	P90 int64 `json:"p90"`
+	P99 int64 `json:"p99"`
+	Max int64 `json:"max"`
 }

@@ -391,3 +391,12 @@ func loadUnit(path string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 	}
 	return recs, nil
 }
+
+// arrowRecord makes a record from arrays it takes ownership of.
+func arrowRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.RecordBatch {
+	rec := array.NewRecordBatch(schema, arrs, n)
+	for _, a := range arrs {
+		a.Release()
+	}
+	return rec
+}

@@ -17,6 +17,20 @@ type RunOptions struct {
 	// SliceKeys and SortKeys name the columns rows are ordered by.
 	SliceKeys []string
 	SortKeys  []string
+	// QueryKey, when set, packs each query once: one output row per query
+	// with its query-level columns and `items`, a list of its items.
+	QueryKey []string
+	// QueryColumns names (or globs) the query-level columns; empty: every
+	// column constant within every query ("auto").
+	QueryColumns []string
+	// ItemOrder orders items within a query (default: input position).
+	ItemOrder []string
+	// OnQueryConflict is "fail" (default: a declared query column that
+	// varies inside a query is bad input) or "items" (move it to the items).
+	OnQueryConflict string
+	// MaxItemsPerQuery caps one query's items (default: what fits in a
+	// quarter of the memory budget).
+	MaxItemsPerQuery int64
 	// RowGroupBytes is the target uncompressed row-group size (default 128 MiB).
 	RowGroupBytes int64
 	// MinRowGroupBytes: slices at least this large own whole row groups
@@ -109,10 +123,27 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 		return out
 	}
 	o.SliceKeys, o.SortKeys = clean(o.SliceKeys), clean(o.SortKeys)
+	o.QueryKey, o.QueryColumns, o.ItemOrder = clean(o.QueryKey), clean(o.QueryColumns), clean(o.ItemOrder)
+	if len(o.QueryColumns) == 1 && o.QueryColumns[0] == "auto" {
+		o.QueryColumns = nil
+	}
+	if len(o.QueryKey) > 0 && len(o.SortKeys) > 0 {
+		return o, errs.Usagef("--sort-keys cannot be combined with --query-key: order items with --item-order")
+	}
+	if len(o.QueryKey) == 0 && (len(o.QueryColumns) > 0 || len(o.ItemOrder) > 0) {
+		return o, errs.Usagef("--query-columns and --item-order need --query-key")
+	}
+	switch o.OnQueryConflict {
+	case "":
+		o.OnQueryConflict = "fail"
+	case "fail", "items":
+	default:
+		return o, errs.Usagef("--on-query-conflict must be fail or items (got %q)", o.OnQueryConflict)
+	}
 	seen := map[string]bool{}
-	for _, k := range append(append([]string{}, o.SliceKeys...), o.SortKeys...) {
+	for _, k := range append(append(append(append([]string{}, o.SliceKeys...), o.SortKeys...), o.QueryKey...), o.ItemOrder...) {
 		if seen[k] {
-			return o, errs.Usagef("column %q is named twice in --slice-keys/--sort-keys", k)
+			return o, errs.Usagef("column %q is named twice in --slice-keys, --sort-keys, --query-key or --item-order", k)
 		}
 		seen[k] = true
 	}

@@ -27,7 +27,7 @@ import (
 
 // runtimeReserve is the memory budgeted for the Go runtime and the
 // binary's resident text, outside the data.
-const runtimeReserve = 32 << 20
+const runtimeReserve = 48 << 20
 
 // Result is what a successful run produced.
 type Result struct {
@@ -45,6 +45,10 @@ type layoutConfig struct {
 	RowGroupRows     int64    `json:"row_group_rows"`
 	FileBytes        int64    `json:"file_bytes"`
 	BoundaryKeys     int      `json:"boundary_keys"`
+	QueryKey         []string `json:"query_key,omitempty"`
+	QueryColumns     []string `json:"query_columns,omitempty"`
+	ItemOrder        []string `json:"item_order,omitempty"`
+	OnQueryConflict  string   `json:"on_query_conflict,omitempty"`
 	ZstdLevel        int      `json:"zstd_level"`
 	PageBytes        int64    `json:"page_bytes"`
 }
@@ -95,6 +99,18 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	sortCols, err := partition.KeyColumns(tbl, opts.SortKeys, "--sort-keys")
 	if err != nil {
 		return nil, err
+	}
+	// Packed runs order each slice's rows by query key, then item order.
+	var qkCols []int
+	if len(opts.QueryKey) > 0 {
+		if qkCols, err = partition.KeyColumns(tbl, opts.QueryKey, "--query-key"); err != nil {
+			return nil, err
+		}
+		io, err := partition.KeyColumns(tbl, opts.ItemOrder, "--item-order")
+		if err != nil {
+			return nil, err
+		}
+		sortCols = append(append([]int{}, qkCols...), io...)
 	}
 	var inBytes, inUncompressed int64
 	for _, f := range tbl.Files {
@@ -165,8 +181,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			opts.MemoryLimit>>20, (fixed+8<<20)>>20, leaves, opts.PageBytes>>10, layout.TargetRows)
 	}
 	// A unit's rows are held twice while a column is concatenated and once
-	// more as gathered chunks; keep a quarter for GC headroom.
-	maxUnitRows := int64(float64(avail/4) / max(memRowBytes, 1))
+	// more as gathered chunks, plus GC headroom that must hold up when the
+	// CPU is contended: a fifth of what is left.
+	maxUnitRows := int64(float64(avail/5) / max(memRowBytes, 1))
 	if opts.UnitRows > 0 {
 		maxUnitRows = opts.UnitRows
 	}
@@ -180,29 +197,56 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes, BoundaryKeys: opts.BoundaryKeys,
 		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
 	}
+	if len(opts.QueryKey) > 0 {
+		cfg.QueryKey, cfg.QueryColumns, cfg.ItemOrder, cfg.OnQueryConflict = opts.QueryKey, nonNil(opts.QueryColumns), nonNil(opts.ItemOrder), opts.OnQueryConflict
+	}
 	cfgJSON, _ := json.Marshal(cfg)
 	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfgJSON))
 
-	w, err := writer.NewParquet(ctx, out, tbl.Schema, layout, writer.ParquetOptions{
-		Sample:    sample,
-		Parallel:  opts.Parallel,
-		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
-		SortingColumns: append(append([]string{}, opts.SliceKeys...), opts.SortKeys...),
-		Metadata: [][2]string{
-			{"relayout.version", version.Version},
-			{"relayout.config_hash", cfgHash},
-		},
-		CreatedBy: "relayout version " + version.Version,
-	})
-	if sample != nil {
-		sample.Release()
+	var w *writer.Parquet
+	defer func() {
+		if sample != nil {
+			sample.Release()
+		}
+	}()
+	// openWriter creates the sink: flat runs write the table's schema cut
+	// as planned; packed runs write the packed schema, cut by packRun.
+	openWriter := func(schema *arrow.Schema, lay partition.Layout, sorting []string) error {
+		var err error
+		w, err = writer.NewParquet(ctx, out, schema, lay, writer.ParquetOptions{
+			Sample:    sample,
+			Parallel:  opts.Parallel,
+			ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
+			SortingColumns: sorting,
+			Metadata: [][2]string{
+				{"relayout.version", version.Version},
+				{"relayout.config_hash", cfgHash},
+			},
+			CreatedBy: "relayout version " + version.Version,
+		})
+		return err
 	}
-	if err != nil {
+	var pk *packRun
+	if qkCols != nil {
+		pk = newPackRun(tbl, qkCols, layout, len(hist.Slices))
+		if opts.MaxItemsPerQuery > 0 {
+			pk.maxItems = opts.MaxItemsPerQuery
+		} else {
+			pk.maxItems = maxUnitRows
+		}
+	} else if err := openWriter(tbl.Schema, layout, append(append([]string{}, opts.SliceKeys...), opts.SortKeys...)); err != nil {
 		return nil, err
+	}
+	openPacked := func() error {
+		if err := pk.decide(tbl, opts, sliceCols); err != nil {
+			return err
+		}
+		pk.packer.MaxItems = pk.maxItems
+		return openWriter(pk.layout.Packed, partition.Layout{}, append(append([]string{}, opts.SliceKeys...), opts.QueryKey...))
 	}
 	committed := false
 	defer func() {
-		if !committed {
+		if !committed && w != nil {
 			w.Abort()
 			writer.Remove(ctx, out, w.Files())
 		}
@@ -217,7 +261,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		fpOut = nil // the full check fingerprints the written files instead
 	}
 	write := func(rec arrow.RecordBatch) error {
-		if err := w.Write(rec); err != nil {
+		if pk != nil {
+			if err := pk.write(ctx, w, hist, rec); err != nil {
+				return err
+			}
+		} else if err := w.Write(rec); err != nil {
 			return err
 		}
 		opts.Progress.Add(rec.NumRows())
@@ -264,6 +312,16 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if err != nil {
 			return nil, err
 		}
+		if pk != nil {
+			if err := pk.detect(src, tbl.Schema); err != nil {
+				src.release()
+				return nil, err
+			}
+			if err := openPacked(); err != nil {
+				src.release()
+				return nil, err
+			}
+		}
 		opts.Progress.Start("write", tbl.Rows)
 		err = writeUnit(ctx, tbl.Schema, src, units[0], workers, fpOut, write)
 		opts.Progress.Finish()
@@ -291,6 +349,30 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.SpillBytes = spilled
 		rep.stage("spill", t1)
 		t1 = time.Now()
+		if pk != nil {
+			// Query-level columns are decided over all rows: a pass over
+			// the sorted units before anything is written.
+			for u, un := range units {
+				recs, err := loadUnit(paths[u], tbl.Schema)
+				if err != nil {
+					return nil, err
+				}
+				src, err := sortUnit(recs, un)
+				if err != nil {
+					return nil, err
+				}
+				err = pk.detect(src, tbl.Schema)
+				src.release()
+				if err != nil {
+					return nil, err
+				}
+			}
+			if err := openPacked(); err != nil {
+				return nil, err
+			}
+			rep.stage("detect", t1)
+			t1 = time.Now()
+		}
 		opts.Progress.Start("write", tbl.Rows)
 		for u, un := range units {
 			recs, err := loadUnit(paths[u], tbl.Schema)
@@ -312,6 +394,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 		opts.Progress.Finish()
 	}
+	if pk != nil {
+		if err := pk.finish(ctx, w, hist); err != nil {
+			return nil, err
+		}
+	}
 	files, err := w.Close()
 	if err != nil {
 		return nil, err
@@ -321,7 +408,24 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, fmt.Errorf("internal: read %d rows, footers say %d", inFP.Rows, tbl.Rows)
 	}
 
-	m := buildManifest(tbl, hist, files, cfgJSON, cfgHash, opts, inFP)
+	var m *manifests.Manifest
+	if pk != nil {
+		m = buildManifest(tbl, pk.layout.Packed, pk.slices(hist), files, cfgJSON, cfgHash, opts, inFP)
+		k := 0 // manifest slices are the histogram's non-empty slices, in order
+		for _, hs := range hist.Slices {
+			if hs.Rows > 0 {
+				m.Slices[k].Items = hs.Rows
+				k++
+			}
+		}
+		m.SortKeys = nonNil(opts.QueryKey)
+		m.Packing = pk.manifest(opts, inBytes, m.Totals.Bytes, nil)
+		if m.Packing.Items != tbl.Rows {
+			return nil, fmt.Errorf("internal: packed %d items, the input has %d rows", m.Packing.Items, tbl.Rows)
+		}
+	} else {
+		m = buildManifest(tbl, tbl.Schema, hist.Slices, files, cfgJSON, cfgHash, opts, inFP)
+	}
 
 	// 4. Check what was written against the manifest and the input.
 	if opts.Check != CheckFull && (outFP.Rows != inFP.Rows || outFP.Hash != inFP.Hash) {
@@ -406,14 +510,14 @@ func putObject(ctx context.Context, out storage.Location, rel string, data []byt
 	return nil
 }
 
-func buildManifest(tbl *source.Table, hist *partition.Histogram, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
+func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.Slice, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
 	m := &manifests.Manifest{
 		Format: manifests.Format, FormatVersion: manifests.FormatVersion,
 		RelayoutVersion: version.Version, Config: cfg, ConfigHash: cfgHash,
 		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
 		Fingerprint: manifests.Fingerprint{Algorithm: fingerprint.Algorithm, Rows: fp.Rows, Hash: fp.String()},
 	}
-	for _, f := range tbl.Schema.Fields() {
+	for _, f := range schema.Fields() {
 		m.Schema = append(m.Schema, manifests.Column{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
 	}
 	for _, f := range tbl.Files {
@@ -439,7 +543,7 @@ func buildManifest(tbl *source.Table, hist *partition.Histogram, files []writer.
 	}
 	m.Totals.Files = len(files)
 	k := 0
-	for _, s := range hist.Slices {
+	for _, s := range slices {
 		if s.Rows == 0 {
 			continue
 		}

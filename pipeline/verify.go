@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/par"
@@ -87,7 +88,14 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 		}
 		rows += f.Rows
 	}
-	if rows != m.Totals.Rows || rows != m.Fingerprint.Rows {
+	flatRows := rows
+	if m.Packing != nil {
+		flatRows = m.Packing.Items
+		if rows != m.Packing.Queries {
+			return fail("manifest: files hold %d rows, packing says %d queries", rows, m.Packing.Queries)
+		}
+	}
+	if rows != m.Totals.Rows || flatRows != m.Fingerprint.Rows {
 		return fail("manifest: files hold %d rows, totals say %d, fingerprint %d", rows, m.Totals.Rows, m.Fingerprint.Rows)
 	}
 	var srows int64
@@ -265,7 +273,18 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 			return fmt.Sprintf("%v", err), fp, nil, nil
 		}
 		defer rec.Release()
-		s, err := fingerprint.Record(rec)
+		flat := rec
+		if m.Packing != nil {
+			l, err := dedupe.LayoutFromPacked(rec.Schema(), m.Packing.FlatColumns, m.Packing.QueryKey)
+			if err != nil {
+				return fmt.Sprintf("%s: %v", url, err), fp, nil, nil
+			}
+			if flat, err = dedupe.Unpack(ctx, l, rec); err != nil {
+				return fmt.Sprintf("%s: row group %d: %v", url, g, err), fp, nil, nil
+			}
+			defer flat.Release()
+		}
+		s, err := fingerprint.Record(flat)
 		if err != nil {
 			return fmt.Sprintf("%s: %v", url, err), fp, nil, nil
 		}

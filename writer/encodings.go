@@ -27,12 +27,18 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 	for i := 0; i < pqs.NumColumns(); i++ {
 		col := pqs.Column(i)
 		path := col.Path()
-		top := col.ColumnPath()[0]
+		cp := col.ColumnPath()
+		top, depth := cp[0], len(cp)
+		// Packed outputs nest item columns as items.list.element.<name>;
+		// the sample is flat, so look those up by their own name.
+		if depth >= 4 && cp[0] == "items" && cp[1] == "list" && cp[2] == "element" {
+			top, depth = cp[3], depth-3
+		}
 		idx := sample.Schema().FieldIndices(top)
 		if len(idx) != 1 {
 			continue
 		}
-		leaf := leafArray(sample.Column(idx[0]), len(col.ColumnPath()))
+		leaf := leafArray(sample.Column(idx[0]), depth)
 		if leaf == nil {
 			continue
 		}

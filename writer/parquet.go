@@ -97,6 +97,10 @@ type Parquet struct {
 	rgLeft  int64 // rows left in the current row group
 	cur     *openFile
 	next    int64 // global index of the next row
+
+	// manual mode
+	rgOpen      bool
+	manualStart int64 // first row of the current file
 }
 
 type openFile struct {
@@ -328,7 +332,11 @@ func (w *Parquet) closeFile() error {
 	}
 	f.cancel()
 	w.cur = nil
-	info := FileInfo{Path: name, Bytes: f.hw.n, Rows: md.NumRows, XXHash64: f.hw.h.Sum64(), Start: w.layout.Files[w.fileIdx].Start}
+	start := w.manualStart
+	if w.layout.Files != nil {
+		start = w.layout.Files[w.fileIdx].Start
+	}
+	info := FileInfo{Path: name, Bytes: f.hw.n, Rows: md.NumRows, XXHash64: f.hw.h.Sum64(), Start: start}
 	var first int64
 	for i := 0; i < md.NumRowGroups(); i++ {
 		rg := md.RowGroup(i)
@@ -389,6 +397,20 @@ func (w *Parquet) Abort() {
 // Close finishes the last file and returns every file written. It checks
 // that exactly the planned rows were written.
 func (w *Parquet) Close() ([]FileInfo, error) {
+	if w.layout.Files == nil { // manual mode
+		if err := w.EndFile(); err != nil {
+			return nil, err
+		}
+		if len(w.written) == 0 {
+			if err := w.openFile(); err != nil {
+				return nil, err
+			}
+			if err := w.closeFile(); err != nil {
+				return nil, err
+			}
+		}
+		return w.written, nil
+	}
 	if w.cur != nil {
 		if w.rgLeft != 0 || w.rgIdx != len(w.layout.Files[w.fileIdx].RowGroups)-1 {
 			w.Abort()
@@ -440,4 +462,82 @@ func withoutArrowSchema(s *arrow.Schema) *arrow.Schema {
 	}
 	nmd := arrow.NewMetadata(keys, vals)
 	return arrow.NewSchema(s.Fields(), &nmd)
+}
+
+// Manual mode: the caller decides where row groups and files end (used when
+// rows are packed and boundaries must fall between queries). A Parquet made
+// with a nil layout is in manual mode: Append adds rows to the current row
+// group, EndRowGroup and EndFile cut; Close ends the last file.
+
+// Append adds rows to the current row group (manual mode).
+func (w *Parquet) Append(rec arrow.RecordBatch) error {
+	if rec.NumRows() == 0 {
+		return nil
+	}
+	if w.cur == nil {
+		if err := w.openFile(); err != nil {
+			return err
+		}
+		w.manualStart = w.next
+	}
+	if w.fast == nil && !w.rgOpen {
+		if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
+			return w.fail(err)
+		}
+	}
+	if w.fast != nil && w.cur.rgw == nil {
+		rgw, err := w.cur.pw.AppendBufferedRowGroupChecked()
+		if err != nil {
+			return w.fail(err)
+		}
+		w.cur.rgw = rgw
+	}
+	w.rgOpen = true
+	var err error
+	if w.fast != nil {
+		err = writeFast(w.ctx, w.cur.rgw, rec, w.fast, &w.arrow, w.workers)
+	} else {
+		err = w.cur.fw.WriteBuffered(rec)
+	}
+	if err != nil {
+		return w.fail(err)
+	}
+	w.next += rec.NumRows()
+	return nil
+}
+
+// EndRowGroup closes the current row group, if it holds rows.
+func (w *Parquet) EndRowGroup() error {
+	if w.cur == nil || !w.rgOpen {
+		return nil
+	}
+	w.rgOpen = false
+	if w.fast != nil {
+		if err := flushPages(w.cur.rgw, len(w.fast), w.workers); err != nil {
+			return w.fail(err)
+		}
+		if err := w.cur.rgw.Close(); err != nil {
+			return w.fail(err)
+		}
+		w.cur.rgw = nil
+		return nil
+	}
+	// The generic writer closes a buffered row group when the next starts
+	// or the file closes; mark that the next Append starts a new one.
+	return nil
+}
+
+// EndFile closes the current file, if any.
+func (w *Parquet) EndFile() error {
+	if w.cur == nil {
+		return nil
+	}
+	if err := w.EndRowGroup(); err != nil {
+		return err
+	}
+	if err := w.closeFile(); err != nil {
+		return err
+	}
+	w.fileIdx++
+	return nil
 }

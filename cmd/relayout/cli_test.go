@@ -157,22 +157,36 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			tmp := t.TempDir()
 			cmd := exec.Command(bin, "run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country,date",
-				"--memory-limit", "64MiB", "--tmp-dir", tmp, "--row-group-bytes", "4MiB", "--file-bytes", "4MiB")
+				"--memory-limit", "96MiB", "--tmp-dir", tmp, "--row-group-bytes", "4MiB", "--file-bytes", "4MiB")
 			var se bytes.Buffer
 			cmd.Stderr = &se
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
 			// Kill once the first data file exists (mid-write).
+			var err error
+			exited := false
 			deadline := time.Now().Add(60 * time.Second)
+		poll:
 			for time.Now().Before(deadline) {
+				select {
+				case err = <-done:
+					exited = true
+					break poll
+				default:
+				}
 				if m, _ := filepath.Glob(filepath.Join(out, "parquet", "part-*.parquet")); len(m) > 0 {
 					break
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
+			if exited {
+				t.Fatalf("the run exited before it could be killed: %v: %s", err, se.String())
+			}
 			cmd.Process.Signal(sig)
-			err := cmd.Wait()
+			err = <-done
 			if err == nil {
 				t.Skip("the run finished before it could be killed") // not expected at this size
 			}
@@ -195,7 +209,7 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 			}
 			// The rerun succeeds and clears what the killed run left.
 			r := relayout(t, nil, "run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country,date",
-				"--memory-limit", "64MiB", "--tmp-dir", tmp, "--row-group-bytes", "4MiB", "--file-bytes", "4MiB")
+				"--memory-limit", "96MiB", "--tmp-dir", tmp, "--row-group-bytes", "4MiB", "--file-bytes", "4MiB")
 			if r.code != 0 {
 				t.Fatalf("rerun: exit %d: %s", r.code, r.stderr)
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,6 +20,11 @@ func runFlags() []cli.Flag {
 		strFlag("output", "", "output folder or URL prefix"),
 		sliceFlag("slice-keys", "columns whose values define slices (comma-separated), e.g. country,date"),
 		sliceFlag("sort-keys", "columns that order rows inside a slice"),
+		sliceFlag("query-key", "pack each query once: one row per value of these columns, with its items as a list"),
+		sliceFlag("query-columns", "query-level columns (names or globs); default auto: every column constant within every query"),
+		sliceFlag("item-order", "columns that order the items of a query (default: input order)"),
+		strFlag("on-query-conflict", "fail", "a declared query column that varies within a query: fail, or items (keep it per item)"),
+		intFlag("max-items-per-query", 0, "largest query accepted (default: what fits a quarter of the memory budget)"),
 		strFlag("row-group-bytes", "128MiB", "target uncompressed row-group size"),
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
 		intFlag("row-group-rows", 1<<20, "maximum rows per row group"),
@@ -57,19 +63,24 @@ func runCommand() *cli.Command {
 				return err
 			}
 			opts := pipeline.RunOptions{
-				Inputs:       c.StringSlice("input"),
-				Output:       c.String("output"),
-				SliceKeys:    splitList(c.StringSlice("slice-keys")),
-				SortKeys:     splitList(c.StringSlice("sort-keys")),
-				RowGroupRows: int64(c.Int("row-group-rows")),
-				BoundaryKeys: boundaryKeys(c.Int("boundary-keys")),
-				ZstdLevel:    c.Int("zstd-level"),
-				TmpDir:       c.String("tmp-dir"),
-				Parallel:     c.Int("parallel"),
-				Overwrite:    c.Bool("overwrite"),
-				Check:        c.String("check"),
-				Log:          log,
-				Progress:     newProgress(c, log),
+				Inputs:           c.StringSlice("input"),
+				Output:           c.String("output"),
+				SliceKeys:        splitList(c.StringSlice("slice-keys")),
+				SortKeys:         splitList(c.StringSlice("sort-keys")),
+				RowGroupRows:     int64(c.Int("row-group-rows")),
+				BoundaryKeys:     boundaryKeys(c.Int("boundary-keys")),
+				ZstdLevel:        c.Int("zstd-level"),
+				TmpDir:           c.String("tmp-dir"),
+				Parallel:         c.Int("parallel"),
+				Overwrite:        c.Bool("overwrite"),
+				Check:            c.String("check"),
+				QueryKey:         splitList(c.StringSlice("query-key")),
+				QueryColumns:     splitList(c.StringSlice("query-columns")),
+				ItemOrder:        splitList(c.StringSlice("item-order")),
+				OnQueryConflict:  c.String("on-query-conflict"),
+				MaxItemsPerQuery: int64(c.Int("max-items-per-query")),
+				Log:              log,
+				Progress:         newProgress(c, log),
 			}
 			for _, s := range []struct {
 				flag string
@@ -102,6 +113,10 @@ func printRunSummary(w io.Writer, res *pipeline.Result) {
 	m, r := res.Manifest, res.Report
 	fmt.Fprintf(w, "relayout: %d rows from %d input files (%s) -> %d files, %d row groups, %d slices (%s) in %.1fs\n",
 		r.Input.Rows, r.Input.Files, human(r.Input.Bytes), m.Totals.Files, m.Totals.RowGroups, m.Totals.Slices, human(m.Totals.Bytes), r.Seconds)
+	if p := m.Packing; p != nil {
+		fmt.Fprintf(w, "packed %d items into %d queries by %s (items per query: min %d, p50 %d, p99 %d, max %d); query-level columns: %s\n",
+			p.Items, p.Queries, strings.Join(p.QueryKey, ","), p.ItemsPerQuery.Min, p.ItemsPerQuery.P50, p.ItemsPerQuery.P99, p.ItemsPerQuery.Max, strings.Join(p.QueryColumns, ","))
+	}
 	fmt.Fprintf(w, "fingerprint %s over %d rows (input = output); peak RSS %s; spilled %s in %d units\n",
 		m.Fingerprint.Hash, m.Fingerprint.Rows, human(r.PeakRSSBytes), human(r.SpillBytes), r.Units)
 }

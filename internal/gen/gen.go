@@ -274,5 +274,5 @@ func itemRow(rng *rand.Rand, r *Impression, pos int32) {
 		r.DwellMs = nil
 	}
 	r.Purchase = r.Click != nil && *r.Click == 1 && rng.IntN(10) == 0
-	r.Weight = 1
+	r.Weight = 1 / float32(1+pos) // item-level: position-discounted
 }

@@ -1,0 +1,201 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+
+	"github.com/relayout/relayout/dedupe"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/writer"
+)
+
+// packRun is the state of a run with --query-key: detection of the
+// query-level columns over all rows, then packing of the ordered rows with
+// row-group and file cuts moved to the query boundary at or before each
+// planned cut (slices are query-level, so slice boundaries are kept).
+type packRun struct {
+	qk       []int
+	det      *dedupe.Detector
+	layout   *dedupe.Layout
+	packer   *dedupe.Packer
+	sliceIdx []int   // slice key positions in the packed schema
+	queries  []int64 // per slice rank
+	rgEnds   map[int64]bool
+	fileEnds map[int64]bool
+	items    int64
+	total    int64
+	maxItems int64
+	conflict []string // columns moved to the items by --on-query-conflict=items
+}
+
+func newPackRun(tbl *source.Table, qk []int, lay partition.Layout, nSlices int) *packRun {
+	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), queries: make([]int64, nSlices), total: tbl.Rows,
+		rgEnds: map[int64]bool{}, fileEnds: map[int64]bool{}}
+	for _, f := range lay.Files {
+		for _, g := range f.RowGroups {
+			p.rgEnds[g.Start+g.Rows] = true
+		}
+		p.fileEnds[f.Start+f.Rows] = true
+	}
+	return p
+}
+
+// detect feeds a sorted unit to the detector.
+func (p *packRun) detect(src *unitSource, schema *arrow.Schema) error {
+	arrs := make([]arrow.Array, len(src.cols))
+	for i, c := range src.cols {
+		arrs[i] = c.(*compute.ArrayDatum).MakeArray()
+	}
+	n := int64(0)
+	if len(arrs) > 0 {
+		n = int64(arrs[0].Len())
+	}
+	rec := arrowRecord(schema, arrs, n)
+	defer rec.Release()
+	return p.det.Add(rec, src.ord)
+}
+
+// decide fixes the query-level columns and the packed layout.
+func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) error {
+	isQuery := p.det.Constant()
+	if len(opts.QueryColumns) > 0 {
+		decl, err := dedupe.MatchColumns(tbl.Schema, opts.QueryColumns)
+		if err != nil {
+			return errs.Usagef("--query-columns: %v", err)
+		}
+		for c := range decl {
+			if decl[c] && !isQuery[c] {
+				cf, _ := p.det.Conflict(c)
+				if opts.OnQueryConflict != "items" {
+					return errs.WithHint(errs.BadInputf("--query-columns: %s", cf), "fix the data, or pass --on-query-conflict=items to keep the column per item")
+				}
+				decl[c] = false
+				p.conflict = append(p.conflict, tbl.Schema.Field(c).Name)
+			}
+		}
+		for _, k := range p.qk {
+			decl[k] = true
+		}
+		isQuery = decl
+	}
+	for _, sc := range sliceCols {
+		if !isQuery[sc] {
+			cf, _ := p.det.Conflict(sc)
+			return errs.BadInputf("slice key %q must be query-level but varies within a query (%s)", tbl.Schema.Field(sc).Name, cf)
+		}
+	}
+	l, err := dedupe.NewLayout(tbl.Schema, p.qk, isQuery)
+	if err != nil {
+		return errs.BadInputErr(err)
+	}
+	p.layout = l
+	p.packer = dedupe.NewPacker(l)
+	for _, sc := range sliceCols {
+		p.sliceIdx = append(p.sliceIdx, slices.Index(l.QueryColumns, sc))
+	}
+	return nil
+}
+
+// write packs ordered flat rows and appends complete queries, cutting row
+// groups and files at the planned boundaries.
+func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.Histogram, rec arrow.RecordBatch) error {
+	packed, err := p.packer.Add(ctx, rec)
+	if err != nil {
+		return errs.WithHint(errs.BadInputErr(err), "")
+	}
+	if err := p.append(w, hist, packed); err != nil {
+		return err
+	}
+	p.items += rec.NumRows()
+	if p.items == p.total { // the last query is complete: pack it before the final cut
+		if err := p.finish(ctx, w, hist); err != nil {
+			return err
+		}
+	}
+	if p.fileEnds[p.items] {
+		return w.EndFile()
+	}
+	if p.rgEnds[p.items] {
+		return w.EndRowGroup()
+	}
+	return nil
+}
+
+func (p *packRun) append(w *writer.Parquet, hist *partition.Histogram, packed arrow.RecordBatch) error {
+	if packed == nil {
+		return nil
+	}
+	defer packed.Release()
+	var key []byte
+	for i := 0; i < int(packed.NumRows()); i++ {
+		key = key[:0]
+		for _, c := range p.sliceIdx {
+			key = partition.AppendKey(key, packed.Column(c), i)
+		}
+		rk, ok := hist.Rank(key)
+		if !ok {
+			return fmt.Errorf("internal: a packed row has a slice key the plan did not see")
+		}
+		p.queries[rk]++
+	}
+	return w.Append(packed)
+}
+
+// finish packs the last query.
+func (p *packRun) finish(ctx context.Context, w *writer.Parquet, hist *partition.Histogram) error {
+	packed, err := p.packer.Flush(ctx)
+	if err != nil {
+		return err
+	}
+	return p.append(w, hist, packed)
+}
+
+// slices returns the slices counted in queries.
+func (p *packRun) slices(hist *partition.Histogram) []partition.Slice {
+	out := make([]partition.Slice, len(hist.Slices))
+	var start int64
+	for i, s := range hist.Slices {
+		s.Rows, s.Start = p.queries[i], start
+		start += s.Rows
+		out[i] = s
+	}
+	return out
+}
+
+// manifest describes the packing.
+func (p *packRun) manifest(opts RunOptions, inBytes, outBytes int64, perSliceItems []int64) *manifests.Packing {
+	ipq := append([]int64{}, p.packer.ItemsPerQuery...)
+	slices.Sort(ipq)
+	q := func(f float64) int64 {
+		if len(ipq) == 0 {
+			return 0
+		}
+		return ipq[min(int(f*float64(len(ipq))), len(ipq)-1)]
+	}
+	st := manifests.Distribution{}
+	if len(ipq) > 0 {
+		st = manifests.Distribution{Min: ipq[0], P50: q(0.5), P90: q(0.9), P99: q(0.99), Max: ipq[len(ipq)-1]}
+	}
+	return &manifests.Packing{
+		QueryKey: p.layout.Names(p.qk), QueryColumns: p.layout.Names(p.layout.QueryColumns),
+		ItemColumns: p.layout.Names(p.layout.ItemColumns), FlatColumns: p.layout.Names(allCols(p.layout.Flat.NumFields())),
+		ItemOrder: nonNil(opts.ItemOrder), MovedToItems: nonNil(p.conflict),
+		Queries: p.packer.Queries, Items: p.packer.Items, ItemsPerQuery: st,
+		BytesBefore: inBytes, BytesAfter: outBytes,
+	}
+}
+
+func allCols(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
