@@ -1,9 +1,12 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/compute"
@@ -33,10 +36,17 @@ type packRun struct {
 	total    int64
 	maxItems int64
 	conflict []string // columns moved to the items by --on-query-conflict=items
+
+	// Split-query check: the slice of every query seen so far (by a hash of
+	// its key), so a query whose rows fall in two slices is caught.
+	sliceCols  []int
+	hist       *partition.Histogram
+	querySlice map[uint64]int32
 }
 
-func newPackRun(tbl *source.Table, qk []int, lay partition.Layout, nSlices int) *packRun {
-	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), queries: make([]int64, nSlices), total: tbl.Rows,
+func newPackRun(tbl *source.Table, qk, sliceCols []int, hist *partition.Histogram, lay partition.Layout) *packRun {
+	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), queries: make([]int64, len(hist.Slices)), total: tbl.Rows,
+		sliceCols: sliceCols, hist: hist, querySlice: map[uint64]int32{},
 		rgEnds: map[int64]bool{}, fileEnds: map[int64]bool{}}
 	for _, f := range lay.Files {
 		for _, g := range f.RowGroups {
@@ -49,6 +59,9 @@ func newPackRun(tbl *source.Table, qk []int, lay partition.Layout, nSlices int) 
 
 // detect feeds a sorted unit to the detector.
 func (p *packRun) detect(src *unitSource, schema *arrow.Schema) error {
+	if err := p.checkSplit(src, schema); err != nil {
+		return err
+	}
 	arrs := make([]arrow.Array, len(src.cols))
 	for i, c := range src.cols {
 		arrs[i] = c.(*compute.ArrayDatum).MakeArray()
@@ -85,11 +98,15 @@ func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) er
 		}
 		isQuery = decl
 	}
+	// Slice keys must be query-level: they are added when constant, and a
+	// slice key that varies within a query is an error.
+	constant := p.det.Constant()
 	for _, sc := range sliceCols {
-		if !isQuery[sc] {
+		if !constant[sc] {
 			cf, _ := p.det.Conflict(sc)
 			return errs.BadInputf("slice key %q must be query-level but varies within a query (%s)", tbl.Schema.Field(sc).Name, cf)
 		}
+		isQuery[sc] = true
 	}
 	l, err := dedupe.NewLayout(tbl.Schema, p.qk, isQuery)
 	if err != nil {
@@ -198,4 +215,55 @@ func allCols(n int) []int {
 		out[i] = i
 	}
 	return out
+}
+
+// checkSplit finds a query whose rows lie in more than one slice: slice keys
+// must be constant within a query, or its rows would not be contiguous.
+func (p *packRun) checkSplit(src *unitSource, schema *arrow.Schema) error {
+	if len(p.sliceCols) == 0 {
+		return nil
+	}
+	cols := make([]arrow.Array, len(src.cols))
+	for i, c := range src.cols {
+		cols[i] = c.(*compute.ArrayDatum).MakeArray()
+		defer cols[i].Release()
+	}
+	var qk, prevQK, sk []byte
+	for j, i64 := range src.ord {
+		i := int(i64)
+		qk = qk[:0]
+		for _, c := range p.qk {
+			qk = partition.AppendKey(qk, cols[c], i)
+		}
+		if j > 0 && bytes.Equal(qk, prevQK) {
+			continue
+		}
+		prevQK = append(prevQK[:0], qk...)
+		sk = sk[:0]
+		for _, c := range p.sliceCols {
+			sk = partition.AppendKey(sk, cols[c], i)
+		}
+		rk, _ := p.hist.Rank(sk)
+		h := xxhash.Sum64(qk)
+		prev, seen := p.querySlice[h]
+		if !seen {
+			p.querySlice[h] = rk
+			continue
+		}
+		if prev == rk {
+			continue
+		}
+		// Name the slice key that differs, with both values.
+		ps := p.hist.Slices[prev]
+		var q []any
+		for _, c := range p.qk {
+			q = append(q, partition.Value(cols[c], i))
+		}
+		for k, c := range p.sliceCols {
+			if !bytes.Equal(ps.Parts[k], partition.AppendKey(nil, cols[c], i)) {
+				return errs.BadInputf("slice key %q must be query-level but varies within query %v: %v then %v", schema.Field(c).Name, q, ps.Values[k], partition.Value(cols[c], i))
+			}
+		}
+	}
+	return nil
 }

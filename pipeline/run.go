@@ -228,7 +228,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	var pk *packRun
 	if qkCols != nil {
-		pk = newPackRun(tbl, qkCols, layout, len(hist.Slices))
+		pk = newPackRun(tbl, qkCols, sliceCols, hist, layout)
 		if opts.MaxItemsPerQuery > 0 {
 			pk.maxItems = opts.MaxItemsPerQuery
 		} else {

@@ -175,18 +175,7 @@ func TestManifestMatchesJSONSchema(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 2, Seed: 3})
 	out := filepath.Join(t.TempDir(), "out")
 	smallRun(t, in, out, nil)
-	c := jsonschema.NewCompiler()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(manifests.SchemaJSON))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("manifest.schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("manifest.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sch := manifestSchema(t)
 	data, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
@@ -202,6 +191,23 @@ func TestManifestMatchesJSONSchema(t *testing.T) {
 	if err := sch.Validate(v); err == nil {
 		t.Fatal("schema accepted a manifest without fingerprint")
 	}
+}
+
+func manifestSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(manifests.SchemaJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("manifest.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("manifest.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
 }
 
 func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {

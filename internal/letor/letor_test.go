@@ -134,3 +134,53 @@ func TestGroupFileAndErrors(t *testing.T) {
 		t.Error("groups larger than the data accepted")
 	}
 }
+
+// TestPackLETOR: packing MQ2008 by qid gives exactly one row per distinct
+// qid holding that qid's items.
+func TestPackLETOR(t *testing.T) {
+	in := filepath.Join(testutil.DataDir(t), "letor-mq2008-xgboost", "test.txt")
+	want := qidCounts(t, in)
+	pq := convert(t, in, "")
+	out := filepath.Join(t.TempDir(), "packed")
+	res, err := pipeline.Run(context.Background(), pipeline.RunOptions{Inputs: []string{pq}, Output: out, QueryKey: []string{"qid"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Manifest.Packing.Queries != int64(len(want)) {
+		t.Fatalf("%d packed rows, %d qids", res.Manifest.Packing.Queries, len(want))
+	}
+	// Auto detection, checked column by column with DuckDB: a column is
+	// query-level exactly when every qid has one distinct value (MQ2008 has
+	// a few query-level features, e.g. f6-f10).
+	isQuery := map[string]bool{}
+	for _, c := range res.Manifest.Packing.QueryColumns {
+		isQuery[c] = true
+	}
+	var exprs []string
+	for _, c := range res.Manifest.Packing.FlatColumns {
+		exprs = append(exprs, fmt.Sprintf("max(n_%s)::INT AS %s", c, c))
+	}
+	var inner []string
+	for _, c := range res.Manifest.Packing.FlatColumns {
+		inner = append(inner, fmt.Sprintf("count(distinct %s) + (count(*) > count(%s))::INT AS n_%s", c, c, c))
+	}
+	dist, _ := testutil.DuckDB(t, fmt.Sprintf("select %s from (select %s from read_parquet('%s') group by qid)", strings.Join(exprs, ", "), strings.Join(inner, ", "), pq))
+	for _, c := range res.Manifest.Packing.FlatColumns {
+		constant := fmt.Sprint(dist[0][c]) == "1"
+		if constant != isQuery[c] {
+			t.Errorf("column %s: DuckDB says constant per qid = %v, relayout's detection %v", c, constant, isQuery[c])
+		}
+	}
+	if !isQuery["qid"] || isQuery["label"] || isQuery["docid"] {
+		t.Errorf("query columns %v", res.Manifest.Packing.QueryColumns)
+	}
+	rows, _ := testutil.DuckDB(t, fmt.Sprintf("select qid::VARCHAR q, len(items)::INT n from read_parquet('%s/parquet/*.parquet')", out))
+	if len(rows) != len(want) {
+		t.Fatalf("DuckDB reads %d packed rows, want %d", len(rows), len(want))
+	}
+	for _, r := range rows {
+		if fmt.Sprint(r["n"]) != fmt.Sprint(want[fmt.Sprint(r["q"])]) {
+			t.Fatalf("qid %v holds %v items, the text %d", r["q"], r["n"], want[fmt.Sprint(r["q"])])
+		}
+	}
+}

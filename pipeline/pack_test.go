@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+)
+
+func packRunOpts(in, out string, mod func(*RunOptions)) RunOptions {
+	o := RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"country", "date"}, QueryKey: []string{"query_id"},
+		RowGroupBytes: 512 << 10, MinRowGroupBytes: 64 << 10, FileBytes: 1 << 20}
+	if mod != nil {
+		mod(&o)
+	}
+	return o
+}
+
+// TestPackGenerated packs a generated log and checks it against independent
+// readers: DuckDB's unnest of the packed files gives back the input rows,
+// parquet-go reads the unpacked files as the input's multiset, and the
+// auto-detected query columns are exactly the ones the generator keeps
+// constant per query. In-memory, spilled and differently parallel runs give
+// the same bytes.
+func TestPackGenerated(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 3, Seed: 41})
+	base := t.TempDir()
+	ctx := context.Background()
+	res, err := Run(ctx, packRunOpts(in, filepath.Join(base, "packed"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Manifest
+	if p := m.Packing; p == nil || !slices.Equal(p.QueryColumns, gen.QueryLevelColumns) {
+		t.Fatalf("query columns %v, want %v", m.Packing.QueryColumns, gen.QueryLevelColumns)
+	}
+	if m.Totals.Files < 2 || m.Totals.RowGroups < 4 {
+		t.Fatalf("want several files and row groups, got %+v", m.Totals)
+	}
+	q, _ := testutil.DuckDB(t, fmt.Sprintf("select count(distinct query_id)::BIGINT n from read_parquet('%s/*.parquet')", in))
+	if fmt.Sprint(q[0]["n"]) != fmt.Sprint(m.Packing.Queries) || m.Totals.Rows != m.Packing.Queries || m.Packing.Items != 30_000 {
+		t.Fatalf("packed %d queries (%d rows), %d items; DuckDB counts %v queries", m.Packing.Queries, m.Totals.Rows, m.Packing.Items, q[0]["n"])
+	}
+	var items int64
+	for _, s := range m.Slices {
+		items += s.Items
+	}
+	if items != 30_000 {
+		t.Fatalf("slices hold %d items", items)
+	}
+	cols := strings.Join(m.Packing.FlatColumns, ",")
+	diff, _ := testutil.DuckDB(t,
+		fmt.Sprintf("CREATE TEMP TABLE p AS SELECT %s FROM (SELECT * EXCLUDE (items), unnest(items, recursive := true) FROM read_parquet('%s/packed/parquet/*.parquet'))", cols, base),
+		fmt.Sprintf("CREATE TEMP TABLE f AS SELECT %s FROM read_parquet('%s/*.parquet')", cols, in),
+		"SELECT (SELECT count(*) FROM (SELECT * FROM p EXCEPT ALL SELECT * FROM f))::BIGINT a, (SELECT count(*) FROM (SELECT * FROM f EXCEPT ALL SELECT * FROM p))::BIGINT b, (SELECT count(*) FROM p)::BIGINT n")
+	if fmt.Sprintf("%v %v %v", diff[0]["a"], diff[0]["b"], diff[0]["n"]) != "0 0 30000" {
+		t.Fatalf("DuckDB unnest vs input: %v", diff[0])
+	}
+	if r, err := Verify(ctx, filepath.Join(base, "packed"), true, 2); err != nil || !r.OK {
+		t.Fatalf("verify --deep: %+v %v", r, err)
+	}
+	data, _ := os.ReadFile(filepath.Join(base, "packed", "manifest.json"))
+	inst, _ := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err := manifestSchema(t).Validate(inst); err != nil {
+		t.Fatalf("packed manifest does not match the schema: %v", err)
+	}
+
+	// Determinism: parallelism and spilling do not change the bytes.
+	ref := readTree(t, filepath.Join(base, "packed"))
+	for name, mod := range map[string]func(*RunOptions){
+		"p1":    func(o *RunOptions) { o.Parallel = 1 },
+		"spill": func(o *RunOptions) { o.UnitRows = 7_000; o.TmpDir = t.TempDir() },
+	} {
+		r, err := Run(ctx, packRunOpts(in, filepath.Join(base, name), mod))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if name == "spill" && r.Report.Units < 2 {
+			t.Fatalf("spill run used %d units", r.Report.Units)
+		}
+		got := readTree(t, filepath.Join(base, name))
+		for k, v := range ref {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("%s: %s differs", name, k)
+			}
+		}
+	}
+
+	// Unpack restores the input's rows and columns exactly.
+	if _, err := Unpack(ctx, UnpackOptions{Input: filepath.Join(base, "packed"), Output: filepath.Join(base, "flat")}); err != nil {
+		t.Fatal(err)
+	}
+	want := testutil.ParquetGoRows(t, testutil.Files(t, in)...)
+	got := testutil.ParquetGoRows(t, testutil.Files(t, filepath.Join(base, "flat", "parquet"))...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("unpacked rows differ from the input (%d vs %d rows)", len(got), len(want))
+	}
+	if r, err := Verify(ctx, filepath.Join(base, "flat"), true, 2); err != nil || !r.OK {
+		t.Fatalf("verify of the unpacked output: %+v %v", r, err)
+	}
+}
+
+func TestPackConflictsAndLimits(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 42})
+	ctx := context.Background()
+	run := func(mod func(*RunOptions)) (*Result, error) {
+		return Run(ctx, packRunOpts(in, filepath.Join(t.TempDir(), "o"), mod))
+	}
+	_, err := run(func(o *RunOptions) { o.QueryColumns = []string{"user_*", "item_id"} })
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), `"item_id"`) || !strings.Contains(err.Error(), "within query") || !strings.Contains(err.Error(), "--on-query-conflict") {
+		t.Fatalf("declared item-level column: %v", err)
+	}
+	res, err := run(func(o *RunOptions) { o.QueryColumns = []string{"user_*", "item_id"}; o.OnQueryConflict = "items" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Manifest.Packing.MovedToItems, []string{"item_id"}) || slices.Contains(res.Manifest.Packing.QueryColumns, "item_id") || !slices.Contains(res.Manifest.Packing.QueryColumns, "user_f7") {
+		t.Fatalf("packing %+v", res.Manifest.Packing)
+	}
+	_, err = run(func(o *RunOptions) { o.SliceKeys = []string{"item_category"} })
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), `slice key "item_category"`) {
+		t.Fatalf("item-level slice key: %v", err)
+	}
+	_, err = run(func(o *RunOptions) { o.MaxItemsPerQuery = 3 })
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "--max-items-per-query") || !strings.Contains(err.Error(), "query [") {
+		t.Fatalf("oversized query: %v", err)
+	}
+	if _, err := run(func(o *RunOptions) { o.SortKeys = []string{"position"} }); !errs.Is(err, errs.Usage) {
+		t.Fatalf("--sort-keys with --query-key: %v", err)
+	}
+}
+
+// TestPackMerlin: Merlin's synthetic e-commerce log repeats user features on
+// every row, with rows not grouped by user; packing by user_id gives one
+// row per user, with the three user features the data keeps constant per
+// user detected as query-level. music_streaming is the negative case.
+func TestPackMerlin(t *testing.T) {
+	dir := filepath.Join(testutil.DataDir(t), "merlin-models-synthetic")
+	ctx := context.Background()
+	small := filepath.Join(dir, "ecommerce", "small", "data.parquet")
+	res, err := Run(ctx, RunOptions{Inputs: []string{small}, Output: filepath.Join(t.TempDir(), "o"), QueryKey: []string{"user_id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, _ := testutil.DuckDB(t, fmt.Sprintf("select count(distinct user_id)::BIGINT n from read_parquet('%s')", small))
+	if fmt.Sprint(users[0]["n"]) != fmt.Sprint(res.Manifest.Packing.Queries) {
+		t.Fatalf("%d packed rows, DuckDB counts %v users", res.Manifest.Packing.Queries, users[0]["n"])
+	}
+	for _, c := range []string{"user_id", "user_age", "user_gender", "user_geography"} {
+		if !slices.Contains(res.Manifest.Packing.QueryColumns, c) {
+			t.Errorf("%s not detected as query-level: %v", c, res.Manifest.Packing.QueryColumns)
+		}
+	}
+	if slices.Contains(res.Manifest.Packing.QueryColumns, "item_id") {
+		t.Error("item_id detected as query-level")
+	}
+	music := filepath.Join(dir, "music_streaming", "data.parquet")
+	_, err = Run(ctx, RunOptions{Inputs: []string{music}, Output: filepath.Join(t.TempDir(), "o"), QueryKey: []string{"session_id"}, QueryColumns: []string{"user_id"}})
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), `"user_id"`) {
+		t.Fatalf("music_streaming: user_id varies within a session: %v", err)
+	}
+}
