@@ -104,9 +104,7 @@ func TestDetectPackUnpack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out != nil {
-			packed = append(packed, out)
-		}
+		packed = append(packed, out...)
 	}
 	if out, _ := p.Flush(ctx); out != nil {
 		packed = append(packed, out)

@@ -30,34 +30,92 @@ type Packer struct {
 func NewPacker(l *Layout) *Packer { return &Packer{l: l} }
 
 // Add appends flat rows (schema l.Flat) and returns the complete queries
-// packed (nil when none is complete yet). The last query of rec is held back
-// until the next Add or Flush, since it may continue.
-func (p *Packer) Add(ctx context.Context, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-	all := rec
-	if p.carry != nil {
-		var err error
-		if all, err = concatRecords(p.l.Flat, p.carry, rec); err != nil {
-			return nil, err
+// packed, in order (none when no query is complete yet). The last query of
+// rec is held back until the next Add or Flush, since it may continue. Only
+// a query that continues from the previous call is copied; the rest is
+// packed without copying.
+func (p *Packer) Add(ctx context.Context, rec arrow.RecordBatch) ([]arrow.RecordBatch, error) {
+	var out []arrow.RecordBatch
+	fail := func(err error) ([]arrow.RecordBatch, error) {
+		for _, r := range out {
+			r.Release()
 		}
-		p.carry.Release()
-		p.carry = nil
-		defer all.Release()
+		return nil, err
 	}
-	starts := p.starts(all)
+	rest := rec
+	rest.Retain()
+	defer func() { rest.Release() }()
+	starts := p.starts(rest)
+	if p.carry != nil && len(starts) > 0 {
+		// Does rec begin with the carried query?
+		if p.sameQuery(p.carry, int(p.carry.NumRows())-1, rest, 0) {
+			e := int64(rest.NumRows())
+			if len(starts) > 1 {
+				e = int64(starts[1])
+			}
+			head := rest.NewSlice(0, e)
+			joined, err := concatRecords(p.l.Flat, p.carry, head)
+			head.Release()
+			if err != nil {
+				return fail(err)
+			}
+			p.carry.Release()
+			p.carry = nil
+			if e == rest.NumRows() { // the query goes on
+				p.carry = joined
+				if p.MaxItems > 0 && p.carry.NumRows() > p.MaxItems {
+					return fail(p.tooBig(p.carry))
+				}
+				return nil, nil
+			}
+			packed, err := p.pack(ctx, joined, []int{0})
+			joined.Release()
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, packed)
+			next := rest.NewSlice(e, rest.NumRows())
+			rest.Release()
+			rest = next
+			starts = p.starts(rest)
+		} else {
+			packed, err := p.Flush(ctx)
+			if err != nil {
+				return fail(err)
+			}
+			if packed != nil {
+				out = append(out, packed)
+			}
+		}
+	}
 	if len(starts) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	last := starts[len(starts)-1]
-	p.carry = all.NewSlice(int64(last), all.NumRows())
+	p.carry = rest.NewSlice(int64(last), rest.NumRows())
 	if p.MaxItems > 0 && p.carry.NumRows() > p.MaxItems {
-		return nil, p.tooBig(p.carry)
+		return fail(p.tooBig(p.carry))
 	}
-	if last == 0 {
-		return nil, nil
+	if last > 0 {
+		head := rest.NewSlice(0, int64(last))
+		packed, err := p.pack(ctx, head, starts[:len(starts)-1])
+		head.Release()
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, packed)
 	}
-	head := all.NewSlice(0, int64(last))
-	defer head.Release()
-	return p.pack(ctx, head, starts[:len(starts)-1])
+	return out, nil
+}
+
+// sameQuery reports whether row i of a and row j of b have the same key.
+func (p *Packer) sameQuery(a arrow.RecordBatch, i int, b arrow.RecordBatch, j int) bool {
+	var ka, kb []byte
+	for _, c := range p.l.QueryKey {
+		ka = partition.AppendKey(ka, a.Column(c), i)
+		kb = partition.AppendKey(kb, b.Column(c), j)
+	}
+	return bytes.Equal(ka, kb)
 }
 
 // Flush packs the held-back query; nil when there is none.

@@ -125,10 +125,12 @@ func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) er
 func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.Histogram, rec arrow.RecordBatch) error {
 	packed, err := p.packer.Add(ctx, rec)
 	if err != nil {
-		return errs.WithHint(errs.BadInputErr(err), "")
+		return errs.BadInputErr(err)
 	}
-	if err := p.append(w, hist, packed); err != nil {
-		return err
+	for _, pk := range packed {
+		if err := p.append(w, hist, pk); err != nil {
+			return err
+		}
 	}
 	p.items += rec.NumRows()
 	if p.items == p.total { // the last query is complete: pack it before the final cut

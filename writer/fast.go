@@ -26,9 +26,11 @@ import (
 // the sequential FileWriter. Either way the bytes depend only on the data.
 
 type fastCol struct {
-	list         bool
-	nullable     bool // the top-level field
-	elemNullable bool // the list element
+	field        int  // top-level field
+	child        int  // struct child inside a packed items list, or -1
+	list         bool // the leaf's field is a list of scalars
+	nullable     bool // the leaf's field
+	elemNullable bool // its list element
 }
 
 func scalarWritable(t arrow.DataType) bool {
@@ -43,22 +45,39 @@ func scalarWritable(t arrow.DataType) bool {
 	return false
 }
 
-// fastPlan returns how to write each field, or false when some field needs
-// the sequential writer.
+// fastPlan returns how to write each leaf column, or false when some field
+// needs the sequential writer. Besides scalars and lists of scalars it takes
+// a packed items column: a required list of required structs whose fields
+// are scalars or lists of scalars.
 func fastPlan(s *arrow.Schema) ([]fastCol, bool) {
-	plan := make([]fastCol, s.NumFields())
+	var plan []fastCol
+	leaf := func(field, child int, f arrow.Field) bool {
+		if lt, ok := f.Type.(*arrow.ListType); ok {
+			if !scalarWritable(lt.Elem()) {
+				return false
+			}
+			plan = append(plan, fastCol{field: field, child: child, list: true, nullable: f.Nullable, elemNullable: lt.ElemField().Nullable})
+			return true
+		}
+		if !scalarWritable(f.Type) {
+			return false
+		}
+		plan = append(plan, fastCol{field: field, child: child, nullable: f.Nullable})
+		return true
+	}
 	for i, f := range s.Fields() {
-		switch t := f.Type.(type) {
-		case *arrow.ListType:
-			if !scalarWritable(t.Elem()) {
-				return nil, false
+		if lt, ok := f.Type.(*arrow.ListType); ok && !f.Nullable && !lt.ElemField().Nullable {
+			if st, ok := lt.Elem().(*arrow.StructType); ok {
+				for c, cf := range st.Fields() {
+					if !leaf(i, c, cf) {
+						return nil, false
+					}
+				}
+				continue
 			}
-			plan[i] = fastCol{list: true, nullable: f.Nullable, elemNullable: t.ElemField().Nullable}
-		default:
-			if !scalarWritable(f.Type) {
-				return nil, false
-			}
-			plan[i] = fastCol{nullable: f.Nullable}
+		}
+		if !leaf(i, -1, f) {
+			return nil, false
 		}
 	}
 	return plan, true
@@ -69,16 +88,27 @@ func fastPlan(s *arrow.Schema) ([]fastCol, bool) {
 func arrowSchemaMetadata(s *arrow.Schema) string {
 	fields := make([]arrow.Field, s.NumFields())
 	for i, f := range s.Fields() {
-		if lt, ok := f.Type.(*arrow.ListType); ok {
-			elem := lt.ElemField()
-			elem.Name = "element"
-			f = arrow.Field{Name: f.Name, Type: arrow.ListOfField(elem), Nullable: f.Nullable, Metadata: f.Metadata}
-		}
-		fields[i] = f
+		fields[i] = normaliseField(f)
 	}
 	md := s.Metadata()
 	norm := arrow.NewSchema(fields, &md)
 	return base64.StdEncoding.EncodeToString(flight.SerializeSchema(norm, memory.DefaultAllocator))
+}
+
+func normaliseField(f arrow.Field) arrow.Field {
+	switch t := f.Type.(type) {
+	case *arrow.ListType:
+		elem := normaliseField(t.ElemField())
+		elem.Name = "element"
+		return arrow.Field{Name: f.Name, Type: arrow.ListOfField(elem), Nullable: f.Nullable, Metadata: f.Metadata}
+	case *arrow.StructType:
+		fs := make([]arrow.Field, t.NumFields())
+		for i := range fs {
+			fs[i] = normaliseField(t.Field(i))
+		}
+		return arrow.Field{Name: f.Name, Type: arrow.StructOf(fs...), Nullable: f.Nullable, Metadata: f.Metadata}
+	}
+	return f
 }
 
 // writeFast writes rec into the buffered row group, one goroutine per column
@@ -92,8 +122,15 @@ func writeFast(ctx context.Context, rgw file.BufferedRowGroupWriter, rec arrow.R
 		ctxs[i] = pqarrow.NewArrowWriteContext(ctx, props) // one buffer per column: not shared
 	}
 	return par.ForEach(ctx, len(plan), workers, func(i int) error {
-		if err := writeFastColumn(ctxs[i], rgw, i, rec.Column(i), plan[i]); err != nil {
-			return fmt.Errorf("column %s: %w", rec.ColumnName(i), err)
+		p := plan[i]
+		var err error
+		if p.child < 0 {
+			err = writeFastColumn(ctxs[i], rgw, i, rec.Column(p.field), p)
+		} else {
+			err = writeItemColumn(ctxs[i], rgw, i, rec.Column(p.field).(*array.List), p)
+		}
+		if err != nil {
+			return fmt.Errorf("column %s: %w", rec.ColumnName(p.field), err)
 		}
 		return nil
 	})
@@ -209,4 +246,104 @@ func flushPages(rgw file.BufferedRowGroupWriter, ncols, workers int) error {
 		}
 		return nil
 	})
+}
+
+// writeItemColumn writes struct child p.child of a packed items list: a
+// required list (every query has at least one item) of required structs.
+// Levels: the first item of a query repeats at 0, later items at 1; a list
+// field inside the item adds repetition level 2 for its later elements.
+func writeItemColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int, items *array.List, p fastCol) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("encoder panicked: %v", r)
+		}
+	}()
+	cw, err := rgw.Column(i)
+	if err != nil {
+		return err
+	}
+	n := items.Len()
+	if n == 0 {
+		return nil
+	}
+	first, _ := items.ValueOffsets(0)
+	_, last := items.ValueOffsets(n - 1)
+	child := items.ListValues().(*array.Struct).Field(p.child)
+	var def, rep []int16
+	if !p.list {
+		def = make([]int16, 0, last-first)
+		rep = make([]int16, 0, last-first)
+		for q := 0; q < n; q++ {
+			s, e := items.ValueOffsets(q)
+			if s == e || items.IsNull(q) {
+				return fmt.Errorf("a packed row has no items")
+			}
+			for k := s; k < e; k++ {
+				r := int16(1)
+				if k == s {
+					r = 0
+				}
+				d := int16(1)
+				if p.nullable && child.IsValid(int(k)) {
+					d = 2
+				}
+				def, rep = append(def, d), append(rep, r)
+			}
+		}
+		leaf := array.NewSlice(child, first, last)
+		defer leaf.Release()
+		return pqarrow.WriteArrowToColumn(ctx, cw, leaf, def, rep, p.nullable)
+	}
+	inner := child.(*array.List)
+	vals := inner.ListValues()
+	listDef := int16(1) // items present
+	if p.nullable {
+		listDef++ // the item's list present
+	}
+	var lo, hi int64 = -1, -1
+	for q := 0; q < n; q++ {
+		s, e := items.ValueOffsets(q)
+		if s == e || items.IsNull(q) {
+			return fmt.Errorf("a packed row has no items")
+		}
+		for k := s; k < e; k++ {
+			r := int16(1)
+			if k == s {
+				r = 0
+			}
+			if inner.IsNull(int(k)) {
+				if ls, le := inner.ValueOffsets(int(k)); ls != le {
+					return fmt.Errorf("a null list spans values")
+				}
+				def, rep = append(def, 1), append(rep, r)
+				continue
+			}
+			ls, le := inner.ValueOffsets(int(k))
+			if lo < 0 {
+				lo = ls
+			}
+			hi = le
+			if ls == le {
+				def, rep = append(def, listDef), append(rep, r)
+				continue
+			}
+			for v := ls; v < le; v++ {
+				rr := int16(2)
+				if v == ls {
+					rr = r
+				}
+				d := listDef + 1
+				if p.elemNullable && vals.IsValid(int(v)) {
+					d++
+				}
+				def, rep = append(def, d), append(rep, rr)
+			}
+		}
+	}
+	if lo < 0 {
+		lo, hi = 0, 0
+	}
+	leaf := array.NewSlice(vals, lo, hi)
+	defer leaf.Release()
+	return pqarrow.WriteArrowToColumn(ctx, cw, leaf, def, rep, p.elemNullable)
 }
