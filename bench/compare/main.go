@@ -169,7 +169,57 @@ func main() {
 	fmt.Printf("per country (relayout): %s\n", strings.Join(worst, " "))
 	res["amplification"] = map[string]any{"relayout": aOut, "input": aIn, "duckdb": aDuck, "relayout_per_country": perOut}
 
-	// 3. Scaling at a fixed memory limit.
+	// 3. Query packing: packed vs flat, and DuckDB doing the same grouping.
+	if os.Getenv("BENCH_SKIP_PACK") == "" {
+		packedOut := filepath.Join(dir, "packed")
+		var pk, fl, dg []measure
+		duckPacked := filepath.Join(dir, "duckdb-packed.parquet")
+		var qc, ic string
+		for i := 0; i < reps; i++ {
+			m, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", packedOut, "--slice-keys", "country,date", "--query-key", "query_id")
+			pk = append(pk, m)
+			m, _ = timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", out, "--slice-keys", "country,date")
+			fl = append(fl, m)
+			if qc == "" {
+				var man struct {
+					Packing struct {
+						QueryColumns []string `json:"query_columns"`
+						ItemColumns  []string `json:"item_columns"`
+						Queries      int64    `json:"queries"`
+						Items        int64    `json:"items"`
+					} `json:"packing"`
+				}
+				data, _ := os.ReadFile(filepath.Join(packedOut, "manifest.json"))
+				json.Unmarshal(data, &man)
+				qc, ic = strings.Join(man.Packing.QueryColumns, ","), strings.Join(man.Packing.ItemColumns, ",")
+				res["packing_counts"] = man.Packing
+			}
+			os.Remove(duckPacked)
+			m, _ = timed("node", "tools/node/duckdb.mjs", "--threads", "2",
+				fmt.Sprintf("COPY (SELECT %s, list(struct_pack(%s)) AS items FROM read_parquet('%s/*.parquet') GROUP BY ALL ORDER BY country, date, query_id) TO '%s' (FORMAT parquet, COMPRESSION zstd)", qc, ic, in, duckPacked))
+			dg = append(dg, m)
+		}
+		p, f, g := median(pk), median(fl), median(dg)
+		pb, fb, gb := dirBytes(packedOut+"/parquet/*.parquet"), dirBytes(out+"/parquet/*.parquet"), dirBytes(duckPacked)
+		fmt.Printf("\n== query packing (--query-key query_id), median of %d\n", reps)
+		fmt.Printf("%-16s %10s %12s %12s\n", "", "seconds", "peak RSS MB", "output MB")
+		fmt.Printf("%-16s %10.2f %12.0f %12.1f\n", "relayout packed", p.Seconds, float64(p.RSS)/1e6, float64(pb)/1e6)
+		fmt.Printf("%-16s %10.2f %12.0f %12.1f\n", "relayout flat", f.Seconds, float64(f.RSS)/1e6, float64(fb)/1e6)
+		fmt.Printf("%-16s %10.2f %12.0f %12.1f\n", "duckdb grouping", g.Seconds, float64(g.RSS)/1e6, float64(gb)/1e6)
+		fmt.Printf("packed/flat time %.2fx (target <= 1.2)   packed/DuckDB time %.2fx (target <= 1.5)   packed/flat bytes %.2fx\n",
+			p.Seconds/f.Seconds, p.Seconds/g.Seconds, float64(pb)/float64(fb))
+		if c, ok := res["packing_counts"]; ok {
+			data, _ := json.Marshal(c)
+			var pc struct{ Queries, Items int64 }
+			json.Unmarshal(data, &pc)
+			if pc.Queries > 0 {
+				fmt.Printf("query-level values decoded per epoch: %d rows flat -> %d queries packed (%.2fx fewer)\n", pc.Items, pc.Queries, float64(pc.Items)/float64(pc.Queries))
+			}
+		}
+		res["packing"] = map[string]any{"packed": p, "flat": f, "duckdb": g, "packed_bytes": pb, "flat_bytes": fb, "duckdb_bytes": gb}
+	}
+
+	// 4. Scaling at a fixed memory limit.
 	if os.Getenv("BENCH_SKIP_SCALE") == "" {
 		limit := os.Getenv("BENCH_SCALE_LIMIT")
 		if limit == "" {
