@@ -10,6 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -168,5 +173,54 @@ func TestPackMerlin(t *testing.T) {
 	_, err = Run(ctx, RunOptions{Inputs: []string{music}, Output: filepath.Join(t.TempDir(), "o"), QueryKey: []string{"session_id"}, QueryColumns: []string{"user_id"}})
 	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), `"user_id"`) {
 		t.Fatalf("music_streaming: user_id varies within a session: %v", err)
+	}
+}
+
+// TestPackHugeQuery: one query with 1M items packs within the default
+// memory limit; under a tight limit it fails naming the query and the flag.
+func TestPackHugeQuery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: writes a 1M-row query")
+	}
+	p := filepath.Join(t.TempDir(), "huge.parquet")
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "query_id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "user", Type: arrow.BinaryTypes.String},
+		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "score", Type: arrow.PrimitiveTypes.Float32},
+	}, nil)
+	f, _ := os.Create(p)
+	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(128<<10)), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	for i := 0; i < 1_000_000; i++ {
+		b.Field(0).(*array.Int64Builder).Append(7)
+		b.Field(1).(*array.StringBuilder).Append("u-7")
+		b.Field(2).(*array.Int64Builder).Append(int64(i))
+		b.Field(3).(*array.Float32Builder).Append(float32(i % 97))
+	}
+	rec := b.NewRecordBatch()
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	w.Close()
+	ctx := context.Background()
+	out := filepath.Join(t.TempDir(), "o")
+	res, err := Run(ctx, RunOptions{Inputs: []string{p}, Output: out, QueryKey: []string{"query_id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pk := res.Manifest.Packing; pk.Queries != 1 || pk.Items != 1_000_000 || pk.ItemsPerQuery.Max != 1_000_000 {
+		t.Fatalf("packing %+v", pk)
+	}
+	if r, err := Verify(ctx, out, true, 2); err != nil || !r.OK {
+		t.Fatalf("verify --deep: %+v %v", r, err)
+	}
+	_, err = Run(ctx, RunOptions{Inputs: []string{p}, Output: filepath.Join(t.TempDir(), "o"), QueryKey: []string{"query_id"}, MemoryLimit: 96 << 20})
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "query [7]") || !strings.Contains(err.Error(), "--max-items-per-query") {
+		t.Fatalf("huge query under a 96 MiB limit: %v", err)
 	}
 }

@@ -226,22 +226,33 @@ func writeFastColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int
 
 // pageFlusher is implemented by arrow-go's concrete column writers.
 type pageFlusher interface {
-	EstimatedBufferedValueBytes() int64
 	FlushCurrentPage() error
 }
 
 // flushPages encodes and compresses each column's pending page in parallel
 // before the row group is closed: closing is serial (columns are copied to
 // the file in order), so this moves the compression of the last pages off
-// the critical path. Columns without buffered values are left to Close, so
-// no empty pages are written.
+// the critical path. Whether a page has values is read from its page
+// statistics (reset whenever a page is cut): the encoder's size estimate is
+// not zero for an empty dictionary page, and flushing a page without levels
+// panics in arrow-go. Pages the statistics cannot vouch for (only empty
+// lists) are left to Close.
 func flushPages(rgw file.BufferedRowGroupWriter, ncols, workers int) error {
-	return par.ForEach(context.Background(), ncols, workers, func(i int) error {
+	return par.ForEach(context.Background(), ncols, workers, func(i int) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("flush column %d: encoder panicked: %v", i, r)
+			}
+		}()
 		cw, err := rgw.Column(i)
 		if err != nil {
 			return err
 		}
-		if f, ok := cw.(pageFlusher); ok && f.EstimatedBufferedValueBytes() > 0 {
+		st := cw.PageStatistics()
+		if st == nil || st.NumValues()+st.NullCount() == 0 {
+			return nil
+		}
+		if f, ok := cw.(pageFlusher); ok {
 			return f.FlushCurrentPage()
 		}
 		return nil
