@@ -48,7 +48,9 @@ demo: build
 	bin/relayout run --input $(DEMO)/events --output $(DEMO)/relaid --slice-keys country,date --row-group-bytes 8MiB
 	bin/relayout verify --deep $(DEMO)/relaid
 	bin/relayout inspect $(DEMO)/relaid/parquet --slice-keys country,date --slices 5
-	@echo "output: $(DEMO)/relaid (manifest.json, parquet/, _report.json)"
+	bin/relayout run --input $(DEMO)/events --output $(DEMO)/packed --slice-keys country,date --query-key query_id --row-group-bytes 8MiB
+	bin/relayout unpack --input $(DEMO)/packed --output $(DEMO)/unpacked
+	@echo "outputs: $(DEMO)/relaid (slices contiguous), $(DEMO)/packed (one row per query), $(DEMO)/unpacked (packed -> flat again)"
 
 # Benchmarks: Go micro-benchmarks once each, then relayout against DuckDB side
 # by side (see bench/README.md). BENCH_ROWS sizes the generated input.
