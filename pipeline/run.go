@@ -446,11 +446,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 
 	// 5. Commit.
-	data, err := manifests.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	if err := putObject(ctx, out, manifests.FileName, data); err != nil {
+	if err := commitManifest(ctx, out, m); err != nil {
 		return nil, err
 	}
 	committed = true
@@ -501,6 +497,16 @@ func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) er
 	}
 	_ = out.Bucket.Delete(ctx, out.Key(ReportFileName))
 	return nil
+}
+
+// commitManifest writes manifest.json: the last write of a run and its only
+// commit point.
+func commitManifest(ctx context.Context, out storage.Location, m *manifests.Manifest) error {
+	data, err := manifests.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return putObject(ctx, out, manifests.FileName, data)
 }
 
 func putObject(ctx context.Context, out storage.Location, rel string, data []byte) error {

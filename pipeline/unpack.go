@@ -141,11 +141,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	} else if !res.OK {
 		return nil, fmt.Errorf("unpacked output check failed, nothing committed: %s", res.Problem)
 	}
-	mdata, err := manifests.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	if err := putObject(ctx, out, manifests.FileName, mdata); err != nil {
+	if err := commitManifest(ctx, out, m); err != nil {
 		return nil, err
 	}
 	committed = true
