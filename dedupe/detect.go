@@ -2,11 +2,14 @@ package dedupe
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/partition"
 )
 
@@ -30,7 +33,7 @@ type Detector struct {
 	conflicts map[int]Conflict
 	lastKey   []byte
 	lastHash  []uint64
-	lastVals  []any // values of the previous row, only kept for reports
+	lastVals  []any // values of the previous batch's last row, for reports
 	have      bool
 }
 
@@ -43,20 +46,28 @@ func NewDetector(schema *arrow.Schema, keyCols []int) *Detector {
 // Add checks rows of rec, in the order given by ord (nil: as stored).
 func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
 	n := int(rec.NumRows())
+	if n == 0 {
+		return nil
+	}
 	hashes := make([][]uint64, rec.NumCols())
-	for c := range hashes {
+	err := par.ForEach(context.Background(), len(hashes), runtime.GOMAXPROCS(0), func(c int) error {
 		h, err := fingerprint.ValueHashes(rec.Column(c))
-		if err != nil {
-			return err
-		}
 		hashes[c] = h
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	row := func(j int) int {
+		if ord != nil {
+			return int(ord[j])
+		}
+		return j
 	}
 	var key []byte
+	prev := -1 // previous row of this batch, or -1: the last row of the previous batch
 	for j := 0; j < n; j++ {
-		i := j
-		if ord != nil {
-			i = int(ord[j])
-		}
+		i := row(j)
 		key = key[:0]
 		for _, c := range d.keyCols {
 			key = partition.AppendKey(key, rec.Column(c), i)
@@ -70,52 +81,31 @@ func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
 				for k, kc := range d.keyCols {
 					q[k] = partition.Value(rec.Column(kc), i)
 				}
-				d.conflicts[c] = Conflict{Column: d.schema.Field(c).Name, Query: q, A: d.lastValue(c), B: partition.Value(rec.Column(c), i)}
+				var a any
+				if prev >= 0 {
+					a = partition.Value(rec.Column(c), prev)
+				} else {
+					a = d.lastVals[c]
+				}
+				d.conflicts[c] = Conflict{Column: d.schema.Field(c).Name, Query: q, A: a, B: partition.Value(rec.Column(c), i)}
 			}
 			d.lastHash[c] = h
 		}
-		// Remember the row's values lazily: only columns still constant
-		// can produce a conflict report later.
-		d.keep(rec, i)
 		d.lastKey = append(d.lastKey[:0], key...)
 		d.have = true
+		prev = i
 	}
-	d.Finish() // keep values, not the batch
-	return nil
-}
-
-func (d *Detector) keep(rec arrow.RecordBatch, i int) {
+	// Keep the last row's values (not the batch) for a report that spans
+	// batches.
 	if d.lastVals == nil {
 		d.lastVals = make([]any, rec.NumCols())
 	}
 	for c := range d.lastVals {
 		if !d.varying[c] {
-			d.lastVals[c] = cellRef{rec, c, i}
+			d.lastVals[c] = partition.Value(rec.Column(c), prev)
 		}
 	}
-}
-
-// cellRef defers formatting a value until a conflict is reported.
-type cellRef struct {
-	rec arrow.RecordBatch
-	c   int
-	i   int
-}
-
-func (d *Detector) lastValue(c int) any {
-	if r, ok := d.lastVals[c].(cellRef); ok {
-		return partition.Value(r.rec.Column(r.c), r.i)
-	}
-	return d.lastVals[c]
-}
-
-// Finish turns the references to the last row into values.
-func (d *Detector) Finish() {
-	for c, v := range d.lastVals {
-		if r, ok := v.(cellRef); ok {
-			d.lastVals[c] = partition.Value(r.rec.Column(r.c), r.i)
-		}
-	}
+	return nil
 }
 
 // Constant reports, per column, whether it never varied inside a query.

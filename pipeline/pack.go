@@ -59,9 +59,18 @@ func newPackRun(tbl *source.Table, qk, sliceCols []int, hist *partition.Histogra
 
 // detect feeds a sorted unit to the detector.
 func (p *packRun) detect(src *unitSource, schema *arrow.Schema) error {
-	if err := p.checkSplit(src, schema); err != nil {
-		return err
+	// The split check and the detector only read the unit: run them side
+	// by side.
+	split := make(chan error, 1)
+	go func() { split <- p.checkSplit(src, schema) }()
+	err := p.detectColumns(src, schema)
+	if serr := <-split; serr != nil {
+		return serr // a split query explains any column conflict too
 	}
+	return err
+}
+
+func (p *packRun) detectColumns(src *unitSource, schema *arrow.Schema) error {
 	arrs := make([]arrow.Array, len(src.cols))
 	for i, c := range src.cols {
 		arrs[i] = c.(*compute.ArrayDatum).MakeArray()

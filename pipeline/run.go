@@ -321,6 +321,8 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 				src.release()
 				return nil, err
 			}
+			rep.stage("detect", t1)
+			t1 = time.Now()
 		}
 		opts.Progress.Start("write", tbl.Rows)
 		err = writeUnit(ctx, tbl.Schema, src, units[0], workers, fpOut, write)
