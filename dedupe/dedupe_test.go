@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/fingerprint"
-	"github.com/relayout/relayout/internal/testutil"
 )
 
 var flat = arrow.NewSchema([]arrow.Field{
@@ -135,7 +134,6 @@ func TestDetectPackUnpack(t *testing.T) {
 			t.Fatalf("row %d: %s, want %s", i, back[i], rowString(rec, i))
 		}
 	}
-	_ = testutil.Root
 }
 
 func TestDetectorReportsPerturbedColumn(t *testing.T) {

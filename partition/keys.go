@@ -7,8 +7,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/decimal128"
-	"github.com/apache/arrow-go/v18/arrow/decimal256"
 )
 
 // Tags that start each encoded value: nulls sort before every value.
@@ -145,8 +143,3 @@ func appendBytes(dst, v []byte) []byte {
 	}
 	return append(dst, 0, 0)
 }
-
-var (
-	_ = decimal128.Num{}
-	_ = decimal256.Num{}
-)

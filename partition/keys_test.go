@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"testing"
 
@@ -240,5 +239,4 @@ func TestSupportedKeyType(t *testing.T) {
 	if err := SupportedKeyType(arrow.BinaryTypes.String); err != nil {
 		t.Fatal(err)
 	}
-	_ = sort.Ints
 }

@@ -87,8 +87,6 @@ func TestObjectStorageMatchesLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	upload(t, s3loc.Bucket, "impressions/", in)
-	counts := new(storage.Counters)
-	_ = counts
 	smallRun(t, "s3://bkt/impressions/"+params, "s3://bkt/relaid/"+params, nil)
 	gotS3 := readBucketTree(t, s3loc.Bucket, "relaid/")
 

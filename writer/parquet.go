@@ -191,15 +191,10 @@ func (w *Parquet) Write(rec arrow.RecordBatch) error {
 			take = w.rgLeft
 		}
 		part := rec.NewSlice(off, off+take)
-		var err error
-		if w.fast != nil {
-			err = writeFast(w.ctx, w.cur.rgw, part, w.fast, &w.arrow, w.workers)
-		} else {
-			err = w.cur.fw.WriteBuffered(part)
-		}
+		err := w.writeRecord(part)
 		part.Release()
 		if err != nil {
-			return w.fail(err)
+			return err
 		}
 		off += take
 		w.rgLeft -= take
@@ -228,24 +223,60 @@ func (w *Parquet) advance() error {
 			return err
 		}
 	}
-	if w.fast != nil {
-		if w.cur.rgw != nil {
-			if err := flushPages(w.cur.rgw, len(w.fast), w.workers); err != nil {
-				return w.fail(err)
-			}
-			if err := w.cur.rgw.Close(); err != nil {
-				return w.fail(err)
-			}
-		}
-		rgw, err := w.cur.pw.AppendBufferedRowGroupChecked()
-		if err != nil {
-			return w.fail(err)
-		}
-		w.cur.rgw = rgw
-	} else if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
-		return w.fail(err)
+	if err := w.startRowGroup(); err != nil {
+		return err
 	}
 	w.rgLeft = w.layout.Files[w.fileIdx].RowGroups[w.rgIdx].Rows
+	return nil
+}
+
+// startRowGroup begins a buffered row group, closing the open one.
+func (w *Parquet) startRowGroup() error {
+	if w.fast == nil {
+		if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
+			return w.fail(err)
+		}
+		return nil
+	}
+	if err := w.endFastRowGroup(); err != nil {
+		return err
+	}
+	rgw, err := w.cur.pw.AppendBufferedRowGroupChecked()
+	if err != nil {
+		return w.fail(err)
+	}
+	w.cur.rgw = rgw
+	return nil
+}
+
+// endFastRowGroup compresses the fast path's pending pages in parallel and
+// closes its open row group, if any. (The generic writer closes a row group
+// when the next one starts or the file closes.)
+func (w *Parquet) endFastRowGroup() error {
+	if w.cur.rgw == nil {
+		return nil
+	}
+	if err := flushPages(w.cur.rgw, len(w.fast), w.workers); err != nil {
+		return w.fail(err)
+	}
+	if err := w.cur.rgw.Close(); err != nil {
+		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(FileName(w.fileIdx)), err))
+	}
+	w.cur.rgw = nil
+	return nil
+}
+
+// writeRecord adds rows to the open row group.
+func (w *Parquet) writeRecord(rec arrow.RecordBatch) error {
+	var err error
+	if w.fast != nil {
+		err = writeFast(w.ctx, w.cur.rgw, rec, w.fast, &w.arrow, w.workers)
+	} else {
+		err = w.cur.fw.WriteBuffered(rec)
+	}
+	if err != nil {
+		return w.fail(err)
+	}
 	return nil
 }
 
@@ -299,13 +330,8 @@ func (w *Parquet) closeFile() error {
 	name := FileName(w.fileIdx)
 	var md *metadata.FileMetaData
 	if f.pw != nil {
-		if f.rgw != nil {
-			if err := flushPages(f.rgw, len(w.fast), w.workers); err != nil {
-				return w.fail(err)
-			}
-			if err := f.rgw.Close(); err != nil {
-				return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
-			}
+		if err := w.endFastRowGroup(); err != nil {
+			return err
 		}
 		if err := f.pw.Close(); err != nil {
 			return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
@@ -480,27 +506,14 @@ func (w *Parquet) Append(rec arrow.RecordBatch) error {
 		}
 		w.manualStart = w.next
 	}
-	if w.fast == nil && !w.rgOpen {
-		if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
-			return w.fail(err)
+	if !w.rgOpen {
+		if err := w.startRowGroup(); err != nil {
+			return err
 		}
+		w.rgOpen = true
 	}
-	if w.fast != nil && w.cur.rgw == nil {
-		rgw, err := w.cur.pw.AppendBufferedRowGroupChecked()
-		if err != nil {
-			return w.fail(err)
-		}
-		w.cur.rgw = rgw
-	}
-	w.rgOpen = true
-	var err error
-	if w.fast != nil {
-		err = writeFast(w.ctx, w.cur.rgw, rec, w.fast, &w.arrow, w.workers)
-	} else {
-		err = w.cur.fw.WriteBuffered(rec)
-	}
-	if err != nil {
-		return w.fail(err)
+	if err := w.writeRecord(rec); err != nil {
+		return err
 	}
 	w.next += rec.NumRows()
 	return nil
@@ -513,18 +526,9 @@ func (w *Parquet) EndRowGroup() error {
 	}
 	w.rgOpen = false
 	if w.fast != nil {
-		if err := flushPages(w.cur.rgw, len(w.fast), w.workers); err != nil {
-			return w.fail(err)
-		}
-		if err := w.cur.rgw.Close(); err != nil {
-			return w.fail(err)
-		}
-		w.cur.rgw = nil
-		return nil
+		return w.endFastRowGroup()
 	}
-	// The generic writer closes a buffered row group when the next starts
-	// or the file closes; mark that the next Append starts a new one.
-	return nil
+	return nil // the next Append starts a new row group
 }
 
 // EndFile closes the current file, if any.

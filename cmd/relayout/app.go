@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -118,5 +117,3 @@ func splitList(vs []string) []string {
 	}
 	return out
 }
-
-var _ = fmt.Sprintf

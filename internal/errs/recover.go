@@ -2,6 +2,7 @@ package errs
 
 import (
 	"fmt"
+	"os"
 	"runtime/debug"
 )
 
@@ -16,7 +17,7 @@ func Recover(errp *error, what string) {
 		return
 	}
 	if debugPanics {
-		fmt.Printf("panic in %s: %v\n%s", what, r, debug.Stack())
+		fmt.Fprintf(os.Stderr, "panic in %s: %v\n%s", what, r, debug.Stack())
 	}
 	*errp = WithHint(BadInputf("%s: corrupt data (the decoder failed: %v)", what, r), "re-export the file or leave it out of --input")
 }
