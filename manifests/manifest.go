@@ -32,6 +32,8 @@ type Manifest struct {
 	Fingerprint     Fingerprint     `json:"fingerprint"`
 	// Packing is set for packed outputs.
 	Packing *Packing `json:"packing,omitempty"`
+	// Tensors is set when tensor shards were written.
+	Tensors *Tensors `json:"tensors,omitempty"`
 }
 
 // Column is a top-level column of the table.

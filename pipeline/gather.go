@@ -229,7 +229,7 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 }
 
 // readAll decodes every row group (all columns) and fingerprints it.
-func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress) ([]arrow.RecordBatch, fingerprint.Sum, error) {
+func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress, observe func(arrow.RecordBatch)) ([]arrow.RecordBatch, fingerprint.Sum, error) {
 	refs := t.RowGroups()
 	recs := make([]arrow.RecordBatch, len(refs))
 	sums := make([]fingerprint.Sum, len(refs))
@@ -239,6 +239,7 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress) 
 			return err
 		}
 		recs[i] = rec
+		observe(rec)
 		if sums[i], err = fingerprint.Record(rec); err != nil {
 			return errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
 		}
@@ -262,7 +263,7 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress) 
 
 // spill routes every input row to its unit's spill file (Arrow IPC, LZ4),
 // in input order, and returns the files and the input fingerprint.
-func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, dir string, parallel int, prog Progress) ([]string, fingerprint.Sum, int64, error) {
+func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, dir string, parallel int, prog Progress, observe func(arrow.RecordBatch)) ([]string, fingerprint.Sum, int64, error) {
 	var fp fingerprint.Sum
 	n := len(rt.units)
 	paths := make([]string, n)
@@ -299,6 +300,7 @@ func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, di
 			return fail(errs.BadInputf("%s: %v", ref.File.Obj.URL, err))
 		}
 		fp.Add(s)
+		observe(rec)
 		byUnit := map[int][]int64{}
 		off := ref.Offset()
 		for i := 0; i < int(ref.Rows()); i++ {

@@ -31,6 +31,15 @@ type RunOptions struct {
 	// MaxItemsPerQuery caps one query's items (default: what fits in a
 	// quarter of the memory budget).
 	MaxItemsPerQuery int64
+	// Tensors also writes tensor shards (safetensors) under tensors/.
+	Tensors bool
+	// TensorSpec is a YAML tensor spec file (implies Tensors).
+	TensorSpec string
+	// ShardBytes is the target tensor shard size (default 256 MiB).
+	ShardBytes int64
+	// BlockSamples is the size of the canonical blocks a loader shuffles
+	// and assigns (default 4096 samples).
+	BlockSamples int64
 	// RowGroupBytes is the target uncompressed row-group size (default 128 MiB).
 	RowGroupBytes int64
 	// MinRowGroupBytes: slices at least this large own whole row groups
@@ -102,6 +111,8 @@ const (
 	defaultRowGroupRows  = 1 << 20
 	defaultFileBytes     = 1 << 30
 	defaultMemoryLimit   = 2 << 30
+	defaultShardBytes    = 256 << 20
+	defaultBlockSamples  = 4096
 )
 
 func (o RunOptions) withDefaults() (RunOptions, error) {
@@ -146,6 +157,15 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 			return o, errs.Usagef("column %q is named twice in --slice-keys, --sort-keys, --query-key or --item-order", k)
 		}
 		seen[k] = true
+	}
+	if o.TensorSpec != "" {
+		o.Tensors = true
+	}
+	if o.ShardBytes == 0 {
+		o.ShardBytes = defaultShardBytes
+	}
+	if o.BlockSamples == 0 {
+		o.BlockSamples = defaultBlockSamples
 	}
 	if o.RowGroupBytes == 0 {
 		o.RowGroupBytes = defaultRowGroupBytes
@@ -199,6 +219,12 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	}
 	if o.FileBytes < 0 {
 		bad = append(bad, "--file-bytes must be positive")
+	}
+	if o.ShardBytes < 0 {
+		bad = append(bad, "--shard-bytes must be positive")
+	}
+	if o.BlockSamples < 0 {
+		bad = append(bad, "--block-samples must be positive")
 	}
 	if o.ZstdLevel < 1 || o.ZstdLevel > 22 {
 		bad = append(bad, "--zstd-level must be between 1 and 22")

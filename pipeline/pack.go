@@ -34,6 +34,8 @@ type packRun struct {
 	fileEnds map[int64]bool
 	items    int64
 	total    int64
+	// onPacked, when set, also receives every packed record (tensors).
+	onPacked func(arrow.RecordBatch) error
 	maxItems int64
 	conflict []string // columns moved to the items by --on-query-conflict=items
 
@@ -173,7 +175,13 @@ func (p *packRun) append(w *writer.Parquet, hist *partition.Histogram, packed ar
 		}
 		p.queries[rk]++
 	}
-	return w.Append(packed)
+	if err := w.Append(packed); err != nil {
+		return err
+	}
+	if p.onPacked != nil {
+		return p.onPacked(packed)
+	}
+	return nil
 }
 
 // finish packs the last query.

@@ -13,7 +13,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/cespare/xxhash/v2"
 	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
@@ -38,19 +37,20 @@ type Result struct {
 // layoutConfig is the part of the configuration that decides the output; it
 // is recorded in the manifest and hashed.
 type layoutConfig struct {
-	SliceKeys        []string `json:"slice_keys"`
-	SortKeys         []string `json:"sort_keys"`
-	RowGroupBytes    int64    `json:"row_group_bytes"`
-	MinRowGroupBytes int64    `json:"min_row_group_bytes"`
-	RowGroupRows     int64    `json:"row_group_rows"`
-	FileBytes        int64    `json:"file_bytes"`
-	BoundaryKeys     int      `json:"boundary_keys"`
-	QueryKey         []string `json:"query_key,omitempty"`
-	QueryColumns     []string `json:"query_columns,omitempty"`
-	ItemOrder        []string `json:"item_order,omitempty"`
-	OnQueryConflict  string   `json:"on_query_conflict,omitempty"`
-	ZstdLevel        int      `json:"zstd_level"`
-	PageBytes        int64    `json:"page_bytes"`
+	SliceKeys        []string      `json:"slice_keys"`
+	SortKeys         []string      `json:"sort_keys"`
+	RowGroupBytes    int64         `json:"row_group_bytes"`
+	MinRowGroupBytes int64         `json:"min_row_group_bytes"`
+	RowGroupRows     int64         `json:"row_group_rows"`
+	FileBytes        int64         `json:"file_bytes"`
+	BoundaryKeys     int           `json:"boundary_keys"`
+	QueryKey         []string      `json:"query_key,omitempty"`
+	QueryColumns     []string      `json:"query_columns,omitempty"`
+	ItemOrder        []string      `json:"item_order,omitempty"`
+	OnQueryConflict  string        `json:"on_query_conflict,omitempty"`
+	ZstdLevel        int           `json:"zstd_level"`
+	PageBytes        int64         `json:"page_bytes"`
+	Tensors          *tensorConfig `json:"tensors,omitempty"`
 }
 
 func nonNil(s []string) []string {
@@ -83,6 +83,10 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 
+	tr, err := newTensorRun(opts)
+	if err != nil {
+		return nil, err
+	}
 	objs, err := storage.List(ctx, opts.Inputs)
 	if err != nil {
 		return nil, err
@@ -175,9 +179,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * rowBytes)
 	pending := min(leaves*opts.PageBytes, rowGroupBytes) // pages not yet cut
 	fixed := int64(runtimeReserve) + pending + int64(float64(rowGroupBytes)*compRatio) + int64(max(opts.Parallel, 2)+1)*chunkBytes
+	if tr != nil { // one shard's tensors are buffered until it is written
+		fixed += min(opts.ShardBytes, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
+	}
 	avail := opts.MemoryLimit - fixed
 	if avail < 8<<20 {
-		return nil, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight); raise --memory-limit or lower --row-group-bytes or --page-bytes",
+		return nil, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --page-bytes or --shard-bytes",
 			opts.MemoryLimit>>20, (fixed+8<<20)>>20, leaves, opts.PageBytes>>10, layout.TargetRows)
 	}
 	// A unit's rows are held twice while a column is concatenated and once
@@ -195,7 +202,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
 		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
 		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes, BoundaryKeys: opts.BoundaryKeys,
-		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
+		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes, Tensors: tr.config(opts),
 	}
 	if len(opts.QueryKey) > 0 {
 		cfg.QueryKey, cfg.QueryColumns, cfg.ItemOrder, cfg.OnQueryConflict = opts.QueryKey, nonNil(opts.QueryColumns), nonNil(opts.ItemOrder), opts.OnQueryConflict
@@ -242,6 +249,10 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return err
 		}
 		pk.packer.MaxItems = pk.maxItems
+		if err := tr.open(ctx, out, pk.layout.Packed, true, opts, cfgHash); err != nil {
+			return err
+		}
+		pk.onPacked = tr.write
 		return openWriter(pk.layout.Packed, partition.Layout{}, append(append([]string{}, opts.SliceKeys...), opts.QueryKey...))
 	}
 	committed := false
@@ -249,6 +260,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if !committed && w != nil {
 			w.Abort()
 			writer.Remove(ctx, out, w.Files())
+		}
+		if !committed {
+			tr.remove(ctx, out)
 		}
 	}()
 
@@ -265,8 +279,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			if err := pk.write(ctx, w, hist, rec); err != nil {
 				return err
 			}
-		} else if err := w.Write(rec); err != nil {
-			return err
+		} else {
+			if err := w.Write(rec); err != nil {
+				return err
+			}
+			if err := tr.write(rec); err != nil {
+				return err
+			}
 		}
 		opts.Progress.Add(rec.NumRows())
 		if opts.FailAfterFiles > 0 && len(w.Files()) >= opts.FailAfterFiles && len(w.Files()) > written {
@@ -297,7 +316,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	if len(units) == 1 {
 		opts.Progress.Start("read", tbl.Rows)
-		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress)
+		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress, tr.observe)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
@@ -308,6 +327,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		src, err := sortUnit(recs, units[0])
 		if err != nil {
 			return nil, err
+		}
+		if pk == nil {
+			if err := tr.open(ctx, out, tbl.Schema, false, opts, cfgHash); err != nil {
+				src.release()
+				return nil, err
+			}
 		}
 		if pk != nil {
 			if err := pk.detect(src, tbl.Schema); err != nil {
@@ -339,7 +364,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 		opts.Progress.Start("spill", tbl.Rows)
-		paths, fp, spilled, err := spill(ctx, tbl, rt, sliceCols, dir, opts.Parallel, opts.Progress)
+		paths, fp, spilled, err := spill(ctx, tbl, rt, sliceCols, dir, opts.Parallel, opts.Progress, tr.observe)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
@@ -348,6 +373,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.SpillBytes = spilled
 		rep.stage("spill", t1)
 		t1 = time.Now()
+		if pk == nil {
+			if err := tr.open(ctx, out, tbl.Schema, false, opts, cfgHash); err != nil {
+				return nil, err
+			}
+		}
 		if pk != nil {
 			// Query-level columns are decided over all rows: a pass over
 			// the sorted units before anything is written.
@@ -402,6 +432,10 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	shards, err := tr.close()
+	if err != nil {
+		return nil, err
+	}
 	rep.stage("write", t1)
 	if inFP.Rows != tbl.Rows {
 		return nil, fmt.Errorf("internal: read %d rows, footers say %d", inFP.Rows, tbl.Rows)
@@ -424,6 +458,14 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 	} else {
 		m = buildManifest(tbl, tbl.Schema, hist.Slices, files, cfgJSON, cfgHash, opts, inFP)
+	}
+
+	if tr != nil {
+		m.Tensors = tr.manifest(m, shards, opts)
+		want := m.Totals.Rows
+		if m.Tensors.Totals.Rows != want || (m.Packing != nil && m.Tensors.Totals.Items != m.Packing.Items) {
+			return nil, fmt.Errorf("internal: shards hold %d samples and %d items, the Parquet files %d", m.Tensors.Totals.Rows, m.Tensors.Totals.Items, want)
+		}
 	}
 
 	// 4. Check what was written against the manifest and the input.
@@ -480,18 +522,14 @@ func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) er
 	}
 	if out.Local != "" {
 		tmps, _ := filepath.Glob(filepath.Join(out.Local, "parquet", "*.tmp"))
-		for _, p := range tmps {
+		shardTmps, _ := filepath.Glob(filepath.Join(out.Local, "tensors", "*.tmp"))
+		for _, p := range append(tmps, shardTmps...) {
 			os.Remove(p)
 		}
 	}
-	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key("parquet/")})
-	for {
-		obj, err := it.Next(ctx)
-		if err != nil {
-			break
-		}
-		if err := out.Bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return storage.Classify(fmt.Errorf("remove old %s: %w", obj.Key, err))
+	for _, prefix := range []string{"parquet/", "tensors/"} {
+		if err := removePrefix(ctx, out, prefix); err != nil {
+			return err
 		}
 	}
 	_ = out.Bucket.Delete(ctx, out.Key(ReportFileName))

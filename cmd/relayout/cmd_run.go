@@ -25,6 +25,10 @@ func runFlags() []cli.Flag {
 		sliceFlag("item-order", "columns that order the items of a query (default: input order)"),
 		strFlag("on-query-conflict", "fail", "a declared query column that varies within a query: fail, or items (keep it per item)"),
 		intFlag("max-items-per-query", 0, "largest query accepted (default: what fits a quarter of the memory budget)"),
+		boolFlag("tensors", "also write tensor shards (safetensors) under tensors/ for zero-copy loaders"),
+		strFlag("tensor-spec", "", "YAML tensor spec: group, cast, hash, rename and drop columns (implies --tensors)"),
+		strFlag("shard-bytes", "256MiB", "target tensor shard size"),
+		intFlag("block-samples", 4096, "samples per canonical block, the unit loaders shuffle and assign"),
 		strFlag("row-group-bytes", "128MiB", "target uncompressed row-group size"),
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
 		intFlag("row-group-rows", 1<<20, "maximum rows per row group"),
@@ -79,6 +83,9 @@ func runCommand() *cli.Command {
 				ItemOrder:        splitList(c.StringSlice("item-order")),
 				OnQueryConflict:  c.String("on-query-conflict"),
 				MaxItemsPerQuery: int64(c.Int("max-items-per-query")),
+				Tensors:          c.Bool("tensors"),
+				TensorSpec:       c.String("tensor-spec"),
+				BlockSamples:     int64(c.Int("block-samples")),
 				Log:              log,
 				Progress:         newProgress(c, log),
 			}
@@ -88,6 +95,7 @@ func runCommand() *cli.Command {
 			}{
 				{"row-group-bytes", &opts.RowGroupBytes}, {"min-row-group-bytes", &opts.MinRowGroupBytes},
 				{"file-bytes", &opts.FileBytes}, {"page-bytes", &opts.PageBytes}, {"memory-limit", &opts.MemoryLimit},
+				{"shard-bytes", &opts.ShardBytes},
 			} {
 				if *s.dst, err = parseSize(s.flag, c.String(s.flag)); err != nil {
 					return err
@@ -116,6 +124,9 @@ func printRunSummary(w io.Writer, res *pipeline.Result) {
 	if p := m.Packing; p != nil {
 		fmt.Fprintf(w, "packed %d items into %d queries by %s (items per query: min %d, p50 %d, p99 %d, max %d); query-level columns: %s\n",
 			p.Items, p.Queries, strings.Join(p.QueryKey, ","), p.ItemsPerQuery.Min, p.ItemsPerQuery.P50, p.ItemsPerQuery.P99, p.ItemsPerQuery.Max, strings.Join(p.QueryColumns, ","))
+	}
+	if t := m.Tensors; t != nil {
+		fmt.Fprintf(w, "tensors: %d shards (%s), %d tensors per shard, %d %ss\n", t.Totals.Shards, human(t.Totals.Bytes), len(t.Schema), t.Totals.Rows, t.Sample)
 	}
 	fmt.Fprintf(w, "fingerprint %s over %d rows (input = output); peak RSS %s; spilled %s in %d units\n",
 		m.Fingerprint.Hash, m.Fingerprint.Rows, human(r.PeakRSSBytes), human(r.SpillBytes), r.Units)

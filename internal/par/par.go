@@ -4,8 +4,25 @@ package par
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
 	"sync"
 )
+
+// call runs fn(i), turning a panic into an error: a worker goroutine that
+// panics would otherwise end the process without its exit-code contract.
+func call(fn func(int) error, i int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if os.Getenv("RELAYOUT_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "panic: %v\n%s", r, debug.Stack())
+			}
+			err = fmt.Errorf("internal error: panic: %v (set RELAYOUT_DEBUG=1 for the stack and report it)", r)
+		}
+	}()
+	return fn(i)
+}
 
 // ForEach calls fn(i) for i in [0, n) on at most workers goroutines and
 // returns the error of the lowest i that failed (so the error reported does
@@ -39,7 +56,7 @@ func ForEach(ctx context.Context, n, workers int, fn func(i int) error) error {
 				if stop || ctx.Err() != nil {
 					continue
 				}
-				if err := fn(i); err != nil {
+				if err := call(fn, i); err != nil {
 					errv[i] = err
 					mu.Lock()
 					failed = true

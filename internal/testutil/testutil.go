@@ -158,3 +158,52 @@ func EachRow(tb testing.TB, rg parquet.RowGroup, fn func(parquet.Row)) {
 		}
 	}
 }
+
+// Python runs a script from the project's python/ folder with Debian's
+// /usr/bin/python3 (which has python3-numpy) and returns its stdout. Without
+// NumPy it fails when RELAYOUT_REQUIRE_PEERS=1 (as `make test` sets) and
+// skips otherwise.
+func Python(tb testing.TB, args ...string) []byte {
+	tb.Helper()
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
+		if os.Getenv("RELAYOUT_REQUIRE_PEERS") == "1" {
+			tb.Fatalf("python3-numpy missing at %s: run `make deps`", py)
+		}
+		tb.Skipf("python3-numpy not installed at %s (run `make deps`)", py)
+	}
+	cmd := exec.Command(py, args...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(Root(), "python"), "PYTHONDONTWRITEBYTECODE=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("python %v: %v\n%s", args, err, stderr.String())
+	}
+	return out
+}
+
+// WriteNpy writes a little-endian array as a NumPy .npy file (format 1.0).
+func WriteNpy(tb testing.TB, path, descr string, shape []int, data []byte) {
+	tb.Helper()
+	var sh strings.Builder
+	sh.WriteByte('(')
+	for _, d := range shape {
+		fmt.Fprintf(&sh, "%d,", d)
+	}
+	sh.WriteByte(')')
+	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, sh.String())
+	for (10+len(h)+1)%64 != 0 {
+		h += " "
+	}
+	h += "\n"
+	var b bytes.Buffer
+	b.WriteString("\x93NUMPY\x01\x00")
+	b.WriteByte(byte(len(h)))
+	b.WriteByte(byte(len(h) >> 8))
+	b.WriteString(h)
+	b.Write(data)
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}

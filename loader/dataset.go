@@ -1,0 +1,331 @@
+package loader
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/manifests"
+)
+
+// Options configures Open.
+type Options struct {
+	// Slices restricts reading to these manifest slices (indices into
+	// Manifest.Slices); nil reads everything.
+	Slices []int
+	// VerifyChecksums hashes every shard when it is first mapped and fails
+	// on a mismatch with the manifest's xxhash64.
+	VerifyChecksums bool
+}
+
+// Tensor is one tensor of a batch.
+type Tensor struct {
+	Name  string
+	DType string
+	Shape []int
+	// Data is little-endian; it is a view into a shard's memory map when
+	// the batch lies in one shard piece (offsets tensors are always copied,
+	// rebased to start at 0).
+	Data []byte
+}
+
+// Batch is a set of samples with every tensor cut to them.
+type Batch struct {
+	// Ranges are the batch's global sample ranges, in order.
+	Ranges  []Range
+	Samples int64
+	Tensors []Tensor
+}
+
+// Get returns the named tensor.
+func (b *Batch) Get(name string) (*Tensor, bool) {
+	for i := range b.Tensors {
+		if b.Tensors[i].Name == name {
+			return &b.Tensors[i], true
+		}
+	}
+	return nil, false
+}
+
+// Dataset is an output's tensor shards, opened for reading.
+type Dataset struct {
+	Manifest *manifests.Manifest
+	root     string
+	opts     Options
+	sel      []Range
+	mu       sync.Mutex
+	shards   []*mapped
+}
+
+type mapped struct {
+	data   []byte
+	header *Header
+	index  map[string]TensorInfo
+}
+
+// Open reads a manifest (a local path to manifest.json or its folder).
+func Open(path string, opts Options) (*Dataset, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, manifests.FileName)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := manifests.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if m.Tensors == nil {
+		return nil, fmt.Errorf("%s: this output has no tensor shards (run relayout with --tensors)", path)
+	}
+	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards))}
+	if opts.Slices != nil {
+		for _, i := range opts.Slices {
+			if i < 0 || i >= len(m.Slices) {
+				return nil, fmt.Errorf("slice %d: the manifest has %d slices", i, len(m.Slices))
+			}
+			s := m.Slices[i]
+			d.sel = append(d.sel, Range{s.FirstRow, s.FirstRow + s.Rows})
+		}
+		sort.Slice(d.sel, func(i, j int) bool { return d.sel[i].Start < d.sel[j].Start })
+		d.sel = merge(d.sel)
+		if d.sel == nil {
+			d.sel = []Range{}
+		}
+	}
+	return d, nil
+}
+
+func merge(rs []Range) []Range {
+	var out []Range
+	for _, r := range rs {
+		if r.Len() <= 0 {
+			continue
+		}
+		if n := len(out); n > 0 && r.Start <= out[n-1].End {
+			out[n-1].End = max(out[n-1].End, r.End)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Close unmaps the shards.
+func (d *Dataset) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, s := range d.shards {
+		if s != nil {
+			syscall.Munmap(s.data)
+			d.shards[i] = nil
+		}
+	}
+	return nil
+}
+
+// Samples is the number of selected samples.
+func (d *Dataset) Samples() int64 {
+	if d.sel == nil {
+		return d.Manifest.Tensors.Totals.Rows
+	}
+	var n int64
+	for _, r := range d.sel {
+		n += r.Len()
+	}
+	return n
+}
+
+// Sequence is the epoch's global sample order.
+func (d *Dataset) Sequence(seed uint64, epoch int, shuffle bool) []Range {
+	t := d.Manifest.Tensors
+	return Sequence(t.Totals.Rows, t.Order.BlockSamples, d.sel, seed, epoch, shuffle)
+}
+
+// Batches returns reader a's batches of size samples, as ranges.
+func (d *Dataset) Batches(a Assignment, size int64) ([][]Range, error) {
+	return Batches(d.Sequence(a.Seed, a.Epoch, a.Shuffle), size, a)
+}
+
+func (d *Dataset) shard(i int) (*mapped, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.shards[i]; s != nil {
+		return s, nil
+	}
+	ms := d.Manifest.Tensors.Shards[i]
+	p := filepath.Join(d.root, filepath.FromSlash(ms.Path))
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() != ms.Bytes {
+		return nil, fmt.Errorf("%s: %d bytes, the manifest says %d", p, st.Size(), ms.Bytes)
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", p, err)
+	}
+	if d.opts.VerifyChecksums {
+		if got := fmt.Sprintf("%016x", xxhash.Sum64(data)); got != ms.XXHash64 {
+			syscall.Munmap(data)
+			return nil, fmt.Errorf("%s: xxhash64 %s, the manifest says %s", p, got, ms.XXHash64)
+		}
+	}
+	h, err := parseMapped(data)
+	if err != nil {
+		syscall.Munmap(data)
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	s := &mapped{data: data, header: h, index: map[string]TensorInfo{}}
+	for _, t := range h.Tensors {
+		s.index[t.Name] = t
+	}
+	for _, t := range d.Manifest.Tensors.Schema {
+		ti, ok := s.index[t.Name]
+		if !ok || ti.DType != t.DType {
+			syscall.Munmap(data)
+			return nil, fmt.Errorf("%s: tensor %s (%s) is missing or has another dtype", p, t.Name, t.DType)
+		}
+	}
+	d.shards[i] = s
+	return s, nil
+}
+
+func parseMapped(data []byte) (*Header, error) {
+	return ReadHeader(bytesReaderAt(data), int64(len(data)))
+}
+
+type bytesReaderAt []byte
+
+func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(b)) {
+		return 0, fmt.Errorf("read past the end")
+	}
+	n := copy(p, b[off:])
+	if n < len(p) {
+		return n, fmt.Errorf("short read")
+	}
+	return n, nil
+}
+
+func (s *mapped) bytes(t TensorInfo) []byte {
+	return s.data[s.header.DataStart+t.Begin : s.header.DataStart+t.End]
+}
+
+func int64s(b []byte) []int64 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
+}
+
+// Batch materializes the samples in ranges: views into the shard maps when
+// they lie in one shard, else concatenated copies.
+func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
+	mt := d.Manifest.Tensors
+	b := &Batch{Ranges: ranges}
+	type piece struct {
+		sh     *mapped
+		lo, hi int64 // local samples
+	}
+	var pieces []piece
+	for _, r := range ranges {
+		b.Samples += r.Len()
+		for s := r.Start; s < r.End; {
+			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
+			if i == len(mt.Shards) {
+				return nil, fmt.Errorf("sample %d is past the last shard", s)
+			}
+			sh, err := d.shard(i)
+			if err != nil {
+				return nil, err
+			}
+			e := min(r.End, mt.Shards[i].FirstRow+mt.Shards[i].Rows)
+			pieces = append(pieces, piece{sh, s - mt.Shards[i].FirstRow, e - mt.Shards[i].FirstRow})
+			s = e
+		}
+	}
+	byName := map[string]manifests.Tensor{}
+	for _, t := range mt.Schema {
+		byName[t.Name] = t
+	}
+	// levelRange returns the rows of level lvl that samples [lo, hi) of a
+	// piece cover.
+	levelRange := func(p piece, lvl string) (int64, int64) {
+		if lvl != "item" {
+			return p.lo, p.hi
+		}
+		io := int64s(p.sh.bytes(p.sh.index["query.item_offsets"]))
+		return io[p.lo], io[p.hi]
+	}
+	for _, t := range mt.Schema {
+		es := int64(dtypeSize[t.DType])
+		per := es
+		for _, x := range t.Shape {
+			per *= int64(x)
+		}
+		out := Tensor{Name: t.Name, DType: t.DType}
+		var n int64
+		switch t.Kind {
+		case "offsets":
+			offs := []int64{0}
+			for _, p := range pieces {
+				l0, l1 := levelRange(p, t.Level)
+				o := int64s(p.sh.bytes(p.sh.index[t.Name]))
+				base := offs[len(offs)-1] - o[l0]
+				for _, v := range o[l0+1 : l1+1] {
+					offs = append(offs, v+base)
+				}
+			}
+			out.Data = unsafe.Slice((*byte)(unsafe.Pointer(&offs[0])), len(offs)*8)
+			out.Shape = []int{len(offs)}
+			b.Tensors = append(b.Tensors, out)
+			continue
+		case "values":
+			ot := byName[t.Offsets]
+			for _, p := range pieces {
+				l0, l1 := levelRange(p, ot.Level)
+				o := int64s(p.sh.bytes(p.sh.index[t.Offsets]))
+				v := p.sh.bytes(p.sh.index[t.Name])[o[l0]*es : o[l1]*es]
+				out.Data = appendView(out.Data, v, len(pieces))
+				n += o[l1] - o[l0]
+			}
+		default:
+			for _, p := range pieces {
+				l0, l1 := levelRange(p, t.Level)
+				v := p.sh.bytes(p.sh.index[t.Name])
+				if per > 0 {
+					v = v[l0*per : l1*per]
+				} else {
+					v = nil
+				}
+				out.Data = appendView(out.Data, v, len(pieces))
+				n += l1 - l0
+			}
+		}
+		out.Shape = append([]int{int(n)}, t.Shape...)
+		b.Tensors = append(b.Tensors, out)
+	}
+	return b, nil
+}
+
+// appendView returns v itself for a single piece (a view), else appends.
+func appendView(dst, v []byte, pieces int) []byte {
+	if pieces == 1 {
+		return v
+	}
+	return append(dst, v...)
+}

@@ -1,0 +1,336 @@
+package loader_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/loader"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/pipeline"
+)
+
+const flatSpec = `
+tensors:
+  dense:
+    columns: ["user_f*", "item_f*"]
+    dtype: float32
+  country: {buckets: 1000}
+  item_price: {dtype: float16}
+  model_score: {dtype: bfloat16}
+  click: {fill: -1}
+  label: {column: purchase}
+drop: ["session_id"]
+`
+
+const packedSpec = `
+tensors:
+  dense_user: {columns: ["user_f*"], dtype: float32}
+  dense_item: {columns: ["item_f*"], dtype: float32}
+  country: {buckets: 1000}
+  item_price: {dtype: float16}
+  model_score: {dtype: bfloat16}
+  click: {fill: -1}
+  label: {column: purchase}
+drop: ["session_id"]
+`
+
+func writeSpec(t *testing.T, s string) string {
+	p := filepath.Join(t.TempDir(), "tensors.yaml")
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// readOutput reads an output's Parquet rows in order with parquet-go.
+func readOutput(t *testing.T, out string) []gen.Impression {
+	t.Helper()
+	var rows []gen.Impression
+	for _, p := range testutil.Files(t, filepath.Join(out, "parquet")) {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := parquet.NewGenericReader[gen.Impression](f)
+		buf := make([]gen.Impression, int(r.NumRows()))
+		n, err := r.Read(buf)
+		if n != len(buf) {
+			t.Fatalf("%s: read %d of %d rows: %v", p, n, len(buf), err)
+		}
+		rows = append(rows, buf...)
+		r.Close()
+		f.Close()
+	}
+	return rows
+}
+
+// expected collects expected tensors as .npy files plus index.json.
+type expected struct {
+	t     *testing.T
+	dir   string
+	index map[string]map[string]string
+}
+
+func newExpected(t *testing.T) *expected {
+	return &expected{t: t, dir: t.TempDir(), index: map[string]map[string]string{}}
+}
+
+func (e *expected) add(name, dtype, descr string, shape []int, data []byte) {
+	file := fmt.Sprintf("t%03d.npy", len(e.index))
+	testutil.WriteNpy(e.t, filepath.Join(e.dir, file), descr, shape, data)
+	e.index[name] = map[string]string{"file": file, "dtype": dtype}
+}
+
+func (e *expected) ints(name, dtype string, v []int64, shape ...int) {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
+	}
+	e.add(name, dtype, "<i8", append([]int{len(v) / max(prod(shape), 1)}, shape...), b)
+}
+
+func (e *expected) floats(name, dtype string, v []float64, shape ...int) {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
+	}
+	e.add(name, dtype, "<f8", append([]int{len(v) / max(prod(shape), 1)}, shape...), b)
+}
+
+func (e *expected) write() {
+	data, _ := json.Marshal(e.index)
+	if err := os.WriteFile(filepath.Join(e.dir, "index.json"), data, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, x := range s {
+		n *= x
+	}
+	return n
+}
+
+func hashID(s string) int64 { return int64(xxhash.Sum64String(s)) }
+
+// addColumns adds the expected tensors of rows for the columns at one level
+// (query-level columns when query is true, else item-level; flat adds both).
+func addColumns(e *expected, rows []gen.Impression, prefix string, query, item bool) {
+	col := func(f func(r *gen.Impression) int64) []int64 {
+		out := make([]int64, len(rows))
+		for i := range rows {
+			out[i] = f(&rows[i])
+		}
+		return out
+	}
+	fcol := func(f func(r *gen.Impression) float64) []float64 {
+		out := make([]float64, len(rows))
+		for i := range rows {
+			out[i] = f(&rows[i])
+		}
+		return out
+	}
+	if query {
+		e.ints(prefix+"event_time", "I64", col(func(r *gen.Impression) int64 { return r.EventTime.UnixMilli() }))
+		e.ints(prefix+"country", "I64", col(func(r *gen.Impression) int64 { return int64(xxhash.Sum64String(r.Country) % 1000) }))
+		e.ints(prefix+"date", "I32", col(func(r *gen.Impression) int64 { return int64(r.Date) }))
+		e.ints(prefix+"query_id", "I64", col(func(r *gen.Impression) int64 { return r.QueryID }))
+		e.ints(prefix+"user_id", "I64", col(func(r *gen.Impression) int64 { return r.UserID }))
+		e.ints(prefix+"device", "I64", col(func(r *gen.Impression) int64 { return hashID(r.Device) }))
+		e.ints(prefix+"os", "I64", col(func(r *gen.Impression) int64 { return hashID(r.OS) }))
+		e.ints(prefix+"app_version", "I64", col(func(r *gen.Impression) int64 { return hashID(r.AppVersion) }))
+		e.ints(prefix+"user_age", "I32", col(func(r *gen.Impression) int64 { return int64(r.UserAge) }))
+		e.ints(prefix+"user_gender", "I64", col(func(r *gen.Impression) int64 {
+			if r.UserGender == nil {
+				return 0
+			}
+			return hashID(*r.UserGender)
+		}))
+		e.ints(prefix+"user_gender.valid", "U8", col(func(r *gen.Impression) int64 { return b2i(r.UserGender != nil) }))
+		var emb []float64
+		for i := range rows {
+			if len(rows[i].QueryEmb) != 8 {
+				e.t.Fatalf("row %d: query_embedding has %d values", i, len(rows[i].QueryEmb))
+			}
+			for _, v := range rows[i].QueryEmb {
+				emb = append(emb, float64(v))
+			}
+		}
+		e.floats(prefix+"query_embedding", "F32", emb, 8)
+		e.ints(prefix+"query_text", "I64", col(func(r *gen.Impression) int64 { return hashID(r.QueryText) }))
+		e.ints(prefix+"experiment_id", "I32", col(func(r *gen.Impression) int64 { return int64(r.Experiment) }))
+	}
+	if item {
+		e.ints(prefix+"item_id", "I64", col(func(r *gen.Impression) int64 { return r.ItemID }))
+		e.ints(prefix+"position", "I32", col(func(r *gen.Impression) int64 { return int64(r.Position) }))
+		e.ints(prefix+"item_category", "I64", col(func(r *gen.Impression) int64 { return hashID(r.ItemCat) }))
+		e.floats(prefix+"item_price", "F16", fcol(func(r *gen.Impression) float64 { return r.ItemPrice }))
+		var tags, offs []int64
+		offs = append(offs, 0)
+		for i := range rows {
+			for _, s := range rows[i].ItemTags {
+				tags = append(tags, hashID(s))
+			}
+			offs = append(offs, int64(len(tags)))
+		}
+		e.ints(prefix+"item_tags.values", "I64", tags)
+		e.ints(prefix+"item_tags.offsets", "I64", offs)
+		e.floats(prefix+"model_score", "BF16", fcol(func(r *gen.Impression) float64 { return r.Score }))
+		e.ints(prefix+"click", "I32", col(func(r *gen.Impression) int64 {
+			if r.Click == nil {
+				return -1
+			}
+			return int64(*r.Click)
+		}))
+		e.ints(prefix+"click.valid", "U8", col(func(r *gen.Impression) int64 { return b2i(r.Click != nil) }))
+		e.ints(prefix+"dwell_ms", "I64", col(func(r *gen.Impression) int64 {
+			if r.DwellMs == nil {
+				return 0
+			}
+			return *r.DwellMs
+		}))
+		e.ints(prefix+"dwell_ms.valid", "U8", col(func(r *gen.Impression) int64 { return b2i(r.DwellMs != nil) }))
+		e.ints(prefix+"label", "U8", col(func(r *gen.Impression) int64 { return b2i(r.Purchase) }))
+		e.floats(prefix+"sample_weight", "F32", fcol(func(r *gen.Impression) float64 { return float64(r.Weight) }))
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func floatMatrix(rows []gen.Impression, user, item bool) []float64 {
+	var out []float64
+	for i := range rows {
+		r := &rows[i]
+		if user {
+			out = append(out, float64(r.UserF0), float64(r.UserF1), float64(r.UserF2), float64(r.UserF3), float64(r.UserF4), float64(r.UserF5), float64(r.UserF6), float64(r.UserF7))
+		}
+		if item {
+			out = append(out, float64(r.ItemF0), float64(r.ItemF1), float64(r.ItemF2), float64(r.ItemF3), float64(r.ItemF4), float64(r.ItemF5), float64(r.ItemF6), float64(r.ItemF7))
+		}
+	}
+	return out
+}
+
+func run(t *testing.T, opts pipeline.RunOptions) string {
+	t.Helper()
+	if opts.Output == "" {
+		opts.Output = filepath.Join(t.TempDir(), "out")
+	}
+	if _, err := pipeline.Run(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	return opts.Output
+}
+
+// TestShardValuesFlat: every tensor value of a flat output equals its source
+// value after the documented transform. The source is the output Parquet read
+// with parquet-go (its content equals the input's, as every run checks); the
+// shards are read with NumPy through python/relayout_loader.py, which also
+// parses the safetensors headers itself and checks checksums and alignment.
+func TestShardValuesFlat(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 3, Seed: 11})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country", "date"},
+		TensorSpec: writeSpec(t, flatSpec), ShardBytes: 1 << 20})
+	rows := readOutput(t, out)
+	if len(rows) != 30_000 {
+		t.Fatalf("read %d rows", len(rows))
+	}
+	e := newExpected(t)
+	addColumns(e, rows, "", true, true)
+	e.floats("dense", "F32", floatMatrix(rows, true, true), 16)
+	e.write()
+	res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "check_values.py"), out, e.dir)
+	var sum struct {
+		Rows    int64
+		Checked []string
+	}
+	if err := json.Unmarshal(res, &sum); err != nil {
+		t.Fatalf("%v: %s", err, res)
+	}
+	if sum.Rows != 30_000 || len(sum.Checked) != len(e.index) {
+		t.Fatalf("checked %d tensors over %d rows: %s", len(sum.Checked), sum.Rows, res)
+	}
+	m := manifestOf(t, out)
+	if m.Tensors.Totals.Shards < 4 {
+		t.Fatalf("want several shards at --shard-bytes 1MiB, got %d", m.Tensors.Totals.Shards)
+	}
+}
+
+// TestShardValuesPacked: the same for a packed output: query.* once per
+// query, item.* once per item, query.item_offsets between them. The flat run
+// sorted by query_id has the packed order's rows.
+func TestShardValuesPacked(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 3, Seed: 12})
+	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country", "date"}, SortKeys: []string{"query_id"}})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country", "date"}, QueryKey: []string{"query_id"},
+		QueryColumns: gen.QueryLevelColumns, TensorSpec: writeSpec(t, packedSpec), ShardBytes: 1 << 20})
+	rows := readOutput(t, flat)
+	var queries []gen.Impression
+	offs := []int64{0}
+	for i := range rows {
+		if i == 0 || rows[i].QueryID != rows[i-1].QueryID {
+			queries = append(queries, rows[i])
+			if i > 0 {
+				offs = append(offs, int64(i))
+			}
+		}
+	}
+	offs = append(offs, int64(len(rows)))
+	e := newExpected(t)
+	addColumns(e, queries, "query.", true, false)
+	addColumns(e, rows, "item.", false, true)
+	e.ints("query.item_offsets", "I64", offs)
+	e.floats("query.dense_user", "F32", floatMatrix(queries, true, false), 8)
+	e.floats("item.dense_item", "F32", floatMatrix(rows, false, true), 8)
+	e.write()
+	res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "check_values.py"), out, e.dir)
+	var sum struct {
+		Rows    int64
+		Checked []string
+	}
+	if err := json.Unmarshal(res, &sum); err != nil {
+		t.Fatalf("%v: %s", err, res)
+	}
+	if sum.Rows != int64(len(queries)) || len(sum.Checked) != len(e.index) {
+		t.Fatalf("checked %d tensors over %d queries (want %d): %s", len(sum.Checked), sum.Rows, len(queries), res)
+	}
+	m := manifestOf(t, out)
+	if m.Tensors.Sample != "query" || m.Tensors.Totals.Items != 30_000 || m.Tensors.Totals.Shards < 2 {
+		t.Fatalf("tensors totals %+v, sample %s", m.Tensors.Totals, m.Tensors.Sample)
+	}
+	// Shards hold whole queries: per-shard item counts add up.
+	var items int64
+	for _, s := range m.Tensors.Shards {
+		if s.FirstItem != items {
+			t.Fatalf("%s: first_item %d, want %d", s.Path, s.FirstItem, items)
+		}
+		items += s.Items
+	}
+}
+
+func manifestOf(t *testing.T, out string) *manifests.Manifest {
+	t.Helper()
+	d, err := loader.Open(out, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d.Manifest
+}

@@ -1,0 +1,175 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/version"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/tensors"
+	"github.com/relayout/relayout/writer"
+)
+
+// OrderAlgorithm names the determinism contract loaders implement
+// (docs/loader.md).
+const OrderAlgorithm = "relayout-order-v1"
+
+// tensorConfig is the part of the layout config that decides the shards.
+type tensorConfig struct {
+	Spec         *tensors.Spec `json:"spec"`
+	ShardBytes   int64         `json:"shard_bytes"`
+	BlockSamples int64         `json:"block_samples"`
+}
+
+// tensorRun writes tensor shards beside the Parquet files: it profiles list
+// lengths while the input is read, fixes the tensor plan once the output
+// schema is known, and converts the samples handed to the Parquet writer.
+type tensorRun struct {
+	spec *tensors.Spec
+	prof *tensors.Profile
+	plan *tensors.Plan
+	sink *writer.Tensors
+}
+
+// newTensorRun returns nil unless tensors were asked for.
+func newTensorRun(opts RunOptions) (*tensorRun, error) {
+	if !opts.Tensors {
+		return nil, nil
+	}
+	t := &tensorRun{spec: &tensors.Spec{}, prof: tensors.NewProfile()}
+	if opts.TensorSpec != "" {
+		s, err := tensors.ReadSpec(opts.TensorSpec)
+		if err != nil {
+			return nil, errs.Usagef("%v", err)
+		}
+		t.spec = s
+	}
+	return t, nil
+}
+
+func (t *tensorRun) config(opts RunOptions) *tensorConfig {
+	if t == nil {
+		return nil
+	}
+	return &tensorConfig{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples}
+}
+
+// observe profiles a flat input record.
+func (t *tensorRun) observe(rec arrow.RecordBatch) {
+	if t != nil {
+		t.prof.Observe(rec)
+	}
+}
+
+// open fixes the plan for the output schema and creates the sink.
+func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arrow.Schema, packed bool, opts RunOptions, cfgHash string) error {
+	if t == nil {
+		return nil
+	}
+	plan, err := tensors.NewPlan(schema, packed, t.spec, t.prof)
+	if err != nil {
+		var ce *tensors.ConfigError
+		if errors.As(err, &ce) {
+			hint := "fix --tensor-spec"
+			if opts.TensorSpec == "" {
+				hint = "pass --tensor-spec to drop or convert the column"
+			}
+			return errs.WithHint(errs.Usagef("tensors: %v", err), hint)
+		}
+		return err
+	}
+	plan.Parallel = opts.Parallel
+	t.plan = plan
+	t.sink = writer.NewTensors(ctx, out, plan, writer.TensorOptions{
+		ShardBytes: opts.ShardBytes,
+		Metadata:   map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
+	})
+	return nil
+}
+
+// write converts samples in output order.
+func (t *tensorRun) write(rec arrow.RecordBatch) error {
+	if t == nil {
+		return nil
+	}
+	if err := t.sink.Write(rec); err != nil {
+		var ce *tensors.ConfigError
+		if errors.As(err, &ce) {
+			return errs.Usagef("tensors: %v", err)
+		}
+		return errs.BadInputf("tensors: %v", err)
+	}
+	return nil
+}
+
+func (t *tensorRun) close() ([]writer.ShardInfo, error) {
+	if t == nil || t.sink == nil {
+		return nil, nil
+	}
+	return t.sink.Close()
+}
+
+// remove deletes the shards of a run that did not commit.
+func (t *tensorRun) remove(ctx context.Context, out storage.Location) {
+	if t == nil || t.sink == nil {
+		return
+	}
+	var files []writer.FileInfo
+	for _, s := range t.sink.Shards() {
+		files = append(files, writer.FileInfo{Path: s.Path})
+	}
+	writer.Remove(ctx, out, files)
+}
+
+// manifest describes the shards and indexes each slice's rows in them.
+func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.ShardInfo, opts RunOptions) *manifests.Tensors {
+	mt := &manifests.Tensors{
+		Format: "safetensors", Sample: t.plan.Sample(), ShardBytes: opts.ShardBytes,
+		SpecHash: t.plan.Hash(), Schema: t.plan.Tensors(), Shards: []manifests.Shard{},
+		Order: manifests.Order{Algorithm: OrderAlgorithm, BlockSamples: opts.BlockSamples},
+	}
+	k := 0
+	for _, s := range shards {
+		ms := manifests.Shard{Path: s.Path, Bytes: s.Bytes, XXHash64: fmt.Sprintf("%016x", s.XXHash64),
+			Rows: s.Rows, FirstRow: s.FirstRow, Items: s.Items, FirstItem: s.FirstItem, Slices: []manifests.ShardSlice{}}
+		end := s.FirstRow + s.Rows
+		for k < len(m.Slices) && m.Slices[k].FirstRow+m.Slices[k].Rows <= s.FirstRow {
+			k++
+		}
+		for j := k; j < len(m.Slices) && m.Slices[j].FirstRow < end; j++ {
+			sl := m.Slices[j]
+			lo, hi := max(sl.FirstRow, s.FirstRow), min(sl.FirstRow+sl.Rows, end)
+			if hi > lo {
+				ms.Slices = append(ms.Slices, manifests.ShardSlice{Slice: j, FirstRow: lo - s.FirstRow, Rows: hi - lo})
+			}
+		}
+		mt.Shards = append(mt.Shards, ms)
+		mt.Totals.Shards++
+		mt.Totals.Bytes += s.Bytes
+		mt.Totals.Rows += s.Rows
+		mt.Totals.Items += s.Items
+	}
+	return mt
+}
+
+// removePrefix deletes every object under rel (best effort on NotFound).
+func removePrefix(ctx context.Context, out storage.Location, rel string) error {
+	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key(rel)})
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			break
+		}
+		if err := out.Bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return storage.Classify(fmt.Errorf("remove old %s: %w", obj.Key, err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,421 @@
+"""Read relayout tensor shards with NumPy, following relayout-order-v1.
+
+    from relayout_loader import Dataset
+    ds = Dataset("out/manifest.json", rank=0, world=8, worker=0, num_workers=4, seed=1, epoch=0)
+    for batch in ds.batches(512):   # dict: tensor name -> numpy array
+        ...
+
+Shards are memory-mapped; a batch whose samples lie in one shard piece is a
+set of zero-copy views (offsets tensors are always small rebased copies).
+The order and the split between (rank, worker) readers follow the contract in
+docs/loader.md, which the Go package github.com/relayout/relayout/loader
+implements too. Only NumPy is required; `verify_checksums=True` needs the
+xxhash module (Debian: python3-xxhash). When torch imports, TorchDataset wraps
+Dataset as a torch.utils.data.IterableDataset.
+
+bfloat16 tensors are returned as uint16 arrays of their bits (NumPy has no
+bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
+"""
+
+import json
+import mmap
+import os
+import struct
+
+import numpy as np
+
+__all__ = ["Dataset", "read_header", "sequence", "batch_ranges", "SplitMix64", "block_order"]
+
+ALGORITHM = "relayout-order-v1"
+M64 = (1 << 64) - 1
+
+DTYPES = {
+    "BOOL": np.dtype("|b1"), "U8": np.dtype("|u1"), "I8": np.dtype("|i1"),
+    "U16": np.dtype("<u2"), "I16": np.dtype("<i2"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+    "U32": np.dtype("<u4"), "I32": np.dtype("<i4"), "F32": np.dtype("<f4"),
+    "U64": np.dtype("<u8"), "I64": np.dtype("<i8"), "F64": np.dtype("<f8"),
+}
+MAX_HEADER = 100 << 20
+
+
+# --- the determinism contract -------------------------------------------------
+
+class SplitMix64:
+    """The generator of relayout-order-v1."""
+
+    def __init__(self, seed, epoch):
+        self.state = (seed ^ (((epoch + 1) * 0xD1B54A32D192ED03) & M64)) & M64
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & M64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+
+def block_order(k, seed, epoch, shuffle=True):
+    """The order in which an epoch visits k canonical blocks (Fisher-Yates)."""
+    p = list(range(k))
+    if not shuffle:
+        return p
+    rng = SplitMix64(seed, epoch)
+    for i in range(k - 1, 0, -1):
+        j = rng.next() % (i + 1)
+        p[i], p[j] = p[j], p[i]
+    return p
+
+
+def sequence(n, block_samples, sel, seed, epoch, shuffle=True):
+    """The epoch's global sample order as [start, end) ranges.
+
+    The n samples are cut into blocks of block_samples; blocks are visited in
+    block_order and each is cut to the selection sel (sorted disjoint ranges,
+    None for everything)."""
+    b = max(int(block_samples), 1)
+    k = (n + b - 1) // b
+    out = []
+    starts = [s for s, _ in sel] if sel is not None else None
+    import bisect
+    for blk in block_order(k, seed, epoch, shuffle):
+        lo, hi = blk * b, min((blk + 1) * b, n)
+        if sel is None:
+            out.append((lo, hi))
+            continue
+        i = max(bisect.bisect_right(starts, lo) - 1, 0)
+        while i < len(sel) and sel[i][0] < hi:
+            a, e = max(sel[i][0], lo), min(sel[i][1], hi)
+            if e > a:
+                out.append((a, e))
+            i += 1
+    return out
+
+
+def batch_ranges(seq, size, rank=0, world=1, worker=0, num_workers=1, samples_seen=0, drop_last=False):
+    """The batches of one reader, each a list of ranges.
+
+    After samples_seen samples, seq is cut into batches of size samples;
+    global batch k goes to rank k % world, and a rank's j-th batch to worker
+    j % num_workers. drop_last keeps only full batches, equally many per rank."""
+    if size <= 0 or world <= 0 or num_workers <= 0:
+        raise ValueError("batch size, world and num_workers must be positive")
+    if not (0 <= rank < world and 0 <= worker < num_workers):
+        raise ValueError(f"rank {rank} of {world}, worker {worker} of {num_workers}: out of range")
+    total = sum(e - s for s, e in seq)
+    rem = max(total - samples_seen, 0)
+    nb = (rem + size - 1) // size
+    if drop_last:
+        nb = rem // (size * world) * world
+    out = []
+    i, off, pos = 0, 0, samples_seen
+    while pos > 0 and i < len(seq):
+        ln = seq[i][1] - seq[i][0]
+        take = min(ln - off, pos)
+        off += take
+        pos -= take
+        if off == ln:
+            i, off = i + 1, 0
+    for k in range(nb):
+        mine = k % world == rank and (k // world) % num_workers == worker
+        need = min(size, rem - k * size)
+        b = []
+        while need > 0 and i < len(seq):
+            ln = seq[i][1] - seq[i][0]
+            take = min(ln - off, need)
+            if mine:
+                s = seq[i][0] + off
+                if b and b[-1][1] == s:
+                    b[-1] = (b[-1][0], s + take)
+                else:
+                    b.append((s, s + take))
+            off += take
+            need -= take
+            if off == ln:
+                i, off = i + 1, 0
+        if mine:
+            out.append(b)
+    return out
+
+
+# --- safetensors ------------------------------------------------------------------
+
+def read_header(buf, size=None):
+    """Parse and validate a safetensors header from a buffer (bytes, mmap).
+
+    Returns (metadata, tensors, data_start) where tensors maps a name to
+    (dtype, shape, begin, end) with offsets relative to data_start."""
+    size = len(buf) if size is None else size
+    if size < 8:
+        raise ValueError("safetensors: too short for a header")
+    (n,) = struct.unpack("<Q", bytes(buf[:8]))
+    if n > MAX_HEADER or n > size - 8:
+        raise ValueError(f"safetensors: header length {n} does not fit a {size}-byte file")
+    text = bytes(buf[8:8 + n]).decode("utf-8")
+    if not text.startswith("{"):
+        raise ValueError("safetensors: the header is not a JSON object")
+    obj = json.loads(text)
+    meta = obj.pop("__metadata__", {}) or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise ValueError("safetensors: __metadata__ must map strings to strings")
+    tensors = {}
+    for name, t in obj.items():
+        if set(t) != {"dtype", "shape", "data_offsets"}:
+            raise ValueError(f"safetensors: tensor {name!r}: want dtype, shape and data_offsets")
+        dt = t["dtype"]
+        if dt not in DTYPES:
+            raise ValueError(f"safetensors: tensor {name!r}: unknown dtype {dt!r}")
+        begin, end = t["data_offsets"]
+        shape = tuple(int(x) for x in t["shape"])
+        count = 1
+        for x in shape:
+            if x < 0:
+                raise ValueError(f"safetensors: tensor {name!r}: negative dimension")
+            count *= x
+        if count * DTYPES[dt].itemsize != end - begin:
+            raise ValueError(f"safetensors: tensor {name!r}: shape {shape} of {dt} needs {count * DTYPES[dt].itemsize} bytes, offsets span {end - begin}")
+        tensors[name] = (dt, shape, begin, end)
+    pos = 0
+    for name, (_, _, begin, end) in sorted(tensors.items(), key=lambda kv: (kv[1][2], kv[1][3])):
+        if begin != pos:
+            raise ValueError(f"safetensors: tensor {name!r} starts at {begin}, want {pos} (offsets must tile the buffer)")
+        pos = end
+    if pos != size - 8 - n:
+        raise ValueError(f"safetensors: tensors cover {pos} bytes, the buffer holds {size - 8 - n}")
+    return meta, tensors, 8 + n
+
+
+class _Shard:
+    def __init__(self, path, expect_bytes, expect_hash=None):
+        self.path = path
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != expect_bytes:
+                raise ValueError(f"{path}: {size} bytes, the manifest says {expect_bytes}")
+            self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if expect_hash is not None:
+            try:
+                import xxhash
+            except ImportError as e:
+                raise RuntimeError("verify_checksums needs the xxhash module (apt-get install python3-xxhash)") from e
+            got = xxhash.xxh64(self.mm).hexdigest()
+            if got != expect_hash:
+                raise ValueError(f"{path}: xxhash64 {got}, the manifest says {expect_hash}")
+        self.meta, self.tensors, self.data_start = read_header(self.mm, size)
+        self._arrays = {}
+
+    def array(self, name):
+        """The whole tensor as a flat zero-copy NumPy view."""
+        a = self._arrays.get(name)
+        if a is None:
+            dt, shape, begin, end = self.tensors[name]
+            d = DTYPES[dt]
+            a = np.frombuffer(self.mm, dtype=d, count=(end - begin) // d.itemsize, offset=self.data_start + begin)
+            self._arrays[name] = a
+        return a
+
+
+class Dataset:
+    """Tensor shards of a relayout output, read by one (rank, worker).
+
+    slices: None for everything, or a list of slice indices and/or dicts of
+    slice-key values ({"country": "C01"} matches every slice with that
+    country); only the shards and row ranges of those slices are read.
+    samples_seen resumes an epoch after that many samples of its global
+    order (all ranks together)."""
+
+    def __init__(self, manifest, rank=0, world=1, worker=0, num_workers=1, seed=0, epoch=0,
+                 shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False):
+        if os.path.isdir(manifest):
+            manifest = os.path.join(manifest, "manifest.json")
+        with open(manifest) as f:
+            self.manifest = json.load(f)
+        m = self.manifest
+        if m.get("format") != "relayout-manifest":
+            raise ValueError(f"{manifest}: not a relayout manifest")
+        self.tensors_info = m.get("tensors")
+        if not self.tensors_info:
+            raise ValueError(f"{manifest}: this output has no tensor shards (run relayout with --tensors)")
+        if self.tensors_info["order"]["algorithm"] != ALGORITHM:
+            raise ValueError(f"{manifest}: order algorithm {self.tensors_info['order']['algorithm']} is not {ALGORITHM}")
+        self.root = os.path.dirname(os.path.abspath(manifest))
+        self.rank, self.world, self.worker, self.num_workers = rank, world, worker, num_workers
+        self.seed, self.epoch, self.shuffle = seed, epoch, shuffle
+        self.samples_seen, self.drop_last = samples_seen, drop_last
+        self.verify_checksums = verify_checksums
+        self.schema = self.tensors_info["schema"]
+        self.by_name = {t["name"]: t for t in self.schema}
+        shards = self.tensors_info["shards"]
+        self._firsts = [s["first_row"] for s in shards]
+        self._ends = [s["first_row"] + s["rows"] for s in shards]
+        self._shards = [None] * len(shards)
+        self.selection = self._select(slices)
+
+    def _select(self, slices):
+        if slices is None:
+            return None
+        ms = self.manifest["slices"]
+        idx = set()
+        for s in slices:
+            if isinstance(s, int):
+                if not 0 <= s < len(ms):
+                    raise ValueError(f"slice {s}: the manifest has {len(ms)} slices")
+                idx.add(s)
+            elif isinstance(s, dict):
+                for i, sl in enumerate(ms):
+                    if all(sl["key"].get(k) == v for k, v in s.items()):
+                        idx.add(i)
+            else:
+                raise TypeError("slices: want slice indices or dicts of key values")
+        rs = sorted((ms[i]["first_row"], ms[i]["first_row"] + ms[i]["rows"]) for i in idx)
+        out = []
+        for s, e in rs:
+            if e <= s:
+                continue
+            if out and s <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], e))
+            else:
+                out.append((s, e))
+        return out
+
+    def __len__(self):
+        if self.selection is None:
+            return self.tensors_info["totals"]["rows"]
+        return sum(e - s for s, e in self.selection)
+
+    def sequence(self):
+        t = self.tensors_info
+        return sequence(t["totals"]["rows"], t["order"]["block_samples"], self.selection, self.seed, self.epoch, self.shuffle)
+
+    def batch_ranges(self, n):
+        return batch_ranges(self.sequence(), n, self.rank, self.world, self.worker, self.num_workers,
+                            self.samples_seen, self.drop_last)
+
+    def _shard(self, i):
+        s = self._shards[i]
+        if s is None:
+            info = self.tensors_info["shards"][i]
+            s = _Shard(os.path.join(self.root, info["path"]), info["bytes"],
+                       info["xxhash64"] if self.verify_checksums else None)
+            for t in self.schema:
+                if t["name"] not in s.tensors or s.tensors[t["name"]][0] != t["dtype"]:
+                    raise ValueError(f"{s.path}: tensor {t['name']} ({t['dtype']}) is missing or has another dtype")
+            self._shards[i] = s
+        return s
+
+    def _pieces(self, ranges):
+        import bisect
+        out = []
+        for start, end in ranges:
+            s = start
+            while s < end:
+                i = bisect.bisect_right(self._ends, s)
+                if i >= len(self._ends):
+                    raise IndexError(f"sample {s} is past the last shard")
+                e = min(end, self._ends[i])
+                out.append((self._shard(i), s - self._firsts[i], e - self._firsts[i]))
+                s = e
+        return out
+
+    def batch(self, ranges):
+        """Materialize the samples in ranges: dict of tensor name -> array."""
+        pieces = self._pieces(ranges)
+
+        def level_range(sh, lo, hi, level):
+            if level != "item":
+                return lo, hi
+            io = sh.array("query.item_offsets")
+            return int(io[lo]), int(io[hi])
+
+        out = {}
+        for t in self.schema:
+            name, shape = t["name"], tuple(t["shape"])
+            if t["kind"] == "offsets":
+                parts, base = [np.zeros(1, dtype=np.int64)], 0
+                for sh, lo, hi in pieces:
+                    l0, l1 = level_range(sh, lo, hi, t["level"])
+                    o = sh.array(name)
+                    parts.append(o[l0 + 1:l1 + 1] - o[l0] + base)
+                    base += int(o[l1] - o[l0])
+                out[name] = np.concatenate(parts)
+                continue
+            views = []
+            for sh, lo, hi in pieces:
+                a = sh.array(name)
+                if t["kind"] == "values":
+                    ot = self.by_name[t["offsets"]]
+                    l0, l1 = level_range(sh, lo, hi, ot["level"])
+                    o = sh.array(t["offsets"])
+                    views.append(a[int(o[l0]):int(o[l1])])
+                else:
+                    l0, l1 = level_range(sh, lo, hi, t["level"])
+                    per = int(np.prod(shape)) if shape else 1
+                    views.append(a[l0 * per:l1 * per].reshape((l1 - l0,) + shape))
+            if len(views) == 1:
+                out[name] = views[0]
+            elif views:
+                out[name] = np.concatenate(views)
+            else:
+                out[name] = np.zeros((0,) + (shape if t["kind"] != "values" else ()), dtype=DTYPES[t["dtype"]])
+        return out
+
+    def batches(self, n):
+        """Yield this reader's batches of n samples (queries when packed)."""
+        for ranges in self.batch_ranges(n):
+            yield self.batch(ranges)
+
+    def state_dict(self, samples_seen):
+        """What to store to resume this epoch after samples_seen samples."""
+        return {"algorithm": ALGORITHM, "seed": self.seed, "epoch": self.epoch, "samples_seen": samples_seen}
+
+    def close(self):
+        for s in self._shards:
+            if s is not None:
+                s._arrays.clear()
+                try:
+                    s.mm.close()
+                except BufferError:
+                    pass  # views still alive; the map closes with them
+        self._shards = [None] * len(self._shards)
+
+
+try:  # optional PyTorch wrapper
+    import torch
+    import torch.utils.data as _tud
+
+    class TorchDataset(_tud.IterableDataset):
+        """An IterableDataset of batches (dicts of torch tensors).
+
+        Use it with DataLoader(ds, batch_size=None, num_workers=W): each
+        worker reads its share; the DataLoader's round robin over workers
+        restores the rank's batch order. rank/world default to
+        torch.distributed's when it is initialized."""
+
+        def __init__(self, manifest, batch_size, seed=0, epoch=0, rank=None, world=None, **kw):
+            super().__init__()
+            self.manifest, self.batch_size, self.seed, self.epoch = manifest, batch_size, seed, epoch
+            self.rank, self.world, self.kw = rank, world, kw
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+        def __iter__(self):
+            import warnings
+            rank, world = self.rank, self.world
+            if rank is None or world is None:
+                dist = torch.distributed
+                if dist.is_available() and dist.is_initialized():
+                    rank, world = dist.get_rank(), dist.get_world_size()
+                else:
+                    rank, world = 0, 1
+            info = _tud.get_worker_info()
+            worker, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+            ds = Dataset(self.manifest, rank=rank, world=world, worker=worker, num_workers=nw,
+                         seed=self.seed, epoch=self.epoch, **self.kw)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # read-only maps
+                for b in ds.batches(self.batch_size):
+                    yield {k: torch.from_numpy(v) for k, v in b.items()}
+
+    __all__.append("TorchDataset")
+except ImportError:  # NumPy only
+    pass

@@ -1,0 +1,215 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/tensors"
+)
+
+// ShardName returns the relative path of tensor shard i.
+func ShardName(i int) string { return fmt.Sprintf("tensors/shard-%05d.safetensors", i) }
+
+// DefaultShardBytes is the default target shard size.
+const DefaultShardBytes = 256 << 20
+
+// HeaderAlign is the alignment of a shard's data buffer within the file:
+// the JSON header is padded with spaces so that 8+len(header) is a multiple
+// of it, and with tensors laid out widest dtype first every tensor is
+// aligned to its dtype in the file (and in a memory map of it).
+const HeaderAlign = 64
+
+// ShardInfo describes a written shard.
+type ShardInfo struct {
+	Path      string
+	Bytes     int64
+	XXHash64  uint64
+	Rows      int64 // samples: rows, or queries when packed
+	FirstRow  int64
+	Items     int64
+	FirstItem int64
+}
+
+// TensorOptions configures a Tensors sink.
+type TensorOptions struct {
+	// ShardBytes is the target shard size (default 256 MiB). A shard is
+	// closed after the sample that brings it to at least this size.
+	ShardBytes int64
+	// Metadata is added to every shard's __metadata__.
+	Metadata map[string]string
+}
+
+// Tensors is a sink that converts samples in output order into tensors and
+// writes them as safetensors shards under tensors/.
+type Tensors struct {
+	ctx    context.Context
+	out    storage.Location
+	plan   *tensors.Plan
+	opts   TensorOptions
+	buf    *tensors.Buffers
+	acc    int64 // bytes of the samples in buf
+	shards []ShardInfo
+	rows   int64 // samples in closed shards
+	items  int64
+	sizes  []int64
+}
+
+// NewTensors returns a sink writing plan's tensors under out.
+func NewTensors(ctx context.Context, out storage.Location, plan *tensors.Plan, opts TensorOptions) *Tensors {
+	if opts.ShardBytes <= 0 {
+		opts.ShardBytes = DefaultShardBytes
+	}
+	return &Tensors{ctx: ctx, out: out, plan: plan, opts: opts, buf: plan.NewBuffers()}
+}
+
+// Write converts rec's samples (flat rows, or packed queries) and closes
+// shards as they fill. Samples must come in output order.
+func (w *Tensors) Write(rec arrow.RecordBatch) error {
+	n := int(rec.NumRows())
+	w.sizes = w.plan.SampleBytes(rec, 0, n, w.sizes)
+	start := 0
+	for i, s := range w.sizes {
+		w.acc += s
+		if w.acc >= w.opts.ShardBytes {
+			if err := w.plan.Append(w.buf, rec, start, i+1); err != nil {
+				return err
+			}
+			if err := w.flush(); err != nil {
+				return err
+			}
+			start = i + 1
+		}
+	}
+	return w.plan.Append(w.buf, rec, start, n)
+}
+
+// Close writes the last shard and returns every shard.
+func (w *Tensors) Close() ([]ShardInfo, error) {
+	if w.buf.Rows > 0 {
+		if err := w.flush(); err != nil {
+			return nil, err
+		}
+	}
+	return w.shards, nil
+}
+
+// Shards returns the shards written so far.
+func (w *Tensors) Shards() []ShardInfo { return w.shards }
+
+func (w *Tensors) flush() error {
+	idx := len(w.shards)
+	name := ShardName(idx)
+	meta := map[string]string{
+		"format":    "relayout-tensors",
+		"shard":     strconv.Itoa(idx),
+		"first_row": strconv.FormatInt(w.rows, 10),
+		"rows":      strconv.FormatInt(w.buf.Rows, 10),
+		"sample":    w.plan.Sample(),
+		"spec_hash": w.plan.Hash(),
+	}
+	if w.plan.Sample() == tensors.LevelQuery {
+		meta["first_item"] = strconv.FormatInt(w.items, 10)
+		meta["items"] = strconv.FormatInt(w.buf.Items, 10)
+	}
+	for k, v := range w.opts.Metadata {
+		meta[k] = v
+	}
+	header, order, err := encodeHeader(w.plan, w.buf, meta)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	bw, err := w.out.Bucket.NewWriter(ctx, w.out.Key(name), nil)
+	if err != nil {
+		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(name), err))
+	}
+	hw := &hashWriter{w: bw, h: xxhash.New()}
+	werr := writeAll(hw, header)
+	for _, i := range order {
+		if werr != nil {
+			break
+		}
+		werr = writeAll(hw, w.buf.Data[i])
+	}
+	if werr != nil {
+		cancel() // the blob never becomes visible
+		bw.Close()
+		return storage.Classify(fmt.Errorf("write %s: %w", w.out.URL(name), werr))
+	}
+	if err := bw.Close(); err != nil {
+		return storage.Classify(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+	}
+	w.shards = append(w.shards, ShardInfo{Path: name, Bytes: hw.n, XXHash64: hw.h.Sum64(),
+		Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items})
+	w.rows += w.buf.Rows
+	w.items += w.buf.Items
+	w.buf = w.plan.NewBuffers()
+	w.acc = 0
+	return nil
+}
+
+func writeAll(w io.Writer, b []byte) error {
+	_, err := w.Write(b)
+	return err
+}
+
+// encodeHeader returns the safetensors prefix (length and padded JSON
+// header) and the order in which the tensors' bytes follow it: widest dtype
+// first, then schema order, so every tensor is aligned to its dtype.
+func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, meta map[string]string) ([]byte, []int, error) {
+	ts := plan.Tensors()
+	order := make([]int, len(ts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		return tensors.DType(ts[y].DType).Size() - tensors.DType(ts[x].DType).Size()
+	})
+	var h bytes.Buffer
+	h.WriteString(`{"__metadata__":`)
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			h.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		vb, _ := json.Marshal(meta[k])
+		h.Write(kb)
+		h.WriteByte(':')
+		h.Write(vb)
+	}
+	h.WriteByte('}')
+	var off int64
+	for _, i := range order {
+		t := ts[i]
+		n := int64(len(b.Data[i]))
+		shape := plan.Shape(b, i)
+		nb, _ := json.Marshal(t.Name)
+		sb, _ := json.Marshal(shape)
+		fmt.Fprintf(&h, `,%s:{"dtype":%q,"shape":%s,"data_offsets":[%d,%d]}`, nb, t.DType, sb, off, off+n)
+		off += n
+	}
+	h.WriteByte('}')
+	for (8+h.Len())%HeaderAlign != 0 {
+		h.WriteByte(' ')
+	}
+	out := make([]byte, 8, 8+h.Len())
+	binary.LittleEndian.PutUint64(out, uint64(h.Len()))
+	return append(out, h.Bytes()...), order, nil
+}
