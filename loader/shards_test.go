@@ -8,11 +8,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/loader"
@@ -333,4 +336,166 @@ func manifestOf(t *testing.T, out string) *manifests.Manifest {
 	}
 	t.Cleanup(func() { d.Close() })
 	return d.Manifest
+}
+
+// TestGoAndPythonAgreeOnOrder: the Go loader and python/relayout_loader.py,
+// two implementations of relayout-order-v1, assign the same batches.
+func TestGoAndPythonAgreeOnOrder(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 3})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 512 << 10, BlockSamples: 1000})
+	type cfg struct {
+		Batch       int64  `json:"batch"`
+		Seed        uint64 `json:"seed"`
+		Epoch       int    `json:"epoch"`
+		Shuffle     bool   `json:"shuffle"`
+		Rank        int    `json:"rank"`
+		World       int    `json:"world"`
+		Worker      int    `json:"worker"`
+		NumWorkers  int    `json:"num_workers"`
+		SamplesSeen int64  `json:"samples_seen"`
+		DropLast    bool   `json:"drop_last"`
+		Slices      []int  `json:"slices,omitempty"`
+	}
+	cfgs := []cfg{
+		{Batch: 512, Seed: 1, Shuffle: true, World: 1, NumWorkers: 1},
+		{Batch: 300, Seed: 1 << 63, Epoch: 5, Shuffle: true, Rank: 1, World: 3, Worker: 1, NumWorkers: 2},
+		{Batch: 4096, Seed: 99, Epoch: 1, Shuffle: false, Rank: 0, World: 2, Worker: 0, NumWorkers: 1, DropLast: true},
+		{Batch: 100, Seed: 7, Epoch: 2, Shuffle: true, Rank: 2, World: 4, Worker: 2, NumWorkers: 3, SamplesSeen: 1234},
+		{Batch: 64, Seed: 7, Shuffle: true, World: 1, NumWorkers: 1, Slices: []int{0, 3, 5}},
+	}
+	data, _ := json.Marshal(cfgs)
+	res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "order.py"), out, string(data))
+	var py [][][][2]int64
+	if err := json.Unmarshal(res, &py); err != nil {
+		t.Fatalf("%v: %s", err, res)
+	}
+	for i, c := range cfgs {
+		d, err := loader.Open(out, loader.Options{Slices: c.Slices})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, err := d.Batches(loader.Assignment{Seed: c.Seed, Epoch: c.Epoch, Shuffle: c.Shuffle, Rank: c.Rank, World: c.World,
+			Worker: c.Worker, NumWorkers: c.NumWorkers, SamplesSeen: c.SamplesSeen, DropLast: c.DropLast}, c.Batch)
+		d.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bs) == 0 {
+			t.Fatalf("config %d: no batches", i)
+		}
+		var goR [][][2]int64
+		for _, b := range bs {
+			var rs [][2]int64
+			for _, r := range b {
+				rs = append(rs, [2]int64{r.Start, r.End})
+			}
+			goR = append(goR, rs)
+		}
+		if fmt.Sprint(goR) != fmt.Sprint(py[i]) {
+			t.Fatalf("config %d %+v: Go and Python batches differ\nGo: %v\nPy: %v", i, c, head(goR), head(py[i]))
+		}
+	}
+}
+
+func head[T any](s []T) []T { return s[:min(len(s), 4)] }
+
+// TestGoLoaderBatches reads a packed output through the Go loader with
+// shuffling, 2 ranks and 3 workers, and checks the content: every item
+// exactly once, each batch's item offsets rebased and consistent with its
+// item tensors, ragged values cut by their offsets.
+func TestGoLoaderBatches(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 4})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
+		Tensors: true, ShardBytes: 256 << 10, BlockSamples: 100})
+	var items []int64
+	var queries int64
+	for rank := 0; rank < 2; rank++ {
+		for w := 0; w < 3; w++ {
+			d, err := loader.Open(out, loader.Options{VerifyChecksums: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs, err := d.Batches(loader.Assignment{Seed: 5, Shuffle: true, Rank: rank, World: 2, Worker: w, NumWorkers: 3}, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rs := range bs {
+				b, err := d.Batch(rs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io, _ := b.Get("query.item_offsets")
+				offs := i64(io.Data)
+				ids, _ := b.Get("item.item_id")
+				tags, _ := b.Get("item.item_tags.values")
+				toffs, _ := b.Get("item.item_tags.offsets")
+				emb, _ := b.Get("query.query_embedding")
+				if offs[0] != 0 || int64(len(offs)) != b.Samples+1 || offs[len(offs)-1] != int64(ids.Shape[0]) {
+					t.Fatalf("item offsets %v... do not span the batch's %d items", head(offs), ids.Shape[0])
+				}
+				to := i64(toffs.Data)
+				if int64(len(to)) != int64(ids.Shape[0])+1 || to[len(to)-1] != int64(tags.Shape[0]) {
+					t.Fatalf("tag offsets do not span the %d tag values", tags.Shape[0])
+				}
+				if emb.Shape[0] != int(b.Samples) || emb.Shape[1] != 8 || len(emb.Data) != int(b.Samples)*8*4 {
+					t.Fatalf("query_embedding shape %v for %d queries", emb.Shape, b.Samples)
+				}
+				items = append(items, i64(ids.Data)...)
+				queries += b.Samples
+			}
+			d.Close()
+		}
+	}
+	rows := readOutput(t, run(t, pipeline.RunOptions{Inputs: []string{in}}))
+	var want []int64
+	for _, r := range rows {
+		want = append(want, r.ItemID)
+	}
+	slices.Sort(want)
+	slices.Sort(items)
+	if !slices.Equal(items, want) {
+		t.Fatalf("read %d items, want the input's %d item ids exactly once", len(items), len(want))
+	}
+	if m := manifestOf(t, out); queries != m.Packing.Queries {
+		t.Fatalf("read %d queries, the output has %d", queries, m.Packing.Queries)
+	}
+}
+
+func i64(b []byte) []int64 {
+	out := make([]int64, len(b)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+// TestTensorConfigErrors: specs that cannot apply fail with a usage error
+// (exit 2) naming the tensor and column, before anything is committed.
+func TestTensorConfigErrors(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 2000, Files: 1, Seed: 5})
+	cases := []struct{ spec, want string }{
+		{"tensors:\n  x: {column: nope}\n", `tensor "x": the input has no column "nope"`},
+		{"tensors:\n  g: {columns: [\"nothing*\"]}\n", `no column matches`},
+		{"tensors:\n  g: {columns: [\"user_f0\", \"country\"]}\n", `column "country" is utf8; only numeric and bool columns can be grouped`},
+		{"tensors:\n  country: {dtype: float32}\n", `ids of utf8 column "country" need dtype int64`},
+		{"tensors:\n  item_tags: {shape: [3]}\n", `column "item_tags" has lists of`},
+		{"tensors:\n  user_age: {buckets: 10}\n", `buckets apply to string and binary columns`},
+		{"tensors:\n  user_age: {dtype: float8}\n", `unknown dtype "float8"`},
+		{"tensors:\n  user_age: {colour: red}\n", `unknown setting "colour"`},
+		{"drop: [\"*\"]\n", `no column is left`},
+		{"tensors:\n  item_id: {column: user_id}\n", `two tensors are named "item_id"`},
+	}
+	for _, c := range cases {
+		_, err := pipeline.Run(context.Background(), pipeline.RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "out"),
+			TensorSpec: writeSpec(t, c.spec)})
+		if err == nil || errs.ClassOf(err) != errs.Usage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("spec %q: got %v (class %v), want a usage error containing %q", c.spec, err, errs.ClassOf(err), c.want)
+		}
+	}
+	// Packed: a group across levels.
+	_, err := pipeline.Run(context.Background(), pipeline.RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "out"),
+		QueryKey: []string{"query_id"}, QueryColumns: gen.QueryLevelColumns, TensorSpec: writeSpec(t, "tensors:\n  d: {columns: [\"user_f*\", \"item_f*\"]}\n")})
+	if err == nil || errs.ClassOf(err) != errs.Usage || !strings.Contains(err.Error(), "cannot share a tensor") {
+		t.Errorf("cross-level group: got %v", err)
+	}
 }

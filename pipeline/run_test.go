@@ -174,7 +174,7 @@ func dateDays(t *testing.T, s string) int32 {
 func TestManifestMatchesJSONSchema(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 2, Seed: 3})
 	out := filepath.Join(t.TempDir(), "out")
-	smallRun(t, in, out, nil)
+	smallRun(t, in, out, func(o *RunOptions) { o.Tensors = true; o.ShardBytes = 256 << 10 })
 	sch := manifestSchema(t)
 	data, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
@@ -226,7 +226,13 @@ func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
 	var ref map[string][]byte
 	for _, r := range runs {
 		out := filepath.Join(base, r.name)
-		res := smallRun(t, in, out, r.mod)
+		res := smallRun(t, in, out, func(o *RunOptions) {
+			// Tensor shards must be byte-identical too.
+			o.Tensors, o.ShardBytes = true, 512<<10
+			if r.mod != nil {
+				r.mod(o)
+			}
+		})
 		if r.name == "spill" && res.Report.Units < 2 {
 			t.Fatalf("spill run used %d units; the test must force spilling", res.Report.Units)
 		}
@@ -237,6 +243,9 @@ func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
 		}
 		if len(got) != len(ref) {
 			t.Fatalf("%s: %d files, first run %d", r.name, len(got), len(ref))
+		}
+		if len(testutil.Files(t, filepath.Join(out, "tensors"))) < 2 {
+			t.Fatalf("%s: want several tensor shards", r.name)
 		}
 		for k, v := range ref {
 			if !bytes.Equal(got[k], v) {
@@ -369,8 +378,8 @@ func TestInjectedFailureLeavesNoManifestOrTemp(t *testing.T) {
 	tmp := t.TempDir()
 	_, err := Run(context.Background(), RunOptions{
 		Inputs: []string{in}, Output: out, SliceKeys: []string{"country"},
-		RowGroupBytes: 512 << 10, FileBytes: 1 << 20, FailAfterFiles: 1,
-		UnitRows: 15_000, TmpDir: tmp,
+		RowGroupBytes: 512 << 10, FileBytes: 1 << 20, FailAfterFiles: 2,
+		UnitRows: 15_000, TmpDir: tmp, Tensors: true, ShardBytes: 256 << 10,
 	})
 	if err == nil || !errs.Is(err, errs.Transient) {
 		t.Fatalf("want the injected transient failure, got %v", err)
@@ -380,6 +389,9 @@ func TestInjectedFailureLeavesNoManifestOrTemp(t *testing.T) {
 	}
 	if left := testutil.Files(t, filepath.Join(out, "parquet")); len(left) != 0 {
 		t.Fatalf("a failed run left data files: %v", left)
+	}
+	if left := testutil.Files(t, filepath.Join(out, "tensors")); len(left) != 0 {
+		t.Fatalf("a failed run left tensor shards: %v", left)
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
 		t.Fatalf("a failed run left temp files: %v", ents)
@@ -415,6 +427,34 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 	os.Remove(p)
 	if res, _ := Verify(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
 		t.Fatalf("missing file not caught: %+v", res)
+	}
+}
+
+func TestVerifyChecksShards(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 4})
+	out := filepath.Join(t.TempDir(), "out")
+	smallRun(t, in, out, func(o *RunOptions) { o.Tensors = true; o.ShardBytes = 128 << 10 })
+	res, err := Verify(context.Background(), out, false, 2)
+	if err != nil || !res.OK || res.Shards < 2 {
+		t.Fatalf("verify of a good output: %+v %v", res, err)
+	}
+	p := testutil.Files(t, filepath.Join(out, "tensors"))[1]
+	orig, _ := os.ReadFile(p)
+	for _, off := range []int{0, 8, 100, len(orig) / 2, len(orig) - 1} {
+		bad := bytes.Clone(orig)
+		bad[off] ^= 0x01
+		os.WriteFile(p, bad, 0o644)
+		res, err := Verify(context.Background(), out, false, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.OK || !strings.Contains(res.Problem, "xxhash64") {
+			t.Fatalf("flipped byte at %d of a shard not caught: %+v", off, res)
+		}
+	}
+	os.Remove(p)
+	if res, _ := Verify(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
+		t.Fatalf("missing shard not caught: %+v", res)
 	}
 }
 

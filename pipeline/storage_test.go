@@ -77,7 +77,8 @@ func readBucketTree(t *testing.T, b *blob.Bucket, prefix string) map[string][]by
 func TestObjectStorageMatchesLocal(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 3, Seed: 21})
 	local := filepath.Join(t.TempDir(), "out")
-	smallRun(t, in, local, nil)
+	withTensors := func(o *RunOptions) { o.Tensors = true; o.ShardBytes = 256 << 10 }
+	smallRun(t, in, local, withTensors)
 	want := readTree(t, local)
 
 	params, _ := s3Server(t, "bkt")
@@ -87,12 +88,12 @@ func TestObjectStorageMatchesLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	upload(t, s3loc.Bucket, "impressions/", in)
-	smallRun(t, "s3://bkt/impressions/"+params, "s3://bkt/relaid/"+params, nil)
+	smallRun(t, "s3://bkt/impressions/"+params, "s3://bkt/relaid/"+params, withTensors)
 	gotS3 := readBucketTree(t, s3loc.Bucket, "relaid/")
 
 	mem := storage.MemBucket("conformance-test")
 	upload(t, mem, "in/", in)
-	smallRun(t, "mem://conformance-test/in/", "mem://conformance-test/out/", nil)
+	smallRun(t, "mem://conformance-test/in/", "mem://conformance-test/out/", withTensors)
 	gotMem := readBucketTree(t, mem, "out/")
 
 	for name, got := range map[string]map[string][]byte{"s3": gotS3, "mem": gotMem} {

@@ -30,6 +30,8 @@ type VerifyResult struct {
 	Rows    int64  `json:"rows"`
 	Bytes   int64  `json:"bytes"`
 	Deep    bool   `json:"deep"`
+	// Shards is the number of tensor shards checked.
+	Shards int `json:"shards,omitempty"`
 }
 
 // Verify checks an output folder against its manifest: every file exists with
@@ -163,6 +165,17 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 		if fp.Rows != m.Fingerprint.Rows || fp.String() != m.Fingerprint.Hash {
 			return fail("content fingerprint is %s over %d rows, manifest says %s over %d rows", fp.String(), fp.Rows, m.Fingerprint.Hash, m.Fingerprint.Rows)
 		}
+	}
+	if m.Tensors != nil {
+		problem, err := verifyShards(ctx, out, m, parallel)
+		if err != nil {
+			return nil, err
+		}
+		if problem != "" {
+			return fail("%s", problem)
+		}
+		res.Shards = len(m.Tensors.Shards)
+		res.Bytes += m.Tensors.Totals.Bytes
 	}
 	res.OK = true
 	return res, nil

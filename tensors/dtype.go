@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"unsafe"
-
 )
 
 // DType is a safetensors dtype name.

@@ -126,7 +126,7 @@ func printRunSummary(w io.Writer, res *pipeline.Result) {
 			p.Items, p.Queries, strings.Join(p.QueryKey, ","), p.ItemsPerQuery.Min, p.ItemsPerQuery.P50, p.ItemsPerQuery.P99, p.ItemsPerQuery.Max, strings.Join(p.QueryColumns, ","))
 	}
 	if t := m.Tensors; t != nil {
-		fmt.Fprintf(w, "tensors: %d shards (%s), %d tensors per shard, %d %ss\n", t.Totals.Shards, human(t.Totals.Bytes), len(t.Schema), t.Totals.Rows, t.Sample)
+		fmt.Fprintf(w, "tensors: %d shards (%s), %d tensors per shard, %d samples (%s level)\n", t.Totals.Shards, human(t.Totals.Bytes), len(t.Schema), t.Totals.Rows, t.Sample)
 	}
 	fmt.Fprintf(w, "fingerprint %s over %d rows (input = output); peak RSS %s; spilled %s in %d units\n",
 		m.Fingerprint.Hash, m.Fingerprint.Rows, human(r.PeakRSSBytes), human(r.SpillBytes), r.Units)

@@ -43,7 +43,7 @@ func verifyCommand() *cli.Command {
 				if res.Deep {
 					mode = "deep"
 				}
-				fmt.Fprintf(c.App.Writer, "ok: %d files, %d rows, %s verified (%s)\n", res.Files, res.Rows, human(res.Bytes), mode)
+				fmt.Fprintf(c.App.Writer, "ok: %d files, %d shards, %d rows, %s verified (%s)\n", res.Files, res.Shards, res.Rows, human(res.Bytes), mode)
 			}
 			if !res.OK {
 				return errs.BadInputf("verify failed: %s", res.Problem)

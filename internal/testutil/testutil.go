@@ -93,12 +93,19 @@ func RowString(r parquet.Row) string {
 	return b.String()
 }
 
-// Files returns the *.parquet files under dir, sorted.
+// Files returns the regular files directly under dir (any name: debris
+// such as *.tmp counts), sorted; none when dir does not exist.
 func Files(tb testing.TB, dir string) []string {
 	tb.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, "*.parquet"))
-	if err != nil {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
 		tb.Fatal(err)
+	}
+	var m []string
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			m = append(m, filepath.Join(dir, e.Name()))
+		}
 	}
 	sort.Strings(m)
 	return m

@@ -1,0 +1,206 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
+	"github.com/relayout/relayout/loader"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/tensors"
+)
+
+// verifyShards checks the tensor shards against the manifest: prefix sums
+// and totals, the slice index, and for every shard its size, xxhash64 and a
+// safetensors header that parses (offsets tiling the buffer), holds the
+// schema's tensors with their dtypes and shapes for the shard's rows and
+// items, and repeats the spec hash.
+func verifyShards(ctx context.Context, out storage.Location, m *manifests.Manifest, parallel int) (string, error) {
+	mt := m.Tensors
+	var rows, items, bytesSum int64
+	for _, s := range mt.Shards {
+		if s.FirstRow != rows || s.FirstItem != items {
+			return fmt.Sprintf("manifest: %s starts at row %d item %d, want %d and %d", s.Path, s.FirstRow, s.FirstItem, rows, items), nil
+		}
+		var sl int64
+		for _, x := range s.Slices {
+			if x.Slice < 0 || x.Slice >= len(m.Slices) || x.FirstRow < 0 || x.FirstRow+x.Rows > s.Rows {
+				return fmt.Sprintf("manifest: %s: slice entry %+v is out of range", s.Path, x), nil
+			}
+			if g := s.FirstRow + x.FirstRow; g < m.Slices[x.Slice].FirstRow || g+x.Rows > m.Slices[x.Slice].FirstRow+m.Slices[x.Slice].Rows {
+				return fmt.Sprintf("manifest: %s: slice %d rows are outside the slice", s.Path, x.Slice), nil
+			}
+			sl += x.Rows
+		}
+		if len(m.Slices) > 0 && sl != s.Rows {
+			return fmt.Sprintf("manifest: %s: slices cover %d of its %d rows", s.Path, sl, s.Rows), nil
+		}
+		rows += s.Rows
+		items += s.Items
+		bytesSum += s.Bytes
+	}
+	if rows != m.Totals.Rows || rows != mt.Totals.Rows || bytesSum != mt.Totals.Bytes || len(mt.Shards) != mt.Totals.Shards {
+		return fmt.Sprintf("manifest: shards hold %d rows and %d bytes; totals say %d rows, %d bytes; the Parquet files %d rows", rows, bytesSum, mt.Totals.Rows, mt.Totals.Bytes, m.Totals.Rows), nil
+	}
+	if m.Packing != nil && (items != m.Packing.Items || items != mt.Totals.Items) {
+		return fmt.Sprintf("manifest: shards hold %d items, packing says %d", items, m.Packing.Items), nil
+	}
+	problems := make([]string, len(mt.Shards))
+	err := par.ForEach(ctx, len(mt.Shards), parallel, func(i int) error {
+		p, err := verifyShard(ctx, out, mt, i)
+		problems[i] = p
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	for _, p := range problems {
+		if p != "" {
+			return p, nil
+		}
+	}
+	return "", nil
+}
+
+func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensors, i int) (string, error) {
+	s := mt.Shards[i]
+	url := out.URL(s.Path)
+	// Stream the whole shard through the hash; read the header and the
+	// offsets tensors by range, so memory stays small whatever the shard size.
+	rd, err := out.Bucket.NewReader(ctx, out.Key(s.Path), nil)
+	if err != nil {
+		err = storage.Classify(fmt.Errorf("read %s: %w", url, err))
+		if errs.Is(err, errs.BadInput) {
+			return fmt.Sprintf("%s: missing", url), nil
+		}
+		return "", err
+	}
+	hw := xxhash.New()
+	n, err := io.Copy(hw, rd)
+	rd.Close()
+	if err != nil {
+		return "", storage.Classify(fmt.Errorf("read %s: %w", url, err))
+	}
+	if n != s.Bytes {
+		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, n, s.Bytes), nil
+	}
+	if got := fmt.Sprintf("%016x", hw.Sum64()); got != s.XXHash64 {
+		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged)", url, got, s.XXHash64), nil
+	}
+	ra := &rangeReaderAt{ctx: ctx, out: out, key: out.Key(s.Path)}
+	h, err := loader.ReadHeader(ra, n)
+	if err != nil {
+		if ra.err != nil {
+			return "", ra.err
+		}
+		return fmt.Sprintf("%s: %v", url, err), nil
+	}
+	readInt64s := func(ti loader.TensorInfo) ([]int64, error) {
+		b := make([]byte, ti.End-ti.Begin)
+		if _, err := ra.ReadAt(b, h.DataStart+ti.Begin); err != nil {
+			return nil, err
+		}
+		return int64sOf(b), nil
+	}
+	if h.Metadata["spec_hash"] != mt.SpecHash || h.Metadata["rows"] != strconv.FormatInt(s.Rows, 10) || h.Metadata["first_row"] != strconv.FormatInt(s.FirstRow, 10) {
+		return fmt.Sprintf("%s: metadata (spec_hash %s, rows %s, first_row %s) disagrees with the manifest", url, h.Metadata["spec_hash"], h.Metadata["rows"], h.Metadata["first_row"]), nil
+	}
+	if len(h.Tensors) != len(mt.Schema) {
+		return fmt.Sprintf("%s: %d tensors, the schema has %d", url, len(h.Tensors), len(mt.Schema)), nil
+	}
+	var itemOffsets []int64
+	for _, t := range mt.Schema {
+		ti, ok := h.Find(t.Name)
+		if !ok || ti.DType != t.DType {
+			return fmt.Sprintf("%s: tensor %s (%s) is missing or has another dtype", url, t.Name, t.DType), nil
+		}
+		n := s.Rows
+		if t.Level == tensors.LevelItem {
+			n = s.Items
+		}
+		var want []int
+		switch t.Kind {
+		case tensors.KindOffsets:
+			want = []int{int(n) + 1}
+		case tensors.KindValues:
+			want = ti.Shape[:min(1, len(ti.Shape))] // checked against its offsets below
+		default:
+			want = append([]int{int(n)}, t.Shape...)
+		}
+		if fmt.Sprint(ti.Shape) != fmt.Sprint(want) {
+			return fmt.Sprintf("%s: tensor %s has shape %v, want %v", url, t.Name, ti.Shape, want), nil
+		}
+		if t.Kind == tensors.KindOffsets {
+			o, err := readInt64s(ti)
+			if err != nil {
+				return "", err
+			}
+			if len(o) == 0 || o[0] != 0 {
+				return fmt.Sprintf("%s: %s does not start at 0", url, t.Name), nil
+			}
+			for k := 1; k < len(o); k++ {
+				if o[k] < o[k-1] {
+					return fmt.Sprintf("%s: %s decreases at %d", url, t.Name, k), nil
+				}
+			}
+			if t.Name == tensors.ItemOffsets {
+				itemOffsets = o
+			}
+		}
+	}
+	for _, t := range mt.Schema {
+		if t.Kind != tensors.KindValues {
+			continue
+		}
+		ti, _ := h.Find(t.Name)
+		oi, _ := h.Find(t.Offsets)
+		o, err := readInt64s(oi)
+		if err != nil {
+			return "", err
+		}
+		if len(ti.Shape) != 1 || int64(ti.Shape[0]) != o[len(o)-1] {
+			return fmt.Sprintf("%s: %s holds %v values, its offsets end at %d", url, t.Name, ti.Shape, o[len(o)-1]), nil
+		}
+	}
+	if itemOffsets != nil && itemOffsets[len(itemOffsets)-1] != s.Items {
+		return fmt.Sprintf("%s: item offsets end at %d, the shard holds %d items", url, itemOffsets[len(itemOffsets)-1], s.Items), nil
+	}
+	return "", nil
+}
+
+func int64sOf(b []byte) []int64 {
+	out := make([]int64, len(b)/8)
+	for i := range out {
+		out[i] = int64(uint64(b[8*i]) | uint64(b[8*i+1])<<8 | uint64(b[8*i+2])<<16 | uint64(b[8*i+3])<<24 |
+			uint64(b[8*i+4])<<32 | uint64(b[8*i+5])<<40 | uint64(b[8*i+6])<<48 | uint64(b[8*i+7])<<56)
+	}
+	return out
+}
+
+// rangeReaderAt reads an object by range requests.
+type rangeReaderAt struct {
+	ctx context.Context
+	out storage.Location
+	key string
+	err error // the last storage error, to tell I/O failures from bad data
+}
+
+func (r *rangeReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	rd, err := r.out.Bucket.NewRangeReader(r.ctx, r.key, off, int64(len(p)), nil)
+	if err != nil {
+		r.err = storage.Classify(fmt.Errorf("read %s: %w", r.out.URL(r.key), err))
+		return 0, r.err
+	}
+	defer rd.Close()
+	n, err := io.ReadFull(rd, p)
+	if err != nil {
+		r.err = storage.Classify(fmt.Errorf("read %s: %w", r.out.URL(r.key), err))
+	}
+	return n, err
+}
