@@ -81,7 +81,27 @@ func rewriteOutcome(t *testing.T, p string) string {
 	if res.Manifest.Fingerprint.Rows != res.Report.Input.Rows {
 		t.Errorf("%s: fingerprint over %d rows, input has %d", p, res.Manifest.Fingerprint.Rows, res.Report.Input.Rows)
 	}
-	return fmt.Sprintf("ok %d rows", res.Manifest.Totals.Rows)
+	return fmt.Sprintf("ok %d rows; %s", res.Manifest.Totals.Rows, tensorOutcome(t, p))
+}
+
+// tensorOutcome runs the file again with --tensors: it must either write
+// shards whose sample count equals the rows, or refuse with a one-line usage
+// error (exit 2) naming the column that cannot become a tensor.
+func tensorOutcome(t *testing.T, p string) string {
+	out := filepath.Join(t.TempDir(), "tensors")
+	res, err := Run(context.Background(), RunOptions{Inputs: []string{p}, Output: out, MemoryLimit: 256 << 20, Tensors: true})
+	if err != nil {
+		msg := err.Error()
+		if !errs.Is(err, errs.Usage) || !strings.Contains(msg, "column") || strings.Contains(msg, "\n") {
+			t.Errorf("%s --tensors: want a one-line usage error naming a column, got class %v: %v", p, errs.ClassOf(err), err)
+		}
+		return "tensors refused: " + msg
+	}
+	mt := res.Manifest.Tensors
+	if mt.Totals.Rows != res.Manifest.Totals.Rows {
+		t.Errorf("%s --tensors: shards hold %d rows, the table %d", p, mt.Totals.Rows, res.Manifest.Totals.Rows)
+	}
+	return fmt.Sprintf("tensors ok: %d tensors in %d shards", len(mt.Schema), mt.Totals.Shards)
 }
 
 // TestBadDataIsRefused: every file of parquet-testing/bad_data is refused as
