@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
 DEMO    := .demo
 
-.PHONY: all build deps test test-short race vet fmt-check demo bench clean
+.PHONY: all build deps python-deps test test-short race vet fmt-check demo bench clean
 
 all: build
 
@@ -15,8 +15,12 @@ build:
 	$(GO) build -o bin/relayout-gen ./cmd/relayout-gen
 
 # Test and benchmark peers: DuckDB (npm @duckdb/node-api) as an independent
-# reader. Node.js itself comes with the machine image.
-deps: tools/node/node_modules/.installed
+# reader, and Debian's python3-numpy for the NumPy loader and its checks.
+# Node.js itself comes with the machine image.
+deps: tools/node/node_modules/.installed python-deps
+
+python-deps:
+	scripts/deps_python.sh
 
 tools/node/node_modules/.installed: tools/node/package.json tools/node/package-lock.json
 	scripts/deps.sh

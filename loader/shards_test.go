@@ -499,3 +499,8 @@ func TestTensorConfigErrors(t *testing.T) {
 		t.Errorf("cross-level group: got %v", err)
 	}
 }
+
+// TestPythonUnitTests runs python/tests/test_*.py with Debian's NumPy.
+func TestPythonUnitTests(t *testing.T) {
+	testutil.Python(t, "-m", "unittest", "discover", "-s", filepath.Join(testutil.Root(), "python", "tests"), "-p", "test_*.py")
+}

@@ -70,6 +70,8 @@ func manifestKeys(t *testing.T, out string) []string {
 func TestExitCodes(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 1, Seed: 1})
 	out := filepath.Join(t.TempDir(), "out")
+	badSpec := filepath.Join(t.TempDir(), "spec.yaml")
+	os.WriteFile(badSpec, []byte("tensors:\n  s: {column: session_id, dtype: float32}\n"), 0o644)
 	cases := []struct {
 		name string
 		args []string
@@ -81,9 +83,14 @@ func TestExitCodes(t *testing.T) {
 		{"no input", []string{"run", "--output", out}, 2, "--input"},
 		{"missing column", []string{"run", "--input", in, "--output", out, "--slice-keys", "nation"}, 3, `"nation"`},
 		{"missing input", []string{"run", "--input", filepath.Join(in, "nope.parquet"), "--output", out}, 3, "nope.parquet"},
+		{"missing spec", []string{"run", "--input", in, "--output", out, "--tensor-spec", filepath.Join(out, "none.yaml")}, 2, "none.yaml"},
+		{"bad spec", []string{"run", "--input", in, "--output", out, "--tensor-spec", badSpec}, 2, `"session_id"`},
+		{"bad shard size", []string{"run", "--input", in, "--output", out, "--tensors", "--shard-bytes", "-5"}, 2, "--shard-bytes"},
 		{"ok", []string{"run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country"}, 0, ""},
 		{"exists", []string{"run", "--input", in, "--output", out, "--slice-keys", "country"}, 5, "--overwrite"},
 		{"verify ok", []string{"verify", out, "--deep"}, 0, ""},
+		{"tensors ok", []string{"run", "--quiet", "--input", in, "--output", out + "-t", "--slice-keys", "country", "--tensors", "--shard-bytes", "64KiB"}, 0, ""},
+		{"verify tensors", []string{"verify", out + "-t"}, 0, ""},
 		{"verify missing", []string{"verify", filepath.Join(t.TempDir(), "nothing")}, 3, "nothing"},
 	}
 	for _, tc := range cases {
