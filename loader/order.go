@@ -51,16 +51,21 @@ func BlockOrder(k int64, seed uint64, epoch int, shuffle bool) []int64 {
 	return p
 }
 
-// Sequence returns the epoch's sample order as ranges: the blocks of
-// blockSamples samples of [0, n) in BlockOrder, each cut to the selection
-// (sorted, disjoint ranges; nil selects everything).
+// Sequence returns the epoch's sample order as ranges: the full blocks of
+// blockSamples samples of [0, n) in BlockOrder, then the partial last block
+// if there is one (so batches whose size divides blockSamples never straddle
+// two blocks), each cut to the selection (sorted, disjoint ranges; nil
+// selects everything).
 func Sequence(n, blockSamples int64, sel []Range, seed uint64, epoch int, shuffle bool) []Range {
 	if blockSamples <= 0 {
 		blockSamples = 1
 	}
-	k := (n + blockSamples - 1) / blockSamples
+	order := BlockOrder(n/blockSamples, seed, epoch, shuffle)
+	if n%blockSamples != 0 {
+		order = append(order, n/blockSamples)
+	}
 	var out []Range
-	for _, b := range BlockOrder(k, seed, epoch, shuffle) {
+	for _, b := range order {
 		blk := Range{b * blockSamples, min((b+1)*blockSamples, n)}
 		if sel == nil {
 			out = append(out, blk)

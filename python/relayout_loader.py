@@ -69,15 +69,17 @@ def block_order(k, seed, epoch, shuffle=True):
 def sequence(n, block_samples, sel, seed, epoch, shuffle=True):
     """The epoch's global sample order as [start, end) ranges.
 
-    The n samples are cut into blocks of block_samples; blocks are visited in
-    block_order and each is cut to the selection sel (sorted disjoint ranges,
-    None for everything)."""
+    The n samples are cut into blocks of block_samples; the full blocks are
+    visited in block_order, then the partial last block if any, and each is
+    cut to the selection sel (sorted disjoint ranges, None for everything)."""
+    import bisect
     b = max(int(block_samples), 1)
-    k = (n + b - 1) // b
+    order = block_order(n // b, seed, epoch, shuffle)
+    if n % b:
+        order.append(n // b)
     out = []
     starts = [s for s, _ in sel] if sel is not None else None
-    import bisect
-    for blk in block_order(k, seed, epoch, shuffle):
+    for blk in order:
         lo, hi = blk * b, min((blk + 1) * b, n)
         if sel is None:
             out.append((lo, hi))

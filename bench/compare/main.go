@@ -219,7 +219,13 @@ func main() {
 		res["packing"] = map[string]any{"packed": p, "flat": f, "duckdb": g, "packed_bytes": pb, "flat_bytes": fb, "duckdb_bytes": gb}
 	}
 
-	// 4. Scaling at a fixed memory limit.
+	// 4. Tensor shards: batches from shards vs Parquet, the NumPy loader,
+	// transfer bytes packed vs flat.
+	if os.Getenv("BENCH_SKIP_TENSORS") == "" {
+		tensorBench(dir, in, reps, res)
+	}
+
+	// 5. Scaling at a fixed memory limit.
 	if os.Getenv("BENCH_SKIP_SCALE") == "" {
 		limit := os.Getenv("BENCH_SCALE_LIMIT")
 		if limit == "" {

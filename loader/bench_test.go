@@ -1,0 +1,65 @@
+package loader
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkEpoch produces every 4096-sample batch of an existing output
+// (RELAYOUT_BENCH_OUTPUT) with the maps already open: a warm epoch.
+func BenchmarkEpoch(b *testing.B) {
+	out := os.Getenv("RELAYOUT_BENCH_OUTPUT")
+	if out == "" {
+		b.Skip("set RELAYOUT_BENCH_OUTPUT to an output with tensor shards")
+	}
+	d, err := Open(out, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	bs, err := d.Batches(Assignment{Seed: 1, Shuffle: true}, 4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stage := make([]byte, 64<<20)
+	var n int64
+	for i := 0; i < b.N; i++ {
+		n = 0
+		for _, rs := range bs {
+			bt, err := d.Batch(rs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			off := 0
+			for _, t := range bt.Tensors {
+				off += copy(stage[off:], t.Data)
+				n += int64(len(t.Data))
+			}
+		}
+	}
+	b.SetBytes(n)
+}
+
+// BenchmarkEpochViews is BenchmarkEpoch without the copy: views only.
+func BenchmarkEpochViews(b *testing.B) {
+	out := os.Getenv("RELAYOUT_BENCH_OUTPUT")
+	if out == "" {
+		b.Skip("set RELAYOUT_BENCH_OUTPUT to an output with tensor shards")
+	}
+	d, err := Open(out, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	bs, err := d.Batches(Assignment{Seed: 1, Shuffle: true}, 4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		for _, rs := range bs {
+			if _, err := d.Batch(rs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
