@@ -45,16 +45,18 @@ race:
 
 # Builds, generates a sample impression log, shows how scattered its slices
 # are, re-lays it out, verifies it and shows the result.
-demo: build
+demo: build python-deps
 	@rm -rf $(DEMO)
 	bin/relayout-gen --out $(DEMO)/events --rows 300000 --files 4
 	bin/relayout inspect $(DEMO)/events --slice-keys country,date --slices 5
 	bin/relayout run --input $(DEMO)/events --output $(DEMO)/relaid --slice-keys country,date --row-group-bytes 8MiB
 	bin/relayout verify --deep $(DEMO)/relaid
 	bin/relayout inspect $(DEMO)/relaid/parquet --slice-keys country,date --slices 5
-	bin/relayout run --input $(DEMO)/events --output $(DEMO)/packed --slice-keys country,date --query-key query_id --row-group-bytes 8MiB
+	bin/relayout run --input $(DEMO)/events --output $(DEMO)/packed --slice-keys country,date --query-key query_id --row-group-bytes 8MiB --tensors --shard-bytes 16MiB
+	bin/relayout verify $(DEMO)/packed
+	PYTHONPATH=python /usr/bin/python3 python/demo.py $(DEMO)/packed
 	bin/relayout unpack --input $(DEMO)/packed --output $(DEMO)/unpacked
-	@echo "outputs: $(DEMO)/relaid (slices contiguous), $(DEMO)/packed (one row per query), $(DEMO)/unpacked (packed -> flat again)"
+	@echo "outputs: $(DEMO)/relaid (slices contiguous), $(DEMO)/packed (one row per query, with tensor shards), $(DEMO)/unpacked (packed -> flat again)"
 
 # Benchmarks: Go micro-benchmarks once each, then relayout against DuckDB side
 # by side (see bench/README.md). BENCH_ROWS sizes the generated input.
