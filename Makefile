@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
 DEMO    := .demo
 
-.PHONY: all build deps python-deps test test-short race vet fmt-check demo bench clean
+.PHONY: all build deps python-deps bench-gpu test test-short race vet fmt-check demo bench clean
 
 all: build
 
@@ -64,5 +64,12 @@ bench: build deps
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	bench/compare.sh
 
+# GPU feed benchmark (bench/gpu_feed.sh): needs torch, pyarrow and
+# nvidia-ml-py on a GPU machine; binaries are static so they can be carried.
+bench-gpu:
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/relayout ./cmd/relayout
+	CGO_ENABLED=0 $(GO) build -o bin/relayout-gen ./cmd/relayout-gen
+	bench/gpu_feed.sh
+
 clean:
-	rm -rf bin $(DEMO) .bench
+	rm -rf bin $(DEMO) .bench .bench-gpu
