@@ -185,3 +185,21 @@ func TestSplitMix64Reference(t *testing.T) {
 		t.Fatalf("first value %#x", v)
 	}
 }
+
+// TestPartialBlockLastKeepsBatchesAligned: with the partial block last,
+// batches whose size divides the block size each lie in one block.
+func TestPartialBlockLastKeepsBatchesAligned(t *testing.T) {
+	seq := Sequence(10_000, 1024, nil, 3, 0, true)
+	if last := seq[len(seq)-1]; last.Start != 9*1024 || last.End != 10_000 {
+		t.Fatalf("last range %v, want the partial block [9216, 10000)", last)
+	}
+	bs, err := Batches(seq, 256, Assignment{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range bs {
+		if len(b) != 1 {
+			t.Fatalf("batch %d spans %d ranges: %v", i, len(b), b)
+		}
+	}
+}

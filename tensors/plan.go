@@ -426,10 +426,7 @@ func (e *entry) transform() string {
 		}
 		parts = append(parts, s+" as "+string(e.conv.dt))
 	default:
-		parts = append(parts, fmt.Sprintf("%s as %s", src, e.conv.dt))
-		if src.ID() == arrow.BOOL {
-			parts[0] += " (1 true, 0 false)"
-		}
+		parts = append(parts, fmt.Sprintf("%s as %s%s", src, e.conv.dt, unitNote(src)))
 	}
 	switch e.kind {
 	case kFixed:
@@ -447,6 +444,29 @@ func (e *entry) transform() string {
 		parts = append(parts, "nulls filled with "+fillDesc)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// unitNote says what the numbers of a temporal or bool source mean.
+func unitNote(t arrow.DataType) string {
+	switch t := t.(type) {
+	case *arrow.BooleanType:
+		return " (1 true, 0 false)"
+	case *arrow.Date32Type:
+		return " (days since 1970-01-01)"
+	case *arrow.Date64Type:
+		return " (milliseconds since 1970-01-01)"
+	case *arrow.TimestampType:
+		return fmt.Sprintf(" (%s since 1970-01-01 UTC)", t.Unit)
+	case *arrow.Time32Type:
+		return fmt.Sprintf(" (%s since midnight)", t.Unit)
+	case *arrow.Time64Type:
+		return fmt.Sprintf(" (%s since midnight)", t.Unit)
+	case *arrow.DurationType:
+		return fmt.Sprintf(" (%s)", t.Unit)
+	case *arrow.Decimal128Type, *arrow.Decimal256Type:
+		return " (nearest float64)"
+	}
+	return ""
 }
 
 func fillValue(b []byte, dt DType) any {

@@ -3,6 +3,7 @@ package par
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -33,5 +34,18 @@ func TestForEach(t *testing.T) {
 	var ran atomic.Int64
 	if err := ForEach(ctx, 10, 2, func(int) error { ran.Add(1); return nil }); !errors.Is(err, context.Canceled) || ran.Load() != 0 {
 		t.Fatalf("cancelled: err %v, ran %d", err, ran.Load())
+	}
+}
+
+func TestPanicBecomesError(t *testing.T) {
+	err := ForEach(context.Background(), 4, 2, func(i int) error {
+		if i == 2 {
+			var m map[string]int
+			m["x"] = 1 // a nil-map write panics
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "internal error: panic") {
+		t.Fatalf("want the panic as an error, got %v", err)
 	}
 }
