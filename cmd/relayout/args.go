@@ -1,14 +1,35 @@
 package main
 
-import "strings"
+import (
+	"strings"
 
-// boolFlags are the flags that take no value.
-var boolFlags = map[string]bool{"deep": true, "json": true, "quiet": true, "overwrite": true, "help": true, "h": true, "version": true, "v": true}
+	"github.com/urfave/cli/v2"
+)
+
+// boolFlags returns the names (and aliases) of the app's flags that take no
+// value, read from the flag definitions so a new bool flag cannot be missed.
+func boolFlags(app *cli.App) map[string]bool {
+	out := map[string]bool{"help": true, "h": true, "version": true, "v": true}
+	add := func(fs []cli.Flag) {
+		for _, f := range fs {
+			if tv, ok := f.(interface{ TakesValue() bool }); ok && !tv.TakesValue() {
+				for _, n := range f.Names() {
+					out[n] = true
+				}
+			}
+		}
+	}
+	add(app.Flags)
+	for _, c := range app.Commands {
+		add(c.Flags)
+	}
+	return out
+}
 
 // permuteArgs moves a subcommand's flags before its positional arguments,
 // so that `relayout verify ./out --deep` works: urfave/cli v2 stops parsing
 // flags at the first positional argument. "--" ends flag handling.
-func permuteArgs(args []string) []string {
+func permuteArgs(args []string, boolFlags map[string]bool) []string {
 	if len(args) < 2 {
 		return args
 	}

@@ -324,3 +324,21 @@ func TestJSONLogs(t *testing.T) {
 		t.Fatalf("bad --log-format: exit %d", r.code)
 	}
 }
+
+// TestBoolFlagsBeforeValueFlags: a bool flag followed by a flag with a value
+// (`--tensors --shard-bytes 4MiB`) parses, wherever positionals are.
+func TestBoolFlagsBeforeValueFlags(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 1, Seed: 1})
+	out := filepath.Join(t.TempDir(), "out")
+	r := relayout(t, nil, "run", "--quiet", "--tensors", "--memory-limit", "256MiB", "--shard-bytes", "32KiB", "--input", in, "--output", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if n, _ := filepath.Glob(filepath.Join(out, "tensors", "*.safetensors")); len(n) < 2 {
+		t.Fatalf("--shard-bytes 32KiB was not applied: %d shards", len(n))
+	}
+	r = relayout(t, nil, "verify", out, "--deep", "--json")
+	if r.code != 0 {
+		t.Fatalf("verify: exit %d: %s", r.code, r.stderr)
+	}
+}
