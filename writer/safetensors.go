@@ -84,13 +84,18 @@ func (w *Tensors) Write(rec arrow.RecordBatch) error {
 			if err := w.plan.Append(w.buf, rec, start, i+1); err != nil {
 				return err
 			}
+			w.buf.Seal()
 			if err := w.flush(); err != nil {
 				return err
 			}
 			start = i + 1
 		}
 	}
-	return w.plan.Append(w.buf, rec, start, n)
+	if err := w.plan.Append(w.buf, rec, start, n); err != nil {
+		return err
+	}
+	w.buf.Seal()
+	return nil
 }
 
 // Close writes the last shard and returns every shard.
@@ -124,6 +129,7 @@ func (w *Tensors) flush() error {
 	for k, v := range w.opts.Metadata {
 		meta[k] = v
 	}
+	w.buf.Seal()
 	header, order, err := encodeHeader(w.plan, w.buf, meta)
 	if err != nil {
 		return err
@@ -137,10 +143,12 @@ func (w *Tensors) flush() error {
 	hw := &hashWriter{w: bw, h: xxhash.New()}
 	werr := writeAll(hw, header)
 	for _, i := range order {
-		if werr != nil {
-			break
+		for _, blk := range w.buf.Blocks(i) {
+			if werr != nil {
+				break
+			}
+			werr = writeAll(hw, blk)
 		}
-		werr = writeAll(hw, w.buf.Data[i])
 	}
 	if werr != nil {
 		cancel() // the blob never becomes visible
@@ -198,7 +206,7 @@ func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, meta map[string]string
 	var off int64
 	for _, i := range order {
 		t := ts[i]
-		n := int64(len(b.Data[i]))
+		n := b.Len(i)
 		shape := plan.Shape(b, i)
 		nb, _ := json.Marshal(t.Name)
 		sb, _ := json.Marshal(shape)
