@@ -8,19 +8,8 @@ import (
 // BenchmarkEpoch produces every 4096-sample batch of an existing output
 // (RELAYOUT_BENCH_OUTPUT) with the maps already open: a warm epoch.
 func BenchmarkEpoch(b *testing.B) {
-	out := os.Getenv("RELAYOUT_BENCH_OUTPUT")
-	if out == "" {
-		b.Skip("set RELAYOUT_BENCH_OUTPUT to an output with tensor shards")
-	}
-	d, err := Open(out, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	d, bs := openBench(b)
 	defer d.Close()
-	bs, err := d.Batches(Assignment{Seed: 1, Shuffle: true}, 4096)
-	if err != nil {
-		b.Fatal(err)
-	}
 	stage := make([]byte, 64<<20)
 	var n int64
 	for i := 0; i < b.N; i++ {
@@ -42,6 +31,20 @@ func BenchmarkEpoch(b *testing.B) {
 
 // BenchmarkEpochViews is BenchmarkEpoch without the copy: views only.
 func BenchmarkEpochViews(b *testing.B) {
+	d, bs := openBench(b)
+	defer d.Close()
+	for i := 0; i < b.N; i++ {
+		for _, rs := range bs {
+			if _, err := d.Batch(rs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// openBench opens RELAYOUT_BENCH_OUTPUT and plans one shuffled epoch of
+// 4096-sample batches.
+func openBench(b *testing.B) (*Dataset, [][]Range) {
 	out := os.Getenv("RELAYOUT_BENCH_OUTPUT")
 	if out == "" {
 		b.Skip("set RELAYOUT_BENCH_OUTPUT to an output with tensor shards")
@@ -50,16 +53,10 @@ func BenchmarkEpochViews(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer d.Close()
 	bs, err := d.Batches(Assignment{Seed: 1, Shuffle: true}, 4096)
 	if err != nil {
+		d.Close()
 		b.Fatal(err)
 	}
-	for i := 0; i < b.N; i++ {
-		for _, rs := range bs {
-			if _, err := d.Batch(rs); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	return d, bs
 }

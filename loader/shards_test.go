@@ -259,14 +259,7 @@ func TestShardValuesFlat(t *testing.T) {
 	addColumns(e, rows, "", true, true)
 	e.floats("dense", "F32", floatMatrix(rows, true, true), 16)
 	e.write()
-	res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "check_values.py"), out, e.dir)
-	var sum struct {
-		Rows    int64
-		Checked []string
-	}
-	if err := json.Unmarshal(res, &sum); err != nil {
-		t.Fatalf("%v: %s", err, res)
-	}
+	sum, res := checkValues(t, out, e)
 	if sum.Rows != 30_000 || len(sum.Checked) != len(e.index) {
 		t.Fatalf("checked %d tensors over %d rows: %s", len(sum.Checked), sum.Rows, res)
 	}
@@ -303,14 +296,7 @@ func TestShardValuesPacked(t *testing.T) {
 	e.floats("query.dense_user", "F32", floatMatrix(queries, true, false), 8)
 	e.floats("item.dense_item", "F32", floatMatrix(rows, false, true), 8)
 	e.write()
-	res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "check_values.py"), out, e.dir)
-	var sum struct {
-		Rows    int64
-		Checked []string
-	}
-	if err := json.Unmarshal(res, &sum); err != nil {
-		t.Fatalf("%v: %s", err, res)
-	}
+	sum, res := checkValues(t, out, e)
 	if sum.Rows != int64(len(queries)) || len(sum.Checked) != len(e.index) {
 		t.Fatalf("checked %d tensors over %d queries (want %d): %s", len(sum.Checked), sum.Rows, len(queries), res)
 	}
@@ -326,6 +312,20 @@ func TestShardValuesPacked(t *testing.T) {
 		}
 		items += s.Items
 	}
+}
+
+// checkValues runs python/tests/check_values.py on out against e and
+// returns its summary (and raw output, for messages).
+func checkValues(t *testing.T, out string, e *expected) (sum struct {
+	Rows    int64
+	Checked []string
+}, res []byte) {
+	t.Helper()
+	res = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "check_values.py"), out, e.dir)
+	if err := json.Unmarshal(res, &sum); err != nil {
+		t.Fatalf("%v: %s", err, res)
+	}
+	return sum, res
 }
 
 func manifestOf(t *testing.T, out string) *manifests.Manifest {

@@ -652,6 +652,25 @@ func (p *Plan) SampleBytes(rec arrow.RecordBatch, lo, hi int, out []int64) []int
 	if p.packed {
 		items = rec.Column(p.itemsCol).(*array.List)
 	}
+	// The ragged entries' list accessors, resolved once per record, not per row.
+	type raggedSrc struct {
+		la   listAccess
+		item bool
+		es   int64
+	}
+	var ragged []raggedSrc
+	for _, e := range p.entries {
+		if e.kind != kRagged {
+			continue
+		}
+		r := raggedSrc{item: e.level == LevelItem, es: int64(e.conv.dt.Size())}
+		if r.item {
+			r.la, _ = listOf(items.ListValues().(*array.Struct).Field(e.srcs[0].child))
+		} else {
+			r.la, _ = listOf(rec.Column(e.srcs[0].col))
+		}
+		ragged = append(ragged, r)
+	}
 	for i := lo; i < hi; i++ {
 		n := p.sampleBytes
 		ilo, ihi := int64(0), int64(0)
@@ -659,22 +678,15 @@ func (p *Plan) SampleBytes(rec arrow.RecordBatch, lo, hi int, out []int64) []int
 			ilo, ihi = items.ValueOffsets(i)
 			n += (ihi - ilo) * p.itemBytes
 		}
-		for _, e := range p.entries {
-			if e.kind != kRagged {
-				continue
-			}
-			var la listAccess
+		for _, r := range ragged {
 			r0, r1 := int64(i), int64(i+1)
-			if e.level == LevelItem {
-				la, _ = listOf(items.ListValues().(*array.Struct).Field(e.srcs[0].child))
+			if r.item {
 				r0, r1 = ilo, ihi
-			} else {
-				la, _ = listOf(rec.Column(e.srcs[0].col))
 			}
 			if r1 > r0 {
-				s, _ := la.bounds(int(r0))
-				_, t := la.bounds(int(r1 - 1))
-				n += (t - s) * int64(e.conv.dt.Size())
+				s, _ := r.la.bounds(int(r0))
+				_, t := r.la.bounds(int(r1 - 1))
+				n += (t - s) * r.es
 			}
 		}
 		out = append(out, n)
