@@ -22,7 +22,7 @@ import (
 // packRun is the state of a run with --query-key: detection of the
 // query-level columns over all rows, then packing of the ordered rows with
 // row-group and file cuts moved to the query boundary at or before each
-// planned cut (slices are query-level, so slice boundaries are kept).
+// planned cut; cuts at a slice boundary stay there (slices are query-level).
 type packRun struct {
 	qk       []int
 	det      *dedupe.Detector
@@ -32,8 +32,10 @@ type packRun struct {
 	queries  []int64 // per slice rank
 	rgEnds   map[int64]bool
 	fileEnds map[int64]bool
-	items    int64
-	total    int64
+	// sliceStarts holds the output position of every slice's first row.
+	sliceStarts map[int64]bool
+	items       int64
+	total       int64
 	// onPacked, when set, also receives every packed record (tensors).
 	onPacked func(arrow.RecordBatch) error
 	maxItems int64
@@ -49,7 +51,12 @@ type packRun struct {
 func newPackRun(tbl *source.Table, qk, sliceCols []int, hist *partition.Histogram, lay partition.Layout) *packRun {
 	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), queries: make([]int64, len(hist.Slices)), total: tbl.Rows,
 		sliceCols: sliceCols, hist: hist, querySlice: map[uint64]int32{},
-		rgEnds: map[int64]bool{}, fileEnds: map[int64]bool{}}
+		rgEnds: map[int64]bool{}, fileEnds: map[int64]bool{}, sliceStarts: map[int64]bool{}}
+	for _, s := range hist.Slices {
+		if s.Rows > 0 {
+			p.sliceStarts[s.Start] = true
+		}
+	}
 	for _, f := range lay.Files {
 		for _, g := range f.RowGroups {
 			p.rgEnds[g.Start+g.Rows] = true
@@ -144,7 +151,11 @@ func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.
 		}
 	}
 	p.items += rec.NumRows()
-	if p.items == p.total { // the last query is complete: pack it before the final cut
+	// The held-back query is complete at the end and at a slice boundary
+	// (queries never span slices): pack it before the cut, so row groups
+	// end where slices end and their statistics stay tight.
+	cut := p.fileEnds[p.items] || p.rgEnds[p.items]
+	if p.items == p.total || (cut && p.sliceStarts[p.items]) {
 		if err := p.finish(ctx, w, hist); err != nil {
 			return err
 		}
@@ -207,18 +218,7 @@ func (p *packRun) slices(hist *partition.Histogram) []partition.Slice {
 
 // manifest describes the packing.
 func (p *packRun) manifest(opts RunOptions, inBytes, outBytes int64, perSliceItems []int64) *manifests.Packing {
-	ipq := append([]int64{}, p.packer.ItemsPerQuery...)
-	slices.Sort(ipq)
-	q := func(f float64) int64 {
-		if len(ipq) == 0 {
-			return 0
-		}
-		return ipq[min(int(f*float64(len(ipq))), len(ipq)-1)]
-	}
-	st := manifests.Distribution{}
-	if len(ipq) > 0 {
-		st = manifests.Distribution{Min: ipq[0], P50: q(0.5), P90: q(0.9), P99: q(0.99), Max: ipq[len(ipq)-1]}
-	}
+	st := distributionOf(append([]int64{}, p.packer.ItemsPerQuery...))
 	return &manifests.Packing{
 		QueryKey: p.layout.Names(p.qk), QueryColumns: p.layout.Names(p.layout.QueryColumns),
 		ItemColumns: p.layout.Names(p.layout.ItemColumns), FlatColumns: p.layout.Names(allCols(p.layout.Flat.NumFields())),
@@ -285,4 +285,14 @@ func (p *packRun) checkSplit(src *unitSource, schema *arrow.Schema) error {
 		}
 	}
 	return nil
+}
+
+// distributionOf summarises counts (and sorts them).
+func distributionOf(counts []int64) manifests.Distribution {
+	if len(counts) == 0 {
+		return manifests.Distribution{}
+	}
+	slices.Sort(counts)
+	q := func(f float64) int64 { return counts[min(int(f*float64(len(counts))), len(counts)-1)] }
+	return manifests.Distribution{Min: counts[0], P50: q(0.5), P90: q(0.9), P99: q(0.99), Max: counts[len(counts)-1]}
 }

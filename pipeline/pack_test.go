@@ -224,3 +224,43 @@ func TestPackHugeQuery(t *testing.T) {
 		t.Fatalf("huge query under a 96 MiB limit: %v", err)
 	}
 }
+
+// TestPackedRowGroupsEndAtSlices: packing keeps row groups ending where
+// slices end, so a reader pruning by statistics reads no more row groups
+// per slice from the packed output than from the flat one. (The held-back
+// last query of a slice used to spill into the next row group, widening its
+// statistics: every slice then read two row groups.)
+func TestPackedRowGroupsEndAtSlices(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 11})
+	ctx := context.Background()
+	base := t.TempDir()
+	flatOut, packedOut := filepath.Join(base, "flat"), filepath.Join(base, "packed")
+	smallRun(t, in, flatOut, nil)
+	if _, err := Run(ctx, packRunOpts(in, packedOut, nil)); err != nil {
+		t.Fatal(err)
+	}
+	inspect := func(dir string) map[string]int {
+		r, err := Inspect(ctx, InspectOptions{Inputs: []string{filepath.Join(dir, "parquet")}, SliceKeys: []string{"country", "date"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, s := range r.Slices {
+			out[fmt.Sprint(s.Key)] = s.RowGroupsRead
+		}
+		return out
+	}
+	flat, packed := inspect(flatOut), inspect(packedOut)
+	if len(flat) != len(packed) || len(flat) < 100 {
+		t.Fatalf("%d flat slices, %d packed", len(flat), len(packed))
+	}
+	worse := 0
+	for k, n := range packed {
+		if n > flat[k] {
+			worse++
+		}
+	}
+	if worse > 0 {
+		t.Fatalf("%d of %d slices read more row groups packed than flat", worse, len(packed))
+	}
+}
