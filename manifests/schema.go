@@ -6,3 +6,9 @@ import _ "embed"
 //
 //go:embed manifest.schema.json
 var SchemaJSON []byte
+
+// ReportSchemaJSON is the JSON Schema of the run report (_report.json) and
+// of a dry run's report.
+//
+//go:embed report.schema.json
+var ReportSchemaJSON []byte

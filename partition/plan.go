@@ -5,6 +5,9 @@ import (
 	"context"
 	"sort"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/source"
@@ -58,31 +61,88 @@ type rgSlices struct {
 	parts  [][][]byte
 	values [][]any
 	counts []int64
+	// queries maps a query-key hash to its rows here; global maps local
+	// slice ids to the merged list.
+	queries map[uint64]queryAgg
+	global  []int
+	vectors [][]uint64
 }
 
 // Build reads the slice-key columns of every row group (only those) and
 // returns the slices in output order with their row counts. Without slice
 // keys the table is one slice.
 func Build(ctx context.Context, t *source.Table, sliceCols []int, parallel int) (*Histogram, error) {
+	h, _, err := BuildWith(ctx, t, sliceCols, BuildOptions{}, parallel)
+	return h, err
+}
+
+// VectorRows is the granularity at which BuildWith records where a slice's
+// rows lie in a row group: DuckDB's vector size, the unit in which a reader
+// that filters first and fetches the other columns after decides what to
+// fetch.
+const VectorRows = 2048
+
+// BuildOptions asks BuildWith for more than the histogram.
+type BuildOptions struct {
+	// QueryCols, when set, counts each query's rows (see QueryCounts).
+	QueryCols []int
+	// Vectors records which VectorRows-row vectors of each row group hold
+	// each slice's rows.
+	Vectors bool
+}
+
+// BuildExtra is what BuildOptions asked for.
+type BuildExtra struct {
+	Queries *QueryCounts
+	// Vectors[i] (i indexes t.RowGroups()) maps a slice rank to a bitset of
+	// the row group's vectors holding its rows.
+	Vectors []map[int32][]uint64
+}
+
+// QueryCounts is what the query-key columns say about packing: exact
+// counts, from the same pass as the histogram. Queries are told apart by a
+// 64-bit hash of their encoded key.
+type QueryCounts struct {
+	// Queries is the number of distinct queries; PerSlice counts them by
+	// slice rank; Items holds each query's row count (in no order).
+	Queries  int64
+	PerSlice []int64
+	Items    []int64
+}
+
+type queryAgg struct {
+	count int64
+	slice int32 // local slice id, then global rank
+	rg    int32
+	row   int32 // first row within rg
+}
+
+// BuildWith is Build that also, in the same pass, counts each query's rows
+// and records where each slice's rows lie, as o asks. A query whose rows lie
+// in two slices is bad input (slice keys must be query-level), named with
+// both values.
+func BuildWith(ctx context.Context, t *source.Table, sliceCols []int, o BuildOptions, parallel int) (*Histogram, *BuildExtra, error) {
 	refs := t.RowGroups()
-	if len(sliceCols) == 0 {
-		return &Histogram{Slices: []Slice{{Rows: t.Rows, InputRowGroups: len(refs)}}, rank: map[string]int32{"": 0}}, nil
+	queryCols := o.QueryCols
+	if len(sliceCols) == 0 && len(queryCols) == 0 && !o.Vectors {
+		return &Histogram{Slices: []Slice{{Rows: t.Rows, InputRowGroups: len(refs)}}, rank: map[string]int32{"": 0}}, &BuildExtra{}, nil
 	}
 	per := make([]*rgSlices, len(refs))
 	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
 		var err error
-		per[i], err = readSlices(ctx, t, refs[i], sliceCols)
+		per[i], err = readSlices(ctx, t, refs[i], i, sliceCols, queryCols, o.Vectors)
 		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, errs.TransientErr(err)
+			return nil, nil, errs.TransientErr(err)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	global := map[string]int{}
 	var all []Slice
 	for _, k := range per {
+		k.global = make([]int, len(k.keys))
 		for li, key := range k.keys {
 			g, ok := global[string(key)]
 			if !ok {
@@ -90,11 +150,23 @@ func Build(ctx context.Context, t *source.Table, sliceCols []int, parallel int) 
 				global[string(key)] = g
 				all = append(all, Slice{Key: key, Parts: k.parts[li], Values: k.values[li]})
 			}
+			k.global[li] = g
 			all[g].Rows += k.counts[li]
 			all[g].InputRowGroups++
 		}
 	}
-	sort.Slice(all, func(a, b int) bool { return bytes.Compare(all[a].Key, all[b].Key) < 0 })
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(all[order[a]].Key, all[order[b]].Key) < 0 })
+	rankOf := make([]int32, len(all))
+	sorted := make([]Slice, len(all))
+	for r, g := range order {
+		rankOf[g] = int32(r)
+		sorted[r] = all[g]
+	}
+	all = sorted
 	h := &Histogram{Slices: all, rank: make(map[string]int32, len(all))}
 	var start int64
 	for i := range all {
@@ -102,10 +174,83 @@ func Build(ctx context.Context, t *source.Table, sliceCols []int, parallel int) 
 		start += all[i].Rows
 		h.rank[string(all[i].Key)] = int32(i)
 	}
-	return h, nil
+	ex := &BuildExtra{}
+	if o.Vectors {
+		ex.Vectors = make([]map[int32][]uint64, len(per))
+		for i, k := range per {
+			m := make(map[int32][]uint64, len(k.keys))
+			for li := range k.keys {
+				m[rankOf[k.global[li]]] = k.vectors[li]
+			}
+			ex.Vectors[i] = m
+		}
+	}
+	if len(queryCols) == 0 {
+		return h, ex, nil
+	}
+	queries := map[uint64]queryAgg{}
+	for i, k := range per {
+		for qh, a := range k.queries {
+			a.slice = rankOf[k.global[a.slice]]
+			g, ok := queries[qh]
+			if ok && g.slice != a.slice {
+				return nil, nil, splitQuery(ctx, t, sliceCols, queryCols, refs[g.rg], int(g.row), refs[i], int(a.row))
+			}
+			if ok {
+				g.count += a.count
+			} else {
+				g = a
+			}
+			queries[qh] = g
+		}
+		per[i] = nil
+	}
+	qc := &QueryCounts{Queries: int64(len(queries)), PerSlice: make([]int64, len(all)), Items: make([]int64, 0, len(queries))}
+	for _, a := range queries {
+		qc.PerSlice[a.slice]++
+		qc.Items = append(qc.Items, a.count)
+	}
+	ex.Queries = qc
+	return h, ex, nil
 }
 
-func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, cols []int) (*rgSlices, error) {
+// splitQuery words the error for a query seen at row ra of one row group
+// and row rb of another with different slice keys.
+func splitQuery(ctx context.Context, t *source.Table, sliceCols, queryCols []int, a source.RowGroupRef, ra int, b source.RowGroupRef, rb int) error {
+	cols := append(append([]int{}, queryCols...), sliceCols...)
+	recA, err := t.Read(ctx, a, cols, 1)
+	if err != nil {
+		return err
+	}
+	defer recA.Release()
+	recB := recA
+	if a != b {
+		if recB, err = t.Read(ctx, b, cols, 1); err != nil {
+			return err
+		}
+		defer recB.Release()
+	}
+	return splitErr(t, sliceCols, queryCols, recA, ra, recB, rb)
+}
+
+func splitErr(t *source.Table, sliceCols, queryCols []int, recA arrow.RecordBatch, ra int, recB arrow.RecordBatch, rb int) error {
+	nq := len(queryCols)
+	var q []any
+	for c := 0; c < nq; c++ {
+		q = append(q, Value(recA.Column(c), ra))
+	}
+	for k, col := range sliceCols {
+		c := nq + k
+		if !bytes.Equal(AppendKey(nil, recA.Column(c), ra), AppendKey(nil, recB.Column(c), rb)) {
+			return errs.BadInputf("slice key %q must be query-level but varies within query %v: %v then %v",
+				t.Schema.Field(col).Name, q, Value(recA.Column(c), ra), Value(recB.Column(c), rb))
+		}
+	}
+	return errs.BadInputf("slice keys must be query-level but vary within query %v", q)
+}
+
+func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rgIndex int, sliceCols, queryCols []int, vectors bool) (*rgSlices, error) {
+	cols := append(append([]int{}, queryCols...), sliceCols...)
 	rec, err := t.Read(ctx, ref, cols, 1)
 	if err != nil {
 		return nil, err
@@ -114,8 +259,12 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, co
 	n := int(rec.NumRows())
 	k := &rgSlices{}
 	local := map[string]int{}
-	var buf []byte
-	arrs := rec.Columns()
+	if len(queryCols) > 0 {
+		k.queries = map[uint64]queryAgg{}
+	}
+	var buf, qk []byte
+	nq := len(queryCols)
+	arrs := rec.Columns()[nq:]
 	for i := 0; i < n; i++ {
 		buf = buf[:0]
 		for c := range arrs {
@@ -139,8 +288,36 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, co
 			k.parts = append(k.parts, parts)
 			k.values = append(k.values, vals)
 			k.counts = append(k.counts, 0)
+			if vectors {
+				k.vectors = append(k.vectors, make([]uint64, (n/VectorRows+64)/64))
+			}
 		}
 		k.counts[id]++
+		if vectors {
+			v := i / VectorRows
+			k.vectors[id][v/64] |= 1 << (v % 64)
+		}
+		if nq > 0 {
+			qk = qk[:0]
+			for c := 0; c < nq; c++ {
+				qk = AppendKey(qk, rec.Column(c), i)
+			}
+			h := xxhash.Sum64(qk)
+			a, seen := k.queries[h]
+			if !seen {
+				a = queryAgg{slice: int32(id), rg: int32(rgIndex), row: int32(i)}
+			} else if a.slice != int32(id) {
+				return nil, splitErr(t, sliceCols, queryCols, rec, int(a.row), rec, i)
+			}
+			a.count++
+			k.queries[h] = a
+		}
 	}
 	return k, nil
+}
+
+// Locate returns the index of the slice holding output row `row` (the first
+// slice ending after it; len(Slices) when none does).
+func (h *Histogram) Locate(row int64) int {
+	return sort.Search(len(h.Slices), func(i int) bool { return h.Slices[i].Start+h.Slices[i].Rows > row })
 }

@@ -143,3 +143,6 @@ func decKey(v *big.Int) []byte {
 	b[0] ^= 0x80
 	return append([]byte{tagValue}, b[:]...)
 }
+
+// IsNullKey reports whether an encoded key part is the null value.
+func IsNullKey(part []byte) bool { return len(part) > 0 && part[0] == tagNull }

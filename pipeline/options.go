@@ -78,6 +78,12 @@ type RunOptions struct {
 	Log *slog.Logger
 	// Progress receives progress updates (may be nil).
 	Progress Progress
+	// ReportSlices is how many slices the report lists, largest first
+	// (default 100; negative: all).
+	ReportSlices int
+	// SampleRows bounds the rows a dry run decodes in full to estimate
+	// sizes and decide query-level columns (default 16,384).
+	SampleRows int64
 	// FailAfterFiles, when > 0, fails the run after that many files are
 	// written: a fault-injection hook for tests.
 	FailAfterFiles int
@@ -113,6 +119,8 @@ const (
 	defaultMemoryLimit   = 2 << 30
 	defaultShardBytes    = 256 << 20
 	defaultBlockSamples  = 4096
+	defaultReportSlices  = 100
+	defaultSampleRows    = 16 << 10
 )
 
 func (o RunOptions) withDefaults() (RunOptions, error) {
@@ -207,6 +215,12 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = runtime.GOMAXPROCS(0)
 	}
+	if o.ReportSlices == 0 {
+		o.ReportSlices = defaultReportSlices
+	}
+	if o.SampleRows == 0 {
+		o.SampleRows = defaultSampleRows
+	}
 	var bad []string
 	if o.RowGroupBytes < 0 {
 		bad = append(bad, "--row-group-bytes must be positive")
@@ -225,6 +239,9 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	}
 	if o.BlockSamples < 0 {
 		bad = append(bad, "--block-samples must be positive")
+	}
+	if o.SampleRows < 0 {
+		bad = append(bad, "--sample-rows must be positive")
 	}
 	if o.ZstdLevel < 1 || o.ZstdLevel > 22 {
 		bad = append(bad, "--zstd-level must be between 1 and 22")

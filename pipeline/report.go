@@ -14,20 +14,127 @@ import (
 // manifest it holds timings and host facts, so it differs between runs.
 const ReportFileName = "_report.json"
 
-// Report describes how a command ran.
+// ReportFormat and ReportFormatVersion name the report's schema
+// (docs/report.md; manifests/report.schema.json). The version changes when
+// a field changes meaning or goes away, not when one is added.
+const (
+	ReportFormat        = "relayout-report"
+	ReportFormatVersion = 1
+)
+
+// Report describes what a command did (run) or would do (dry run). A dry
+// run's report and the real run's _report.json share this schema, so the
+// estimate and the outcome compare field by field; Estimate says which one
+// this is.
 type Report struct {
+	Format          string        `json:"format"`
+	FormatVersion   int           `json:"format_version"`
 	Command         string        `json:"command"`
+	Estimate        bool          `json:"estimate"`
 	RelayoutVersion string        `json:"relayout_version"`
 	StartedAt       string        `json:"started_at"`
+	ConfigHash      string        `json:"config_hash"`
 	Host            ReportHost    `json:"host"`
 	Settings        ReportSetting `json:"settings"`
 	Input           ReportInput   `json:"input"`
 	Output          ReportOutput  `json:"output"`
-	Units           int           `json:"units"`
-	SpillBytes      int64         `json:"spill_bytes"`
-	Stages          []ReportStage `json:"stages"`
-	Seconds         float64       `json:"seconds"`
-	PeakRSSBytes    int64         `json:"peak_rss_bytes"`
+	Slices          ReportSlices  `json:"slices"`
+	// Packing and Transfer are set for packed runs and tensor runs.
+	Packing   *ReportPacking  `json:"packing,omitempty"`
+	Transfer  *ReportTransfer `json:"transfer,omitempty"`
+	Cost      ReportCost      `json:"cost"`
+	Resources ReportResources `json:"resources"`
+	Warnings  []ReportWarning `json:"warnings"`
+	// Units, SpillBytes and Stages describe how a real run went.
+	Units        int           `json:"units"`
+	SpillBytes   int64         `json:"spill_bytes"`
+	Stages       []ReportStage `json:"stages"`
+	Seconds      float64       `json:"seconds"`
+	PeakRSSBytes int64         `json:"peak_rss_bytes"`
+}
+
+// ReportSlices lists slices with what reading each costs a reader that
+// prunes row groups by their statistics (DuckDB, Spark, pyarrow), for
+// SELECT * WHERE <slice>: before (the input) and after (the output).
+type ReportSlices struct {
+	// Count is the number of slices; Listed how many List holds (the
+	// largest by rows, largest first).
+	Count  int               `json:"count"`
+	Listed int               `json:"listed"`
+	Totals ReportSliceTotals `json:"totals"`
+	List   []ReportSlice     `json:"list"`
+}
+
+// ReportSliceTotals sums every slice (listed or not).
+type ReportSliceTotals struct {
+	Rows            int64 `json:"rows"`
+	Queries         int64 `json:"queries,omitempty"`
+	ReadBytesBefore int64 `json:"read_bytes_before"`
+	ReadBytesAfter  int64 `json:"read_bytes_after"`
+	RowGroupsBefore int64 `json:"row_groups_before"`
+	RowGroupsAfter  int64 `json:"row_groups_after"`
+	// ReadReduction is ReadBytesBefore / ReadBytesAfter: how many times less
+	// reading every slice once costs after the re-layout.
+	ReadReduction float64 `json:"read_reduction"`
+}
+
+// ReportSlice is one slice. Rows are input rows; Queries the packed rows
+// when packing. Read bytes include every file's footer.
+type ReportSlice struct {
+	Key             manifests.KeyValues `json:"key"`
+	Rows            int64               `json:"rows"`
+	Queries         int64               `json:"queries,omitempty"`
+	ReadBytesBefore int64               `json:"read_bytes_before"`
+	ReadBytesAfter  int64               `json:"read_bytes_after"`
+	RowGroupsBefore int                 `json:"row_groups_before"`
+	RowGroupsAfter  int                 `json:"row_groups_after"`
+}
+
+// ReportPacking describes query packing.
+type ReportPacking struct {
+	Rows          int64                  `json:"rows"`
+	Queries       int64                  `json:"queries"`
+	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
+	QueryColumns  []string               `json:"query_columns"`
+	ItemColumns   []string               `json:"item_columns"`
+	MovedToItems  []string               `json:"moved_to_items"`
+	// BytesBefore is the input's bytes, BytesAfter the packed output's;
+	// ParquetBytesSaved their difference.
+	BytesBefore       int64 `json:"bytes_before"`
+	BytesAfter        int64 `json:"bytes_after"`
+	ParquetBytesSaved int64 `json:"parquet_bytes_saved"`
+}
+
+// ReportTransfer is the tensor bytes a loader moves per epoch (data only,
+// no headers): Unpacked repeats the query-level tensors on every item, as a
+// flat layout does; Packed sends them once per query, with the offsets.
+type ReportTransfer struct {
+	UnpackedBytes int64   `json:"unpacked_bytes"`
+	PackedBytes   int64   `json:"packed_bytes"`
+	Ratio         float64 `json:"ratio"`
+}
+
+// ReportCost is what the command itself read from the input.
+type ReportCost struct {
+	BytesRead int64   `json:"bytes_read"`
+	Requests  int64   `json:"requests"`
+	Seconds   float64 `json:"seconds"`
+	// SampleRows is how many rows a dry run decoded in full.
+	SampleRows int64 `json:"sample_rows,omitempty"`
+}
+
+// ReportResources is what the real run needs (dry run: estimated) or used
+// (run: measured).
+type ReportResources struct {
+	MemoryBytes   int64   `json:"memory_bytes"`
+	TempDiskBytes int64   `json:"temp_disk_bytes"`
+	Seconds       float64 `json:"seconds"`
+}
+
+// ReportWarning is something a user should know before scheduling the run.
+type ReportWarning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // ReportHost describes the machine.
@@ -61,6 +168,8 @@ type ReportOutput struct {
 	ParquetBytes int64 `json:"parquet_bytes"`
 	Rows         int64 `json:"rows"`
 	Slices       int   `json:"slices"`
+	Shards       int   `json:"shards"`
+	TensorBytes  int64 `json:"tensor_bytes"`
 }
 
 // ReportStage is one stage's wall time.
@@ -76,6 +185,8 @@ func newReport(cmd string, o RunOptions) *Report {
 		tmp = os.TempDir()
 	}
 	return &Report{
+		Format: ReportFormat, FormatVersion: ReportFormatVersion, Warnings: []ReportWarning{},
+		Slices: ReportSlices{List: []ReportSlice{}}, Stages: []ReportStage{},
 		Command: cmd, RelayoutVersion: version.Version,
 		StartedAt: time.Now().UTC().Format(time.RFC3339),
 		Host:      ReportHost{Hostname: h, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version()},
@@ -90,7 +201,12 @@ func (r *Report) stage(name string, since time.Time) {
 func (r *Report) finish(t0 time.Time, m *manifests.Manifest) {
 	r.Seconds = time.Since(t0).Seconds()
 	r.Output = ReportOutput{ParquetFiles: m.Totals.Files, RowGroups: m.Totals.RowGroups, ParquetBytes: m.Totals.Bytes, Rows: m.Totals.Rows, Slices: m.Totals.Slices}
+	if m.Tensors != nil {
+		r.Output.Shards, r.Output.TensorBytes = m.Tensors.Totals.Shards, m.Tensors.Totals.Bytes
+	}
 	r.PeakRSSBytes = PeakRSS()
+	r.Cost.Seconds = r.Seconds
+	r.Resources = ReportResources{MemoryBytes: r.PeakRSSBytes, TempDiskBytes: r.SpillBytes, Seconds: r.Seconds}
 }
 
 // PeakRSS returns the process's peak resident set size in bytes.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/cespare/xxhash/v2"
 	"gocloud.dev/blob"
 
 	"github.com/relayout/relayout/fingerprint"
@@ -91,36 +90,19 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := source.Open(ctx, objs, nil)
+	counts := new(storage.Counters)
+	tbl, err := source.Open(ctx, objs, counts)
 	if err != nil {
 		return nil, err
 	}
 	defer tbl.Close()
-	sliceCols, err := partition.KeyColumns(tbl, opts.SliceKeys, "--slice-keys")
+	keys, err := resolveKeys(tbl, opts)
 	if err != nil {
 		return nil, err
 	}
-	sortCols, err := partition.KeyColumns(tbl, opts.SortKeys, "--sort-keys")
-	if err != nil {
-		return nil, err
-	}
-	// Packed runs order each slice's rows by query key, then item order.
-	var qkCols []int
-	if len(opts.QueryKey) > 0 {
-		if qkCols, err = partition.KeyColumns(tbl, opts.QueryKey, "--query-key"); err != nil {
-			return nil, err
-		}
-		io, err := partition.KeyColumns(tbl, opts.ItemOrder, "--item-order")
-		if err != nil {
-			return nil, err
-		}
-		sortCols = append(append([]int{}, qkCols...), io...)
-	}
-	var inBytes, inUncompressed int64
-	for _, f := range tbl.Files {
-		inBytes += f.Obj.Size
-		inUncompressed += f.UncompressedBytes
-	}
+	sliceCols, sortCols, qkCols := keys.slice, keys.sort, keys.query
+	in := sizesOf(tbl)
+	inBytes := in.bytes
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
 
@@ -137,78 +119,37 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 	// 1. Plan.
 	opts.Progress.Start("plan", int64(tbl.NumRowGroups()))
-	hist, err := partition.Build(ctx, tbl, sliceCols, opts.Parallel)
+	hist, ex, err := partition.BuildWith(ctx, tbl, sliceCols, partition.BuildOptions{Vectors: len(sliceCols) > 0}, opts.Parallel)
 	opts.Progress.Finish()
 	if err != nil {
 		return nil, err
 	}
 	rep.stage("plan", t0)
-	rowBytes, fileRowBytes := 1.0, 1.0
-	if tbl.Rows > 0 {
-		rowBytes = float64(inUncompressed) / float64(tbl.Rows)
-		fileRowBytes = float64(inBytes) / float64(tbl.Rows)
-	}
-	layout := partition.PlanLayout(hist.Slices, partition.LayoutOptions{
-		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
-		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes,
-		RowBytes: rowBytes, FileRowBytes: fileRowBytes, BoundaryKeys: opts.BoundaryKeys,
-	})
-	// Memory budget. Fixed costs: the Go runtime and binary; every leaf
-	// column's pending page (uncompressed, up to --page-bytes); the largest
-	// row group's compressed pages, buffered until it is closed; gathered
-	// chunks in flight. What is left holds one unit of decoded rows, the
-	// same rows concatenated per column (one column at a time) and GC
-	// headroom.
+	layout := planLayout(hist, in, opts)
+	// The sample from which column encodings are chosen.
 	sample, err := readSample(ctx, tbl)
 	if err != nil {
 		return nil, err
 	}
 	// Decoded Arrow data is larger than Parquet's uncompressed size when
 	// columns are dictionary-encoded; budget with the sample's real size.
-	memRowBytes := rowBytes
+	memRowBytes := in.rowBytes
 	if sample != nil && sample.NumRows() > 0 {
-		memRowBytes = max(rowBytes, float64(recordBytes(sample))/float64(sample.NumRows()))
+		memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
 	}
-	leaves := int64(tbl.Files[0].Parquet().MetaData().Schema.NumColumns())
-	compRatio := 1.0
-	if inUncompressed > 0 {
-		compRatio = min(max(float64(inBytes)/float64(inUncompressed), 0.05), 1)
+	mp, err := planMemory(tbl, in, layout, memRowBytes, tr != nil, opts)
+	if err != nil {
+		if sample != nil {
+			sample.Release()
+		}
+		return nil, err
 	}
-	chunkRows := min(max(int64((4<<20)/max(rowBytes, 1)), 1024), 64<<10)
-	chunkBytes := int64(float64(chunkRows) * memRowBytes)
-	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * rowBytes)
-	pending := min(leaves*opts.PageBytes, rowGroupBytes) // pages not yet cut
-	fixed := int64(runtimeReserve) + pending + int64(float64(rowGroupBytes)*compRatio) + int64(max(opts.Parallel, 2)+1)*chunkBytes
-	if tr != nil { // one shard's tensors are buffered until it is written
-		fixed += min(opts.ShardBytes, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
-	}
-	avail := opts.MemoryLimit - fixed
-	if avail < 8<<20 {
-		return nil, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --page-bytes or --shard-bytes",
-			opts.MemoryLimit>>20, (fixed+8<<20)>>20, leaves, opts.PageBytes>>10, layout.TargetRows)
-	}
-	// A unit's rows are held twice while a column is concatenated and once
-	// more as gathered chunks, plus GC headroom that must hold up when the
-	// CPU is contended: a fifth of what is left.
-	maxUnitRows := int64(float64(avail/5) / max(memRowBytes, 1))
-	if opts.UnitRows > 0 {
-		maxUnitRows = opts.UnitRows
-	}
-	units := partition.GroupUnits(partition.Chunks(layout, chunkRows), maxUnitRows)
+	maxUnitRows, units := mp.unitRows, mp.units
 	rep.Units = len(units)
-	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "unit_rows", maxUnitRows, "chunk_rows", chunkRows, "row_bytes", int(rowBytes), "decoded_row_bytes", int(memRowBytes), "fixed_mib", fixed>>20)
+	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "unit_rows", maxUnitRows, "chunk_rows", mp.chunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(mp.memRowBytes), "fixed_mib", mp.fixed>>20)
 
-	cfg := layoutConfig{
-		SliceKeys: nonNil(opts.SliceKeys), SortKeys: nonNil(opts.SortKeys),
-		RowGroupBytes: opts.RowGroupBytes, MinRowGroupBytes: opts.MinRowGroupBytes,
-		RowGroupRows: opts.RowGroupRows, FileBytes: opts.FileBytes, BoundaryKeys: opts.BoundaryKeys,
-		ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes, Tensors: tr.config(opts),
-	}
-	if len(opts.QueryKey) > 0 {
-		cfg.QueryKey, cfg.QueryColumns, cfg.ItemOrder, cfg.OnQueryConflict = opts.QueryKey, nonNil(opts.QueryColumns), nonNil(opts.ItemOrder), opts.OnQueryConflict
-	}
-	cfgJSON, _ := json.Marshal(cfg)
-	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfgJSON))
+	cfgJSON, cfgHash := configOf(opts, tr)
+	rep.ConfigHash = cfgHash
 
 	var w *writer.Parquet
 	defer func() {
@@ -491,6 +432,15 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 	committed = true
+	var queries []int64
+	maxItems := int64(0)
+	if pk != nil {
+		queries, maxItems = pk.queries, pk.maxItems
+	}
+	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
+	if err := fillRunReport(ctx, rep, tbl, out, m, hist, ex.Vectors, queries, shards, layout, maxItems, opts); err != nil {
+		log.Warn("could not complete the report", "err", err)
+	}
 	rep.finish(t0, m)
 	if rdata, err := json.MarshalIndent(rep, "", " "); err == nil {
 		if err := putObject(ctx, out, ReportFileName, append(rdata, '\n')); err != nil {
@@ -508,12 +458,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 // the old report and, in local outputs, writers' stray *.tmp files.
 func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) error {
 	key := out.Key(manifests.FileName)
-	exists, err := out.Bucket.Exists(ctx, key)
+	exists, err := checkOutput(ctx, out, overwrite)
 	if err != nil {
-		return storage.Classify(fmt.Errorf("check %s: %w", out.URL(manifests.FileName), err))
-	}
-	if exists && !overwrite {
-		return errs.Preconditionf("pass --overwrite to replace it", "output %s already holds a manifest", out.Name)
+		return err
 	}
 	if exists {
 		if err := out.Bucket.Delete(ctx, key); err != nil {
@@ -534,6 +481,19 @@ func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) er
 	}
 	_ = out.Bucket.Delete(ctx, out.Key(ReportFileName))
 	return nil
+}
+
+// checkOutput refuses an output that holds a manifest unless overwrite is
+// set, and says whether it holds one.
+func checkOutput(ctx context.Context, out storage.Location, overwrite bool) (bool, error) {
+	exists, err := out.Bucket.Exists(ctx, out.Key(manifests.FileName))
+	if err != nil {
+		return false, storage.Classify(fmt.Errorf("check %s: %w", out.URL(manifests.FileName), err))
+	}
+	if exists && !overwrite {
+		return true, errs.Preconditionf("pass --overwrite to replace it", "output %s already holds a manifest", out.Name)
+	}
+	return exists, nil
 }
 
 // commitManifest writes manifest.json: the last write of a run and its only

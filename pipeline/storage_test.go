@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -24,16 +26,57 @@ import (
 // parameters that point s3blob at it.
 func s3Server(t *testing.T, bucket string) (params string, backend *s3mem.Backend) {
 	t.Helper()
+	params, backend, _ = s3ServerCounting(t, bucket)
+	return params, backend
+}
+
+// httpCounts counts what an S3 server was asked for and sent.
+type httpCounts struct {
+	requests, gets, puts, deletes atomic.Int64
+	getBytes                      atomic.Int64 // response body bytes of object GETs
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+// s3ServerCounting is s3Server that also counts requests and bytes served,
+// on the server side: independent of relayout's own counters.
+func s3ServerCounting(t *testing.T, bucket string) (params string, backend *s3mem.Backend, counts *httpCounts) {
+	t.Helper()
 	backend = s3mem.New()
 	if err := backend.CreateBucket(bucket); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(gofakes3.New(backend).Server())
+	counts = &httpCounts{}
+	inner := gofakes3.New(backend).Server()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counts.requests.Add(1)
+		switch r.Method {
+		case http.MethodGet: // object reads, not listings (GET /bucket?...)
+			if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
+				counts.gets.Add(1)
+				w = countingWriter{w, &counts.getBytes}
+			}
+		case http.MethodPut, http.MethodPost:
+			counts.puts.Add(1)
+		case http.MethodDelete:
+			counts.deletes.Add(1)
+		}
+		inner.ServeHTTP(w, r)
+	}))
 	t.Cleanup(ts.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	t.Setenv("AWS_REGION", "us-east-1")
-	return "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required", backend
+	return "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required", backend, counts
 }
 
 func upload(t *testing.T, b *blob.Bucket, prefix, dir string) {

@@ -2,10 +2,17 @@ package source
 
 import (
 	"context"
+	"fmt"
+	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/relayout/relayout/internal/errs"
 
 	"github.com/relayout/relayout/internal/par"
 )
@@ -83,3 +90,62 @@ func (t *Table) Read(ctx context.Context, ref RowGroupRef, cols []int, parallel 
 
 // Allocator returns the allocator used for decoded data.
 func (t *Table) Allocator() memory.Allocator { return t.mem }
+
+// Head reads the first n rows (at most) of row group rg, every column, in
+// the table's column order. It streams pages rather than whole column chunks,
+// so it reads roughly the bytes of the pages those rows lie in (plus each
+// column's dictionary page): the way to sample a table without reading it.
+func (t *Table) Head(ctx context.Context, ref RowGroupRef, n int64) (rec arrow.RecordBatch, err error) {
+	f := ref.File
+	what := fmt.Sprintf("sample %s: row group %d", f.Obj.URL, ref.RowGroup)
+	defer errs.Recover(&err, what)
+	n = min(n, ref.Rows())
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = true
+	props.BufferSize = 64 << 10
+	pq, err := file.NewParquetReader(f.ra, file.WithReadProps(props), file.WithMetadata(f.pq.MetaData()))
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: max(n, 1)}, t.mem)
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	rr, err := fr.GetRecordReader(ctx, nil, []int{ref.RowGroup})
+	if err != nil {
+		return nil, classify(err, what)
+	}
+	defer rr.Release()
+	if n == 0 || !rr.Next() {
+		if err := rr.Err(); err != nil && err != io.EOF {
+			return nil, classify(err, what)
+		}
+		cols := emptyColumns(t.Schema)
+		rec := array.NewRecordBatch(t.Schema, cols, 0)
+		for _, c := range cols {
+			c.Release()
+		}
+		return rec, nil
+	}
+	got := rr.RecordBatch()
+	arrs := make([]arrow.Array, t.Schema.NumFields())
+	for i := range arrs {
+		arrs[i] = got.Column(f.colMap[i])
+	}
+	rows := min(got.NumRows(), n)
+	out := array.NewRecordBatch(t.Schema, arrs, got.NumRows())
+	if rows < got.NumRows() {
+		s := out.NewSlice(0, rows)
+		out.Release()
+		out = s
+	}
+	return out, nil
+}
+
+func emptyColumns(s *arrow.Schema) []arrow.Array {
+	arrs := make([]arrow.Array, s.NumFields())
+	for i, f := range s.Fields() {
+		arrs[i] = array.MakeArrayOfNull(memory.DefaultAllocator, f.Type, 0)
+	}
+	return arrs
+}

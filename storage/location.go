@@ -74,6 +74,16 @@ func MemBucket(name string) *blob.Bucket {
 	return b
 }
 
+// DropMemBucket forgets the in-memory bucket mem://name and its objects.
+func DropMemBucket(name string) {
+	memMu.Lock()
+	defer memMu.Unlock()
+	if b, ok := memBuckets[name]; ok {
+		b.Close()
+		delete(memBuckets, name)
+	}
+}
+
 // IsURL reports whether name is a URL with a scheme rather than a local path.
 func IsURL(name string) bool {
 	i := strings.Index(name, "://")

@@ -38,6 +38,10 @@ type ShardInfo struct {
 	FirstRow  int64
 	Items     int64
 	FirstItem int64
+	// HeaderBytes is the length prefix and JSON header; TensorBytes each
+	// tensor's data bytes, in plan order.
+	HeaderBytes int64
+	TensorBytes []int64
 }
 
 // TensorOptions configures a Tensors sink.
@@ -158,8 +162,13 @@ func (w *Tensors) flush() error {
 	if err := bw.Close(); err != nil {
 		return storage.Classify(fmt.Errorf("write %s: %w", w.out.URL(name), err))
 	}
+	tb := make([]int64, len(w.plan.Tensors()))
+	for i := range tb {
+		tb[i] = w.buf.Len(i)
+	}
 	w.shards = append(w.shards, ShardInfo{Path: name, Bytes: hw.n, XXHash64: hw.h.Sum64(),
-		Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items})
+		Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items,
+		HeaderBytes: int64(len(header)), TensorBytes: tb})
 	w.rows += w.buf.Rows
 	w.items += w.buf.Items
 	w.buf = w.plan.NewBuffers()

@@ -342,3 +342,58 @@ func TestBoolFlagsBeforeValueFlags(t *testing.T) {
 		t.Fatalf("verify: exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// TestDryRunCLI: `run --dry-run` prints the estimate, writes the JSON report
+// where --report-json says and nothing under --output, and exits as run
+// would (5 on an output holding a manifest).
+func TestDryRunCLI(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 8_000, Files: 2, Seed: 4})
+	out := filepath.Join(t.TempDir(), "out")
+	rep := filepath.Join(t.TempDir(), "return.json")
+	args := []string{"run", "--dry-run", "--input", in, "--output", out, "--slice-keys", "country,date", "--query-key", "query_id", "--tensors", "--report-json", rep}
+	r := relayout(t, nil, args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"dry run: nothing written", "parquet bytes", "read bytes, all slices", "packing: 8000 rows into", "tensor transfer per epoch", "this estimate read"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("the dry run created %s (%v)", out, err)
+	}
+	var got struct {
+		Format   string `json:"format"`
+		Estimate bool   `json:"estimate"`
+		Output   struct {
+			Rows   int64 `json:"rows"`
+			Shards int   `json:"shards"`
+		} `json:"output"`
+		Packing struct {
+			Queries int64 `json:"queries"`
+		} `json:"packing"`
+	}
+	data, err := os.ReadFile(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &got); err != nil || got.Format != "relayout-report" || !got.Estimate || got.Output.Shards != 1 || got.Packing.Queries == 0 || got.Output.Rows != got.Packing.Queries {
+		t.Fatalf("report %s: %+v %v", data, got, err)
+	}
+	if r := relayout(t, nil, "run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country"); r.code != 0 {
+		t.Fatalf("run: exit %d %s", r.code, r.stderr)
+	}
+	if r := relayout(t, nil, args...); r.code != 5 || !strings.Contains(r.stderr, "--overwrite") {
+		t.Fatalf("dry run over a committed output: exit %d, %s", r.code, r.stderr)
+	}
+	if r := relayout(t, nil, append(args, "--overwrite")...); r.code != 0 {
+		t.Fatalf("dry run with --overwrite: exit %d, %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "manifest.json")); err != nil {
+		t.Fatalf("a dry run with --overwrite touched the committed output: %v", err)
+	}
+	if r := relayout(t, nil, "run", "--dry-run", "--input", in, "--output", out+"2", "--slice-keys", "nation"); r.code != 3 || !strings.Contains(r.stderr, `"nation"`) {
+		t.Fatalf("dry run with a missing column: exit %d, %s", r.code, r.stderr)
+	}
+}

@@ -41,7 +41,10 @@ func runFlags() []cli.Flag {
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
 		boolFlag("overwrite", "replace an existing output"),
 		strFlag("check", "keys", "before commit: keys (fingerprint of the rows encoded vs the input's; re-read footers, file hashes, key order, slice index, statistics), full (also decode every written value again) or none"),
-		strFlag("report-json", "", "also write the run report (JSON) to this local path"),
+		strFlag("report-json", "", "also write the run report (JSON, docs/report.md) to this local path"),
+		boolFlag("dry-run", "estimate output sizes, per-slice read savings, packing, transfer and resources; write nothing under --output"),
+		intFlag("sample-rows", 16384, "dry run: rows decoded in full to estimate sizes and query-level columns"),
+		intFlag("report-slices", 100, "slices listed in the report, largest first (0: all)"),
 	}
 	return append(fs, logFlags()...)
 }
@@ -86,6 +89,8 @@ func runCommand() *cli.Command {
 				Tensors:          c.Bool("tensors"),
 				TensorSpec:       c.String("tensor-spec"),
 				BlockSamples:     int64(c.Int("block-samples")),
+				SampleRows:       int64(c.Int("sample-rows")),
+				ReportSlices:     reportSlices(c.Int("report-slices")),
 				Log:              log,
 				Progress:         newProgress(c, log),
 			}
@@ -101,20 +106,48 @@ func runCommand() *cli.Command {
 					return err
 				}
 			}
+			if c.Bool("dry-run") {
+				rep, err := pipeline.DryRun(c.Context, opts)
+				if err != nil {
+					return err
+				}
+				if err := writeReportJSON(c.String("report-json"), rep); err != nil {
+					return err
+				}
+				printDryRun(c.App.Writer, rep)
+				return nil
+			}
 			res, err := pipeline.Run(c.Context, opts)
 			if err != nil {
 				return err
 			}
-			if p := c.String("report-json"); p != "" {
-				data, _ := json.MarshalIndent(res.Report, "", " ")
-				if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
-					return errs.TransientErr(fmt.Errorf("write --report-json %s: %w", p, err))
-				}
+			if err := writeReportJSON(c.String("report-json"), res.Report); err != nil {
+				return err
 			}
 			printRunSummary(c.App.Writer, res)
 			return nil
 		},
 	}
+}
+
+// writeReportJSON writes the report to a local path ("" : nowhere).
+func writeReportJSON(path string, rep *pipeline.Report) error {
+	if path == "" {
+		return nil
+	}
+	data, _ := json.MarshalIndent(rep, "", " ")
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return errs.TransientErr(fmt.Errorf("write --report-json %s: %w", path, err))
+	}
+	return nil
+}
+
+// reportSlices maps the flag (0 = all) to RunOptions (0 = default, <0 = all).
+func reportSlices(v int) int {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
 
 func printRunSummary(w io.Writer, res *pipeline.Result) {

@@ -1,0 +1,613 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/bits"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/loader"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
+)
+
+// sampleBudget is the share of the input's bytes a dry run may spend on its
+// sample (beyond the first row group it samples, which it always reads).
+const sampleBudget = 0.05
+
+// DryRun estimates what Run would do with the same options, writing nothing
+// under the output. It reads the footers, the slice-key and query-key
+// columns (never feature columns), and the first rows of a few row groups
+// (at most opts.SampleRows, within about 5% of the input's bytes). Counts
+// (rows, slices, queries, items per query, row groups, files, read costs
+// before) are exact; sizes are the real pipeline run on the sample in
+// memory, scaled by those counts.
+func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
+	opts, err = opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && ctx.Err() != nil && !errs.Is(err, errs.BadInput) {
+			err = errs.TransientErr(fmt.Errorf("interrupted (%v)", context.Cause(ctx)))
+		}
+	}()
+	t0 := time.Now()
+	rep = newReport("dry-run", opts)
+	rep.Estimate = true
+	// The run would refuse an output holding a manifest: so does this. A
+	// local output folder that does not exist yet is fine.
+	if local := strings.TrimPrefix(opts.Output, "file://"); storage.IsURL(opts.Output) && !strings.HasPrefix(opts.Output, "file://") || dirExists(local) {
+		out, err := storage.OpenDir(ctx, opts.Output, false)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := checkOutput(ctx, out, opts.Overwrite); err != nil {
+			return nil, err
+		}
+	}
+	tr, err := newTensorRun(opts)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := storage.List(ctx, opts.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	counts := new(storage.Counters)
+	tbl, err := source.Open(ctx, objs, counts)
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	keys, err := resolveKeys(tbl, opts)
+	if err != nil {
+		return nil, err
+	}
+	in := sizesOf(tbl)
+	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: in.bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	_, rep.ConfigHash = configOf(opts, tr)
+
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{QueryCols: keys.query, Vectors: true}, opts.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	qc := ex.Queries
+	rep.stage("keys", t0)
+	layout := planLayout(hist, in, opts)
+	var qs *queryScan
+	if qc != nil {
+		qs = &queryScan{queries: qc.Queries, perSlice: qc.PerSlice, dist: distributionOf(qc.Items)}
+	}
+	t1 := time.Now()
+	smp, err := sampleHeads(ctx, tbl, opts.SampleRows, int64(sampleBudget*float64(in.bytes)))
+	if err != nil {
+		return nil, err
+	}
+	defer smp.release()
+	rep.Cost.SampleRows = smp.rows
+	memRowBytes := in.rowBytes
+	if smp.rows > 0 {
+		memRowBytes = float64(smp.bytes) / float64(smp.rows)
+	}
+	mp, err := planMemory(tbl, in, layout, memRowBytes, tr != nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	est, err := runSample(ctx, tbl.Schema, smp, opts)
+	if err != nil {
+		return nil, err
+	}
+	rep.stage("sample", t1)
+
+	// Scale the sample's sizes by the exact counts.
+	N := float64(tbl.Rows)
+	Q := N
+	if qs != nil {
+		Q = float64(qs.queries)
+	}
+	outCost, dataBytes := predictOutput(hist, layout, qs, est, keys, opts)
+	nRG := len(outCost.rgs)
+	parquetBytes := int64(dataBytes + float64(len(layout.Files))*(12+est.footerBase) + float64(nRG)*est.perRGOverhead)
+	outRows := tbl.Rows
+	if qs != nil {
+		outRows = qs.queries
+	}
+	nonEmpty := 0
+	for _, s := range hist.Slices {
+		if s.Rows > 0 {
+			nonEmpty++
+		}
+	}
+	rep.Output = ReportOutput{ParquetFiles: len(layout.Files), RowGroups: nRG, ParquetBytes: parquetBytes, Rows: outRows, Slices: nonEmpty}
+	if tbl.Rows == 0 {
+		rep.Output.ParquetFiles, rep.Output.RowGroups, rep.Output.ParquetBytes = 0, 0, 0
+	}
+	inCost, err := costOfTable(tbl, opts.SliceKeys, ex.Vectors)
+	if err != nil {
+		return nil, err
+	}
+	var perSliceQueries []int64
+	if qs != nil {
+		perSliceQueries = qs.perSlice
+	}
+	rep.Slices = reportSlices(hist, opts.SliceKeys, &inCost, &outCost, perSliceQueries, opts.ReportSlices)
+
+	if qs != nil {
+		rep.Packing = &ReportPacking{Rows: tbl.Rows, Queries: qs.queries, ItemsPerQuery: qs.dist,
+			QueryColumns: est.queryColumns, ItemColumns: est.itemColumns, MovedToItems: est.moved,
+			BytesBefore: in.bytes, BytesAfter: parquetBytes, ParquetBytesSaved: in.bytes - parquetBytes}
+	}
+	var tensorData float64
+	if est.tensors != nil {
+		scaled := make([]float64, len(est.tensors))
+		for i, t := range est.tensorSchema {
+			switch {
+			case t.Level == "query" && est.queries > 0:
+				scaled[i] = est.tensors[i] / float64(est.queries) * Q
+			case est.rows > 0:
+				scaled[i] = est.tensors[i] / float64(est.rows) * N
+			}
+			tensorData += scaled[i]
+		}
+		shards := int64(1)
+		if tensorData > float64(opts.ShardBytes) {
+			shards = int64(tensorData/float64(opts.ShardBytes)) + 1
+		}
+		rep.Output.Shards = int(shards)
+		rep.Output.TensorBytes = int64(tensorData + float64(shards)*est.shardHeader)
+		rep.Transfer = transferOf(est.tensorSchema, scaled, int64(Q), tbl.Rows)
+	}
+
+	// What the real run will need: its memory plan, with the budget's
+	// split measured on the sample.
+	decoded := N * mp.memRowBytes
+	res := ReportResources{MemoryBytes: opts.MemoryLimit}
+	if len(mp.units) <= 1 {
+		f := decodedPeakFlat
+		if qs != nil {
+			f = decodedPeakPacked
+		}
+		res.MemoryBytes = min(opts.MemoryLimit, int64(runtimeReserve+f*decoded+min(tensorData, float64(opts.ShardBytes))))
+	} else {
+		res.TempDiskBytes = int64(decoded * spillRatio)
+	}
+	if est.rows > 0 {
+		// The sample runs on about one core (it is one writer chunk); the
+		// real run spreads the same per-row work over its goroutines.
+		res.Seconds = est.seconds / float64(est.rows) * N / (parallelEfficiency * float64(min(opts.Parallel, 8)))
+	}
+	rep.Resources = res
+	rep.Units = len(mp.units)
+
+	rowBytesOut := 0.0
+	if N > 0 {
+		rowBytesOut = float64(parquetBytes) / N
+	}
+	sq := -1
+	if qs != nil {
+		sq = est.multiRowQueries
+	}
+	maxItems := opts.MaxItemsPerQuery
+	if maxItems == 0 {
+		maxItems = mp.unitRows
+	}
+	if qs == nil {
+		maxItems = 0
+	}
+	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, in: &inCost, hist: hist, layout: layout,
+		outRowBytes: rowBytesOut, packing: rep.Packing, maxItems: maxItems, sampleQueries: sq})
+	rep.Seconds = time.Since(t0).Seconds()
+	rep.Cost.BytesRead, rep.Cost.Requests, rep.Cost.Seconds = counts.Bytes.Load(), counts.Requests.Load(), rep.Seconds
+	rep.PeakRSSBytes = PeakRSS()
+	return rep, nil
+}
+
+// Calibration of the resource estimate, measured on the generated
+// impression log (1M rows, 2 cores; docs/report.md): peak RSS over decoded
+// bytes when the table fits one unit (flat and packed), spill bytes over
+// decoded bytes (LZ4 Arrow IPC), and the speed-up of the run's goroutines
+// over the sample's single writer chunk, per goroutine.
+const (
+	decodedPeakFlat    = 2.4
+	decodedPeakPacked  = 2.9
+	spillRatio         = 0.4
+	parallelEfficiency = 0.85
+)
+
+// queryScan is the exact query counts.
+type queryScan struct {
+	queries  int64
+	perSlice []int64
+	dist     manifests.Distribution
+}
+
+// sample is the first rows of a few row groups, all columns.
+type sample struct {
+	recs  []arrow.RecordBatch
+	rows  int64
+	bytes int64 // decoded
+}
+
+func (s *sample) release() {
+	for _, r := range s.recs {
+		r.Release()
+	}
+}
+
+// sampleHeads reads the first rows of row groups spread over the table
+// (first, middle, quarters, ...) until it holds maxRows rows or the next row
+// group would take its reads past budget bytes. Page-streaming reads cost
+// about the row group's dictionary pages plus the pages the rows lie in.
+func sampleHeads(ctx context.Context, tbl *source.Table, maxRows, budget int64) (*sample, error) {
+	refs := tbl.RowGroups()
+	s := &sample{}
+	var spent int64
+	for _, i := range spreadOrder(len(refs)) {
+		if s.rows >= maxRows {
+			break
+		}
+		ref := refs[i]
+		if ref.Rows() == 0 {
+			continue
+		}
+		cost := rowGroupBytes(ref)
+		if s.rows > 0 && spent+cost > budget {
+			break
+		}
+		before := tbl.Counts.Bytes.Load()
+		rec, err := tbl.Head(ctx, ref, maxRows-s.rows)
+		if err != nil {
+			s.release()
+			return nil, err
+		}
+		spent += tbl.Counts.Bytes.Load() - before
+		s.recs = append(s.recs, rec)
+		s.rows += rec.NumRows()
+		s.bytes += recordBytes(rec)
+	}
+	return s, nil
+}
+
+func rowGroupBytes(ref source.RowGroupRef) int64 {
+	rg := ref.File.Parquet().MetaData().RowGroup(ref.RowGroup)
+	var n int64
+	for c := 0; c < rg.NumColumns(); c++ {
+		if cc, err := rg.ColumnChunk(c); err == nil {
+			n += cc.TotalCompressedSize()
+		}
+	}
+	return n
+}
+
+// spreadOrder lists 0..n-1 so that every prefix is spread over the range:
+// the bit-reversal permutation.
+func spreadOrder(n int) []int {
+	if n == 0 {
+		return nil
+	}
+	b := bits.Len(uint(n - 1))
+	out := make([]int, 0, n)
+	for i := 0; i < 1<<b; i++ {
+		r := int(bits.Reverse(uint(i)) >> (bits.UintSize - b))
+		if b == 0 {
+			r = 0
+		}
+		if r < n {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// leafEst is one output leaf column's bytes in the sample's output.
+type leafEst struct {
+	// key: a slice-key column (what readers filter on); query: query-level
+	// in a packed output (it scales with queries, the others with rows).
+	key, query   bool
+	comp, uncomp float64
+}
+
+// predictOutput models the output's row groups: rows and slices from the
+// layout (exact), queries from the query counts, column chunk and page
+// sizes from the sample's bytes per row (or per query). It returns the
+// model and the column chunk bytes in all.
+func predictOutput(hist *partition.Histogram, layout partition.Layout, qs *queryScan, est *sampleEstimate, keys keyCols, opts RunOptions) (tableCost, float64) {
+	var tc tableCost
+	for _, f := range layout.Files {
+		tc.footer += int64(est.footerBase+est.footerPerRG*float64(len(f.RowGroups))) + 8
+	}
+	// qpos maps an output position in flat rows to one in output rows
+	// (queries when packed): exact at slice boundaries, proportional
+	// inside a slice.
+	qstart := make([]float64, len(hist.Slices)+1)
+	for i, s := range hist.Slices {
+		n := float64(s.Rows)
+		if qs != nil {
+			n = float64(qs.perSlice[i])
+		}
+		qstart[i+1] = qstart[i] + n
+	}
+	qpos := func(x int64) int64 {
+		i := hist.Locate(x)
+		if i >= len(hist.Slices) {
+			return int64(qstart[len(hist.Slices)])
+		}
+		s := hist.Slices[i]
+		return int64(qstart[i] + (qstart[i+1]-qstart[i])*float64(x-s.Start)/float64(max(s.Rows, 1)))
+	}
+	rate := func(l leafEst, comp bool) float64 {
+		v := l.uncomp
+		if comp {
+			v = l.comp
+		}
+		if l.query && est.queries > 0 {
+			return v / float64(est.queries)
+		}
+		if est.rows > 0 {
+			return v / float64(est.rows)
+		}
+		return 0
+	}
+	var total float64
+	for _, f := range layout.Files {
+		for _, g := range f.RowGroups {
+			q0, q1 := qpos(g.Start), qpos(g.Start+g.Rows)
+			rc := rgCost{rows: q1 - q0, vectors: map[int32][]uint64{}}
+			var sl []partition.Slice
+			for i := hist.Locate(g.Start); i < len(hist.Slices) && hist.Slices[i].Start < g.Start+g.Rows; i++ {
+				if hist.Slices[i].Rows == 0 {
+					continue
+				}
+				sl = append(sl, hist.Slices[i])
+				lo, hi := max(int64(qstart[i]), q0)-q0, min(int64(qstart[i+1]), q1)-q0
+				rc.vectors[int32(i)] = vectorsOf(rc.rows, lo, hi)
+			}
+			rc.stats = statsOfSlices(sl, len(keys.slice))
+			for _, l := range est.leaves {
+				n := float64(g.Rows)
+				if l.query {
+					n = float64(rc.rows)
+				}
+				comp, uncomp := rate(l, true)*n, rate(l, false)*n
+				total += comp
+				rc.bytes += int64(comp)
+				if l.key {
+					rc.keyBytes += int64(comp)
+					continue
+				}
+				// The writer cuts a page when its buffered values reach
+				// --page-bytes: pages of equal rows, then the remainder.
+				perPage := rc.rows
+				if uncomp > 0 {
+					perPage = max(int64(float64(opts.PageBytes)/(uncomp/float64(max(rc.rows, 1)))), 1)
+				}
+				col := colCost{bytes: int64(comp)}
+				for first := int64(0); first < rc.rows || first == 0; first += perPage {
+					n := min(perPage, rc.rows-first)
+					col.pageRows = append(col.pageRows, first)
+					col.pageBytes = append(col.pageBytes, int64(comp*float64(n)/float64(max(rc.rows, 1))))
+					if rc.rows == 0 {
+						break
+					}
+				}
+				rc.others = append(rc.others, col)
+			}
+			tc.rgs = append(tc.rgs, rc)
+		}
+	}
+	return tc, total
+}
+
+// sampleEstimate is the real pipeline's output for the sample.
+type sampleEstimate struct {
+	rows, queries int64
+	// leaves are the output's leaf columns with their sample bytes.
+	leaves []leafEst
+	// footerBase is a footer without row groups; footerPerRG what each row
+	// group adds to it; perRGOverhead what each adds to the file beyond its
+	// column chunks (footer entry and page index).
+	footerBase, footerPerRG, perRGOverhead float64
+	queryColumns, itemColumns, moved       []string
+	multiRowQueries                        int
+	tensorSchema                           []manifests.Tensor
+	tensors                                []float64
+	shardHeader                            float64
+	seconds                                float64
+}
+
+var dryRunSeq atomic.Int64
+
+// runSample runs the real pipeline on the sample, in memory.
+func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions) (*sampleEstimate, error) {
+	bucket := fmt.Sprintf("relayout-dry-run-%d-%d", os.Getpid(), dryRunSeq.Add(1))
+	defer storage.DropMemBucket(bucket)
+	root := "mem://" + bucket
+	inLoc, err := storage.OpenDir(ctx, root+"/in", false)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(schema, &buf,
+		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Uncompressed), parquet.WithStats(true)),
+		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return nil, fmt.Errorf("dry run: sample: %w", err)
+	}
+	for _, r := range smp.recs {
+		if err := w.WriteBuffered(r); err != nil {
+			return nil, fmt.Errorf("dry run: sample: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("dry run: sample: %w", err)
+	}
+	if err := putObject(ctx, inLoc, "sample.parquet", buf.Bytes()); err != nil {
+		return nil, err
+	}
+	sub := opts
+	sub.Inputs, sub.Output = []string{root + "/in/sample.parquet"}, root+"/out"
+	sub.Check, sub.Overwrite, sub.Log, sub.Progress = CheckNone, true, nil, nil
+	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices = 0, 0, 0
+	res, err := Run(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	m := res.Manifest
+	est := &sampleEstimate{rows: m.Fingerprint.Rows, queries: m.Totals.Rows, multiRowQueries: -1}
+	for _, st := range res.Report.Stages { // per-row work; opening and checking are fixed costs
+		est.seconds += st.Seconds
+	}
+	outLoc, err := storage.OpenDir(ctx, root+"/out", false)
+	if err != nil {
+		return nil, err
+	}
+	var objs []storage.Object
+	for _, f := range m.Files {
+		objs = append(objs, storage.Object{Loc: outLoc, Key: outLoc.Key(f.Path), URL: outLoc.URL(f.Path), Size: f.Bytes})
+	}
+	var rgs int
+	var overhead float64
+	if len(objs) > 0 {
+		otbl, err := source.Open(ctx, objs, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer otbl.Close()
+		for _, f := range otbl.Files {
+			md := f.Parquet().MetaData()
+			var data int64
+			for g := 0; g < md.NumRowGroups(); g++ {
+				rg := md.RowGroup(g)
+				if est.leaves == nil {
+					est.leaves = make([]leafEst, rg.NumColumns())
+				}
+				for c := 0; c < rg.NumColumns() && c < len(est.leaves); c++ {
+					cc, err := rg.ColumnChunk(c)
+					if err != nil {
+						continue
+					}
+					data += cc.TotalCompressedSize()
+					path := cc.PathInSchema()
+					l := &est.leaves[c]
+					l.comp += float64(cc.TotalCompressedSize())
+					l.uncomp += float64(cc.TotalUncompressedSize())
+					l.query = m.Packing != nil && path[0] != "items"
+					l.key = len(path) == 1 && slices.Contains(opts.SliceKeys, path[0])
+				}
+			}
+			base := float64(md.Size())
+			if sub, err := md.Subset([]int{}); err == nil {
+				if ser, err := sub.Serialize(ctx); err == nil {
+					base = float64(len(ser))
+				}
+			}
+			est.footerBase = base
+			if n := md.NumRowGroups(); n > 0 {
+				est.footerPerRG = (float64(md.Size()) - base) / float64(n)
+			}
+			rgs += md.NumRowGroups()
+			overhead += float64(f.Obj.Size-data) - 12 - base
+		}
+	}
+	if rgs > 0 {
+		est.perRGOverhead = overhead / float64(rgs)
+	}
+	if p := m.Packing; p != nil {
+		est.queryColumns, est.itemColumns, est.moved = nonNil(p.QueryColumns), nonNil(p.ItemColumns), nonNil(p.MovedToItems)
+		est.multiRowQueries = multiRowQueries(smp, schema, opts.QueryKey)
+	} else {
+		est.queries = est.rows
+	}
+	if mt := m.Tensors; mt != nil {
+		est.tensorSchema = mt.Schema
+		est.tensors = make([]float64, len(mt.Schema))
+		idx := map[string]int{}
+		for i, t := range mt.Schema {
+			idx[t.Name] = i
+		}
+		var hdr float64
+		for _, s := range mt.Shards {
+			obj := storage.Object{Loc: outLoc, Key: outLoc.Key(s.Path), URL: outLoc.URL(s.Path), Size: s.Bytes}
+			ra, err := storage.NewReaderAt(ctx, obj, nil)
+			if err != nil {
+				return nil, err
+			}
+			h, err := loader.ReadHeader(ra, s.Bytes)
+			ra.Close()
+			if err != nil {
+				return nil, fmt.Errorf("dry run: sample shard: %w", err)
+			}
+			var data int64
+			for _, t := range h.Tensors {
+				n := t.End - t.Begin
+				data += n
+				if i, ok := idx[t.Name]; ok {
+					est.tensors[i] += float64(n)
+				}
+			}
+			hdr += float64(s.Bytes - data)
+		}
+		if len(mt.Shards) > 0 {
+			est.shardHeader = hdr / float64(len(mt.Shards))
+		}
+	}
+	return est, nil
+}
+
+// multiRowQueries counts the sample's queries with two or more rows: the
+// evidence the query-level decision rests on.
+func multiRowQueries(smp *sample, schema *arrow.Schema, queryKey []string) int {
+	var cols []int
+	for _, k := range queryKey {
+		if idx := schema.FieldIndices(k); len(idx) > 0 {
+			cols = append(cols, idx[0])
+		}
+	}
+	seen := map[uint64]int{}
+	var qk []byte
+	for _, rec := range smp.recs {
+		for r := 0; r < int(rec.NumRows()); r++ {
+			qk = qk[:0]
+			for _, c := range cols {
+				qk = partition.AppendKey(qk, rec.Column(c), r)
+			}
+			seen[xxhash.Sum64(qk)]++
+		}
+	}
+	n := 0
+	for _, c := range seen {
+		if c >= 2 {
+			n++
+		}
+	}
+	return n
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// keyString renders a slice key for messages.
+func keyString(k manifests.KeyValues) string {
+	parts := make([]string, len(k))
+	for i, kv := range k {
+		parts[i] = fmt.Sprintf("%s=%v", kv.Name, kv.Value)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,213 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/writer"
+)
+
+// itemOffsetsTensor is the packed layout's CSR offsets tensor.
+const itemOffsetsTensor = "query.item_offsets"
+
+// transferOf sums tensor data bytes per epoch from each tensor's total bytes
+// (schema order). Packed runs also give what a flat layout would move: the
+// query-level tensors once per item instead of once per query.
+func transferOf(schema []manifests.Tensor, bytes []float64, queries, items int64) *ReportTransfer {
+	var packed, unpacked float64
+	for i, t := range schema {
+		b := bytes[i]
+		packed += b
+		switch {
+		case t.Name == itemOffsetsTensor:
+		case t.Level == "query" && queries > 0:
+			unpacked += b / float64(queries) * float64(items)
+		default:
+			unpacked += b
+		}
+	}
+	tr := &ReportTransfer{UnpackedBytes: int64(unpacked), PackedBytes: int64(packed)}
+	if packed > 0 {
+		tr.Ratio = unpacked / packed
+	}
+	return tr
+}
+
+func packingOf(p *manifests.Packing) *ReportPacking {
+	return &ReportPacking{
+		Rows: p.Items, Queries: p.Queries, ItemsPerQuery: p.ItemsPerQuery,
+		QueryColumns: nonNil(p.QueryColumns), ItemColumns: nonNil(p.ItemColumns), MovedToItems: nonNil(p.MovedToItems),
+		BytesBefore: p.BytesBefore, BytesAfter: p.BytesAfter, ParquetBytesSaved: p.BytesBefore - p.BytesAfter,
+	}
+}
+
+// warnFacts are what the warnings are decided from; a dry run and a real
+// run fill them from the same exact figures where they can.
+type warnFacts struct {
+	sliceKeys []string
+	in        *tableCost
+	hist      *partition.Histogram
+	layout    partition.Layout
+	// outRowBytes is output bytes per input row.
+	outRowBytes float64
+	packing     *ReportPacking
+	maxItems    int64
+	// sampleQueries is how many queries with two or more rows the dry run's
+	// sample held (-1: not a dry run, or not packing).
+	sampleQueries int
+}
+
+const (
+	tinySliceCount = 1000
+	tinySliceBytes = 1 << 20
+	hugeQueryRatio = 100
+)
+
+func warningsOf(f warnFacts) []ReportWarning {
+	w := []ReportWarning{}
+	add := func(code, format string, a ...any) {
+		w = append(w, ReportWarning{Code: code, Message: fmt.Sprintf(format, a...)})
+	}
+	if len(f.sliceKeys) > 0 && f.in != nil && f.in.noStats > 0 {
+		add("no_statistics", "%d of %d input row groups have no min/max statistics for a slice key (%s): readers cannot skip them before the re-layout",
+			f.in.noStats, len(f.in.rgs), strings.Join(f.sliceKeys, ","))
+	}
+	if f.hist != nil && len(f.sliceKeys) > 0 {
+		var big []string
+		tiny := 0
+		for _, s := range f.hist.Slices {
+			if s.Rows > f.layout.FileRows && f.layout.FileRows > 0 {
+				if len(big) < 3 {
+					big = append(big, fmt.Sprint(s.Values))
+				}
+			}
+			if float64(s.Rows)*f.outRowBytes < tinySliceBytes {
+				tiny++
+			}
+		}
+		if len(big) > 0 {
+			add("slice_larger_than_file", "slices larger than one output file (%d rows at --file-bytes), e.g. %s: each spans several files; raise --file-bytes to keep a slice in one file",
+				f.layout.FileRows, strings.Join(big, ", "))
+		}
+		if len(f.hist.Slices) >= tinySliceCount && tiny*2 >= len(f.hist.Slices) {
+			add("tiny_slices", "%d slices, %d of them under %d KiB of output: row groups are shared by many slices; consider fewer slice keys",
+				len(f.hist.Slices), tiny, tinySliceBytes>>10)
+		}
+	}
+	if p := f.packing; p != nil {
+		d := p.ItemsPerQuery
+		if f.maxItems > 0 && d.Max > f.maxItems {
+			add("huge_query", "a query has %d items, more than the %d one query may hold in memory: the run will fail; raise --max-items-per-query or --memory-limit", d.Max, f.maxItems)
+		} else if d.P50 > 0 && d.Max > hugeQueryRatio*d.P50 {
+			add("huge_query", "the largest query has %d items, %dx the median (%d): its row is large and its loader batch uneven", d.Max, d.Max/d.P50, d.P50)
+		}
+		if len(p.MovedToItems) > 0 {
+			add("columns_not_packed", "declared query columns vary within a query and stay per item: %s", strings.Join(p.MovedToItems, ","))
+		}
+		if len(p.QueryColumns) <= len(f.sliceKeys)+1 {
+			add("columns_not_packed", "no feature column is constant within every query: packing saves little")
+		}
+		if f.sampleQueries >= 0 && f.sampleQueries < 100 {
+			add("sample_few_queries", "the sample holds only %d queries with two or more rows, so which columns are query-level is uncertain; raise --sample-rows", f.sampleQueries)
+		}
+	}
+	return w
+}
+
+// fillRunReport completes a real run's report with measured figures: the
+// slices' read costs on the input and on the written output, packing,
+// transfer and warnings.
+func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
+	hist *partition.Histogram, inVectors []map[int32][]uint64, queries []int64, shards []writer.ShardInfo, layout partition.Layout, maxItems int64, opts RunOptions) error {
+	in, err := costOfTable(tbl, opts.SliceKeys, inVectors)
+	if err != nil {
+		return err
+	}
+	var objs []storage.Object
+	for _, f := range m.Files {
+		obj := storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes}
+		if out.Local != "" {
+			obj.LocalPath = out.Local + "/" + f.Path
+		}
+		objs = append(objs, obj)
+	}
+	after := tableCost{}
+	if len(objs) > 0 {
+		otbl, err := source.Open(ctx, objs, nil)
+		if err != nil {
+			return err
+		}
+		after, err = costOfTable(otbl, opts.SliceKeys, outputVectors(hist, m))
+		otbl.Close()
+		if err != nil {
+			return err
+		}
+	}
+	rep.Slices = reportSlices(hist, opts.SliceKeys, &in, &after, queries, opts.ReportSlices)
+	if m.Packing != nil {
+		rep.Packing = packingOf(m.Packing)
+	}
+	if m.Tensors != nil {
+		per := make([]float64, len(m.Tensors.Schema))
+		for _, s := range shards {
+			for i, b := range s.TensorBytes {
+				per[i] += float64(b)
+			}
+		}
+		q, items := m.Totals.Rows, m.Totals.Rows
+		if m.Packing != nil {
+			q, items = m.Packing.Queries, m.Packing.Items
+		}
+		rep.Transfer = transferOf(m.Tensors.Schema, per, q, items)
+	}
+	outRowBytes := 0.0
+	if tbl.Rows > 0 {
+		outRowBytes = float64(m.Totals.Bytes) / float64(tbl.Rows)
+	}
+	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, in: &in, hist: hist, layout: layout,
+		outRowBytes: outRowBytes, packing: rep.Packing, maxItems: maxItems, sampleQueries: -1})
+	return nil
+}
+
+// outputVectors says where each slice's rows lie in the written row groups,
+// from the manifest's slice index.
+func outputVectors(hist *partition.Histogram, m *manifests.Manifest) []map[int32][]uint64 {
+	var base []int // index of each file's first row group
+	n := 0
+	for _, f := range m.Files {
+		base = append(base, n)
+		n += len(f.RowGroups)
+	}
+	out := make([]map[int32][]uint64, n)
+	for i := range out {
+		out[i] = map[int32][]uint64{}
+	}
+	j := 0 // manifest slices are the histogram's non-empty slices, in order
+	for rank, hs := range hist.Slices {
+		if hs.Rows == 0 {
+			continue
+		}
+		if j >= len(m.Slices) {
+			break
+		}
+		for _, seg := range m.Slices[j].Segments {
+			rg := m.Files[seg.File].RowGroups[seg.RowGroup]
+			lo := seg.FirstRow - rg.FirstRow
+			v := vectorsOf(rg.Rows, lo, lo+seg.Rows)
+			g := base[seg.File] + seg.RowGroup
+			if old, ok := out[g][int32(rank)]; ok {
+				for w := range v {
+					v[w] |= old[w]
+				}
+			}
+			out[g][int32(rank)] = v
+		}
+		j++
+	}
+	return out
+}

@@ -1,0 +1,280 @@
+package pipeline
+
+import (
+	"sort"
+
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+)
+
+// The read-cost model. A reader answering SELECT * WHERE <slice> over
+// Parquet (DuckDB; Spark and pyarrow similarly) reads every footer, skips
+// the row groups whose min/max statistics exclude the slice, reads the
+// filter (slice-key) columns of the others in full, and then fetches the
+// other columns only where rows matched: the data pages overlapping a
+// VectorRows-row vector with a match, plus the column's dictionary page.
+// Where page locations are unknown the whole column chunk counts.
+
+// colCost is one column chunk.
+type colCost struct {
+	bytes int64 // compressed chunk bytes
+	dict  int64 // bytes before the first data page (the dictionary page)
+	// pageRows[i] is data page i's first row, pageBytes[i] its bytes; nil:
+	// page locations unknown.
+	pageRows, pageBytes []int64
+}
+
+// fetch returns the bytes read of the column for the rows in vectors.
+func (c colCost) fetch(vectors []uint64, rows int64) int64 {
+	if c.pageRows == nil {
+		return c.bytes
+	}
+	var n, upTo int64
+	for i, first := range c.pageRows {
+		end := rows
+		if i+1 < len(c.pageRows) {
+			end = c.pageRows[i+1]
+		}
+		n += c.pageBytes[i]
+		if anyVector(vectors, first, end) {
+			upTo = n
+		}
+	}
+	if upTo > 0 {
+		upTo += c.dict
+	}
+	return upTo
+}
+
+// anyVector reports whether a vector overlapping rows [lo, hi) is set.
+func anyVector(v []uint64, lo, hi int64) bool {
+	if hi <= lo {
+		return false
+	}
+	for k := lo / partition.VectorRows; k <= (hi-1)/partition.VectorRows; k++ {
+		if w := k / 64; int(w) < len(v) && v[w]&(1<<(k%64)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// vectorsOf returns the bitset of the vectors overlapping rows [lo, hi).
+func vectorsOf(rows, lo, hi int64) []uint64 {
+	v := make([]uint64, (rows/partition.VectorRows+64)/64)
+	if hi <= lo {
+		return v
+	}
+	for k := lo / partition.VectorRows; k <= (hi-1)/partition.VectorRows; k++ {
+		v[k/64] |= 1 << (k % 64)
+	}
+	return v
+}
+
+// rgCost is what the model knows of one row group.
+type rgCost struct {
+	rows     int64
+	bytes    int64 // all column chunks
+	keyBytes int64 // the slice-key (filter) columns' chunks
+	others   []colCost
+	stats    []partition.StatsRange
+	// vectors maps a slice rank to the vectors holding its rows; nil:
+	// unknown (every candidate row group is read in full).
+	vectors map[int32][]uint64
+}
+
+// tableCost is a table as the model sees it. Footer is what a reader reads
+// of every file before deciding anything: the footers and their 8-byte
+// trailers.
+type tableCost struct {
+	rgs    []rgCost
+	footer int64
+	// noStats counts row groups with a slice-key column without min/max.
+	noStats int
+}
+
+// readsFor returns how many row groups a reader reads (does not skip by
+// statistics) and how many bytes in all for slice `rank` with key parts.
+func (t *tableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
+	n, b := 0, t.footer
+	for _, rg := range t.rgs {
+		read := true
+		for c, sr := range rg.stats {
+			if c < len(parts) && !sr.MayContain(parts[c]) {
+				read = false
+				break
+			}
+		}
+		if !read {
+			continue
+		}
+		n++
+		if rg.vectors == nil {
+			b += rg.bytes
+			continue
+		}
+		b += rg.keyBytes
+		if v, ok := rg.vectors[rank]; ok {
+			for _, c := range rg.others {
+				b += c.fetch(v, rg.rows)
+			}
+		}
+	}
+	return n, b
+}
+
+// costOfTable reads the row groups' slice-key statistics and page
+// locations from the footers and page indexes (by name, so it also serves a
+// packed output), with vectors[i] saying where each slice's rows lie in
+// row group i (nil: unknown).
+func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64) (tc tableCost, err error) {
+	defer errs.Recover(&err, "read page indexes")
+	i := 0
+	for _, f := range tbl.Files {
+		md := f.Parquet().MetaData()
+		tc.footer += int64(md.Size()) + 8
+		keyLeaf := map[int]bool{}
+		for _, name := range sliceKeys {
+			if idx := md.Schema.ColumnIndexByName(name); idx >= 0 {
+				keyLeaf[idx] = true
+			}
+		}
+		pir := f.Parquet().GetPageIndexReader()
+		for g := range f.RowGroupRows {
+			rg := md.RowGroup(g)
+			rc := rgCost{rows: f.RowGroupRows[g]}
+			var rgIdx *metadata.RowGroupPageIndexReader
+			if pir != nil {
+				rgIdx, _ = pir.RowGroup(g)
+			}
+			for c := 0; c < rg.NumColumns(); c++ {
+				cc, err := rg.ColumnChunk(c)
+				if err != nil {
+					continue
+				}
+				size := cc.TotalCompressedSize()
+				rc.bytes += size
+				if keyLeaf[c] {
+					rc.keyBytes += size
+					continue
+				}
+				col := colCost{bytes: size}
+				if rgIdx != nil {
+					if idx, err := rgIdx.GetOffsetIndex(c); err == nil && idx != nil {
+						locs := idx.GetPageLocations()
+						start := cc.DataPageOffset()
+						if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+							start = cc.DictionaryPageOffset()
+						}
+						if len(locs) > 0 {
+							col.dict = max(locs[0].Offset-start, 0)
+							for _, l := range locs {
+								col.pageRows = append(col.pageRows, l.FirstRowIndex)
+								col.pageBytes = append(col.pageBytes, int64(l.CompressedPageSize))
+							}
+						}
+					}
+				}
+				rc.others = append(rc.others, col)
+			}
+			missing := false
+			for _, name := range sliceKeys {
+				sr := partition.StatsRange{MayHaveNulls: true}
+				fi, err := tbl.FieldIndex(name)
+				idx := md.Schema.ColumnIndexByName(name)
+				if err == nil && idx >= 0 {
+					if cc, err := rg.ColumnChunk(idx); err == nil {
+						if st, err := cc.Statistics(); err == nil && st != nil {
+							sr = partition.StatsFor(tbl.Schema.Field(fi).Type, st)
+						}
+					}
+				}
+				if !sr.MinMax {
+					missing = true
+				}
+				rc.stats = append(rc.stats, sr)
+			}
+			if missing && len(sliceKeys) > 0 {
+				tc.noStats++
+			}
+			if vectors != nil {
+				rc.vectors = vectors[i]
+			}
+			tc.rgs = append(tc.rgs, rc)
+			i++
+		}
+	}
+	return tc, nil
+}
+
+// statsOfSlices is the statistics a writer records for a row group holding
+// (some rows of) these slices: per key column the least and greatest
+// non-null encoded part.
+func statsOfSlices(slices []partition.Slice, nkeys int) []partition.StatsRange {
+	out := make([]partition.StatsRange, nkeys)
+	for c := range out {
+		sr := partition.StatsRange{}
+		for _, s := range slices {
+			p := s.Parts[c]
+			if partition.IsNullKey(p) {
+				sr.MayHaveNulls = true
+				continue
+			}
+			if !sr.MinMax || string(p) < string(sr.Lo) {
+				sr.Lo = p
+			}
+			if !sr.MinMax || string(p) > string(sr.Hi) {
+				sr.Hi = p
+			}
+			sr.MinMax = true
+		}
+		if !sr.MinMax {
+			sr.MayHaveNulls = true
+		}
+		out[c] = sr
+	}
+	return out
+}
+
+// reportSlices fills the per-slice read costs before (in) and after (out)
+// for the histogram's slices, listing the largest `limit` (negative: all).
+func reportSlices(hist *partition.Histogram, keys []string, in, out *tableCost, queries []int64, limit int) ReportSlices {
+	rs := ReportSlices{List: []ReportSlice{}}
+	var all []ReportSlice
+	for i, s := range hist.Slices {
+		if s.Rows == 0 {
+			continue
+		}
+		r := ReportSlice{Key: manifests.KeyValues{}, Rows: s.Rows}
+		for k, name := range keys {
+			r.Key = append(r.Key, manifests.KV{Name: name, Value: s.Values[k]})
+		}
+		if queries != nil {
+			r.Queries = queries[i]
+		}
+		r.RowGroupsBefore, r.ReadBytesBefore = in.readsFor(int32(i), s.Parts)
+		r.RowGroupsAfter, r.ReadBytesAfter = out.readsFor(int32(i), s.Parts)
+		rs.Totals.Rows += r.Rows
+		rs.Totals.Queries += r.Queries
+		rs.Totals.ReadBytesBefore += r.ReadBytesBefore
+		rs.Totals.ReadBytesAfter += r.ReadBytesAfter
+		rs.Totals.RowGroupsBefore += int64(r.RowGroupsBefore)
+		rs.Totals.RowGroupsAfter += int64(r.RowGroupsAfter)
+		all = append(all, r)
+	}
+	rs.Count = len(all)
+	if rs.Totals.ReadBytesAfter > 0 {
+		rs.Totals.ReadReduction = float64(rs.Totals.ReadBytesBefore) / float64(rs.Totals.ReadBytesAfter)
+	}
+	sort.SliceStable(all, func(a, b int) bool { return all[a].Rows > all[b].Rows })
+	if limit >= 0 && len(all) > limit {
+		all = all[:limit]
+	}
+	rs.List = append(rs.List, all...)
+	rs.Listed = len(rs.List)
+	return rs
+}
