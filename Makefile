@@ -44,7 +44,8 @@ race:
 	$(GO) test -count=1 -race -short ./...
 
 # Builds, generates a sample impression log, shows how scattered its slices
-# are, re-lays it out, verifies it and shows the result.
+# are, re-lays it out, verifies it and shows the result; then estimates a
+# packed run with tensor shards (dry run), runs it and compares the two.
 demo: build python-deps
 	@rm -rf $(DEMO)
 	bin/relayout-gen --out $(DEMO)/events --rows 300000 --files 4
@@ -52,7 +53,9 @@ demo: build python-deps
 	bin/relayout run --input $(DEMO)/events --output $(DEMO)/relaid --slice-keys country,date --row-group-bytes 8MiB
 	bin/relayout verify --deep $(DEMO)/relaid
 	bin/relayout inspect $(DEMO)/relaid/parquet --slice-keys country,date --slices 5
+	bin/relayout run --dry-run --input $(DEMO)/events --output $(DEMO)/packed --slice-keys country,date --query-key query_id --row-group-bytes 8MiB --tensors --shard-bytes 16MiB --report-json $(DEMO)/estimate.json
 	bin/relayout run --input $(DEMO)/events --output $(DEMO)/packed --slice-keys country,date --query-key query_id --row-group-bytes 8MiB --tensors --shard-bytes 16MiB
+	/usr/bin/python3 python/compare_reports.py $(DEMO)/estimate.json $(DEMO)/packed/_report.json
 	bin/relayout verify $(DEMO)/packed
 	PYTHONPATH=python /usr/bin/python3 python/demo.py $(DEMO)/packed
 	bin/relayout unpack --input $(DEMO)/packed --output $(DEMO)/unpacked

@@ -82,23 +82,51 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: in.bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	_, rep.ConfigHash = configOf(opts, tr)
 
+	// The sample and its in-memory run do not depend on the key pass: run
+	// them alongside it.
+	type sampled struct {
+		smp     *sample
+		est     *sampleEstimate
+		err     error
+		seconds float64
+	}
+	sampleDone := make(chan sampled, 1)
+	sctx, cancelSample := context.WithCancel(ctx)
+	defer cancelSample()
+	go func() {
+		var r sampled
+		defer func() { sampleDone <- r }()
+		defer errs.Recover(&r.err, "dry run: sample")
+		t1 := time.Now()
+		if r.smp, r.err = sampleHeads(sctx, tbl, opts.SampleRows, int64(sampleBudget*float64(in.bytes))); r.err != nil {
+			return
+		}
+		r.est, r.err = runSample(sctx, tbl.Schema, r.smp, opts)
+		r.seconds = time.Since(t1).Seconds()
+	}()
 	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{QueryCols: keys.query, Vectors: true}, opts.Parallel)
+	rep.stage("keys", t0)
+	if err != nil {
+		cancelSample()
+	}
+	sr := <-sampleDone // the run would report a key error first
+	if sr.smp != nil {
+		defer sr.smp.release()
+	}
 	if err != nil {
 		return nil, err
 	}
+	if sr.err != nil {
+		return nil, sr.err
+	}
+	smp, est := sr.smp, sr.est
+	rep.Stages = append(rep.Stages, ReportStage{Name: "sample", Seconds: sr.seconds})
 	qc := ex.Queries
-	rep.stage("keys", t0)
 	layout := planLayout(hist, in, opts)
 	var qs *queryScan
 	if qc != nil {
 		qs = &queryScan{queries: qc.Queries, perSlice: qc.PerSlice, dist: distributionOf(qc.Items)}
 	}
-	t1 := time.Now()
-	smp, err := sampleHeads(ctx, tbl, opts.SampleRows, int64(sampleBudget*float64(in.bytes)))
-	if err != nil {
-		return nil, err
-	}
-	defer smp.release()
 	rep.Cost.SampleRows = smp.rows
 	memRowBytes := in.rowBytes
 	if smp.rows > 0 {
@@ -108,11 +136,6 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	est, err := runSample(ctx, tbl.Schema, smp, opts)
-	if err != nil {
-		return nil, err
-	}
-	rep.stage("sample", t1)
 
 	// Scale the sample's sizes by the exact counts.
 	N := float64(tbl.Rows)
@@ -250,14 +273,37 @@ func (s *sample) release() {
 }
 
 // sampleHeads reads the first rows of row groups spread over the table
-// (first, middle, quarters, ...) until it holds maxRows rows or the next row
-// group would take its reads past budget bytes. Page-streaming reads cost
+// (the cheapest first, then first, middle, quarters, ...) until it holds
+// maxRows rows or the next row group would take its reads past budget bytes. Page-streaming reads cost
 // about the row group's dictionary pages plus the pages the rows lie in.
 func sampleHeads(ctx context.Context, tbl *source.Table, maxRows, budget int64) (*sample, error) {
 	refs := tbl.RowGroups()
 	s := &sample{}
 	var spent int64
-	for _, i := range spreadOrder(len(refs)) {
+	order := spreadOrder(len(refs))
+	// Start with the row group that gives the sample's rows cheapest (a
+	// head read costs about the row group's dictionary pages plus the pages
+	// read, whatever the rows), among those holding at least half of the
+	// rows asked for (or half the largest row group).
+	var largest int64
+	for _, r := range refs {
+		largest = max(largest, r.Rows())
+	}
+	need := min(maxRows, largest) / 2
+	first, best := -1, 0.0
+	for k, i := range order {
+		r := refs[i]
+		if r.Rows() == 0 || r.Rows() < need {
+			continue
+		}
+		if c := float64(rowGroupBytes(r)) / float64(min(r.Rows(), maxRows)); first < 0 || c < best {
+			first, best = k, c
+		}
+	}
+	if first > 0 {
+		order = append(append([]int{order[first]}, order[:first]...), order[first+1:]...)
+	}
+	for _, i := range order {
 		if s.rows >= maxRows {
 			break
 		}
@@ -397,14 +443,16 @@ func predictOutput(hist *partition.Histogram, layout partition.Layout, qs *query
 					perPage = max(int64(float64(opts.PageBytes)/(uncomp/float64(max(rc.rows, 1)))), 1)
 				}
 				col := colCost{bytes: int64(comp)}
+				var firsts, sizes []int64
 				for first := int64(0); first < rc.rows || first == 0; first += perPage {
 					n := min(perPage, rc.rows-first)
-					col.pageRows = append(col.pageRows, first)
-					col.pageBytes = append(col.pageBytes, int64(comp*float64(n)/float64(max(rc.rows, 1))))
+					firsts = append(firsts, first)
+					sizes = append(sizes, int64(comp*float64(n)/float64(max(rc.rows, 1))))
 					if rc.rows == 0 {
 						break
 					}
 				}
+				col.setPages(firsts, sizes)
 				rc.others = append(rc.others, col)
 			}
 			tc.rgs = append(tc.rgs, rc)
@@ -443,7 +491,10 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	}
 	var buf bytes.Buffer
 	w, err := pqarrow.NewFileWriter(schema, &buf,
-		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Uncompressed), parquet.WithStats(true)),
+		// Plain, uncompressed, no statistics: the cheapest file to write
+		// and read back; only its values matter.
+		parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Uncompressed), parquet.WithStats(false),
+			parquet.WithDictionaryDefault(false), parquet.WithMaxRowGroupLength(max(smp.rows, 1))),
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return nil, fmt.Errorf("dry run: sample: %w", err)
@@ -462,7 +513,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	sub := opts
 	sub.Inputs, sub.Output = []string{root + "/in/sample.parquet"}, root+"/out"
 	sub.Check, sub.Overwrite, sub.Log, sub.Progress = CheckNone, true, nil, nil
-	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices = 0, 0, 0
+	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices, sub.sample = 0, 0, 0, true
 	res, err := Run(ctx, sub)
 	if err != nil {
 		return nil, err

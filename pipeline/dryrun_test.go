@@ -13,6 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -420,5 +425,71 @@ func TestDryRunErrors(t *testing.T) {
 		if _, rerr := Run(ctx, o); errs.ClassOf(rerr) != errs.ClassOf(err) {
 			t.Errorf("%s: the run fails with class %v (%v), the dry run %v", c.name, errs.ClassOf(rerr), rerr, errs.ClassOf(err))
 		}
+	}
+}
+
+// TestDryRunWarnings: a table written without statistics, with one query
+// a thousand times the median and a slice larger than a file, gets those
+// warnings from the dry run and from the run alike.
+func TestDryRunWarnings(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "in", "skewed.parquet")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "query_id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "country", Type: arrow.BinaryTypes.String},
+		{Name: "user", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
+	}, nil)
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(parquet.WithStats(false), parquet.WithMaxRowGroupLength(4096)), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	add := func(q int64, country string, items int) {
+		for i := 0; i < items; i++ {
+			b.Field(0).(*array.Int64Builder).Append(q)
+			b.Field(1).(*array.StringBuilder).Append(country)
+			b.Field(2).(*array.Int64Builder).Append(q * 7)
+			b.Field(3).(*array.Int64Builder).Append(int64(i))
+		}
+	}
+	add(0, "AA", 3000) // one huge query
+	for q := int64(1); q <= 3000; q++ {
+		add(q, []string{"BB", "CC", "DD"}[q%3], 1+int(q%2))
+	}
+	rec := b.NewRecordBatch()
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := RunOptions{Inputs: []string{p}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, FileBytes: 16 << 10}
+	dry, real := dryThenRun(t, o)
+	codes := func(r *Report) map[string]bool {
+		m := map[string]bool{}
+		for _, w := range r.Warnings {
+			m[w.Code] = true
+		}
+		return m
+	}
+	for _, r := range []*Report{dry, real} {
+		got := codes(r)
+		for _, want := range []string{"no_statistics", "huge_query", "slice_larger_than_file"} {
+			if !got[want] {
+				t.Errorf("%s report: no %s warning in %+v", r.Command, want, r.Warnings)
+			}
+		}
+		if got["tiny_slices"] {
+			t.Errorf("%s report: tiny_slices with 4 slices", r.Command)
+		}
+	}
+	if dry.Packing.ItemsPerQuery.Max != 3000 || dry.Packing.Queries != 3001 {
+		t.Errorf("packing %+v", dry.Packing)
 	}
 }

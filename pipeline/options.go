@@ -84,6 +84,9 @@ type RunOptions struct {
 	// SampleRows bounds the rows a dry run decodes in full to estimate
 	// sizes and decide query-level columns (default 16,384).
 	SampleRows int64
+	// sample marks the dry run's in-memory run on its sample: it leaves
+	// the process's GC settings alone and writes no report.
+	sample bool
 	// FailAfterFiles, when > 0, fails the run after that many files are
 	// written: a fault-injection hook for tests.
 	FailAfterFiles int

@@ -111,10 +111,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// (measured: GOGC 30 was both faster and 40% smaller than 100 here).
 	// Go's limit covers the heap and runtime, not the binary's resident
 	// text, so leave room for it: the limit applies to the whole process.
-	prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-runtimeReserve, opts.MemoryLimit/2))
-	defer debug.SetMemoryLimit(prevLimit)
-	if os.Getenv("GOGC") == "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(30))
+	if !opts.sample {
+		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-runtimeReserve, opts.MemoryLimit/2))
+		defer debug.SetMemoryLimit(prevLimit)
+		if os.Getenv("GOGC") == "" {
+			defer debug.SetGCPercent(debug.SetGCPercent(30))
+		}
 	}
 
 	// 1. Plan.
@@ -432,15 +434,21 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 	committed = true
+	if opts.sample {
+		rep.finish(t0, m)
+		return &Result{Manifest: m, Report: rep}, nil
+	}
 	var queries []int64
 	maxItems := int64(0)
 	if pk != nil {
 		queries, maxItems = pk.queries, pk.maxItems
 	}
 	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
+	t3 := time.Now()
 	if err := fillRunReport(ctx, rep, tbl, out, m, hist, ex.Vectors, queries, shards, layout, maxItems, opts); err != nil {
 		log.Warn("could not complete the report", "err", err)
 	}
+	rep.stage("report", t3)
 	rep.finish(t0, m)
 	if rdata, err := json.MarshalIndent(rep, "", " "); err == nil {
 		if err := putObject(ctx, out, ReportFileName, append(rdata, '\n')); err != nil {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math/bits"
 	"sort"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -23,44 +24,50 @@ import (
 type colCost struct {
 	bytes int64 // compressed chunk bytes
 	dict  int64 // bytes before the first data page (the dictionary page)
-	// pageRows[i] is data page i's first row, pageBytes[i] its bytes; nil:
-	// page locations unknown.
-	pageRows, pageBytes []int64
+	// pageRows[i] is data page i's first row, upTo[i] the bytes of pages 0
+	// through i; nil: page locations unknown.
+	pageRows, upTo []int64
 }
 
-// fetch returns the bytes read of the column for the rows in vectors.
+// setPages records the data pages' first rows and sizes.
+func (c *colCost) setPages(firstRows, sizes []int64) {
+	c.pageRows = firstRows
+	c.upTo = make([]int64, len(sizes))
+	var n int64
+	for i, b := range sizes {
+		n += b
+		c.upTo[i] = n
+	}
+}
+
+// fetch returns the bytes read of the column when the rows that matched
+// lie in vectors: the dictionary page and the pages from the first through
+// the last one overlapping a matched vector.
 func (c colCost) fetch(vectors []uint64, rows int64) int64 {
+	last := lastVector(vectors)
+	if last < 0 {
+		return 0
+	}
 	if c.pageRows == nil {
 		return c.bytes
 	}
-	var n, upTo int64
-	for i, first := range c.pageRows {
-		end := rows
-		if i+1 < len(c.pageRows) {
-			end = c.pageRows[i+1]
-		}
-		n += c.pageBytes[i]
-		if anyVector(vectors, first, end) {
-			upTo = n
-		}
+	row := min((last+1)*partition.VectorRows, max(rows, 1)) - 1
+	// The last page whose first row is at or before row.
+	i := sort.Search(len(c.pageRows), func(i int) bool { return c.pageRows[i] > row }) - 1
+	if i < 0 {
+		return 0
 	}
-	if upTo > 0 {
-		upTo += c.dict
-	}
-	return upTo
+	return c.dict + c.upTo[i]
 }
 
-// anyVector reports whether a vector overlapping rows [lo, hi) is set.
-func anyVector(v []uint64, lo, hi int64) bool {
-	if hi <= lo {
-		return false
-	}
-	for k := lo / partition.VectorRows; k <= (hi-1)/partition.VectorRows; k++ {
-		if w := k / 64; int(w) < len(v) && v[w]&(1<<(k%64)) != 0 {
-			return true
+// lastVector returns the highest set vector, or -1.
+func lastVector(v []uint64) int64 {
+	for w := len(v) - 1; w >= 0; w-- {
+		if v[w] != 0 {
+			return int64(w)*64 + int64(63-bits.LeadingZeros64(v[w]))
 		}
 	}
-	return false
+	return -1
 }
 
 // vectorsOf returns the bitset of the vectors overlapping rows [lo, hi).
@@ -172,10 +179,11 @@ func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]ui
 						}
 						if len(locs) > 0 {
 							col.dict = max(locs[0].Offset-start, 0)
-							for _, l := range locs {
-								col.pageRows = append(col.pageRows, l.FirstRowIndex)
-								col.pageBytes = append(col.pageBytes, int64(l.CompressedPageSize))
+							first, sizes := make([]int64, len(locs)), make([]int64, len(locs))
+							for i, l := range locs {
+								first[i], sizes[i] = l.FirstRowIndex, int64(l.CompressedPageSize)
 							}
+							col.setPages(first, sizes)
 						}
 					}
 				}

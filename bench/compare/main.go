@@ -51,6 +51,13 @@ func median(ms []measure) measure {
 	return measure{Seconds: s[len(s)/2].Seconds, RSS: r[len(r)/2].RSS}
 }
 
+// run reports whether a section runs: all of them, or the one BENCH_ONLY
+// names (compare, pack, dryrun, tensors, scale).
+func run(section string) bool {
+	only := os.Getenv("BENCH_ONLY")
+	return only == "" || only == section
+}
+
 func envInt(k string, d int64) int64 {
 	if v, err := strconv.ParseInt(os.Getenv(k), 10, 64); err == nil && v > 0 {
 		return v
@@ -133,44 +140,47 @@ func main() {
 	inBytes := dirBytes(in + "/*.parquet")
 	res := map[string]any{"rows": rows, "input_bytes": inBytes, "date": time.Now().UTC().Format(time.RFC3339)}
 
-	// 1. relayout vs DuckDB.
-	var rl, dk []measure
+	// 1-2. relayout vs DuckDB, and slice read amplification.
 	out := filepath.Join(dir, "relaid")
-	duckOut := filepath.Join(dir, "duckdb.parquet")
-	for i := 0; i < reps; i++ {
-		m, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", out, "--slice-keys", "country,date")
-		rl = append(rl, m)
-		os.Remove(duckOut)
-		m, _ = timed("node", "tools/node/duckdb.mjs", "--threads", "2",
-			fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd)", in, duckOut))
-		dk = append(dk, m)
-	}
-	r, d := median(rl), median(dk)
-	rlBytes, dkBytes := dirBytes(out+"/parquet/*.parquet"), dirBytes(duckOut)
-	fmt.Printf("\n== relayout vs DuckDB on %d rows (%.1f MB input), median of %d\n", rows, float64(inBytes)/1e6, reps)
-	fmt.Printf("%-10s %10s %12s %12s\n", "", "seconds", "peak RSS MB", "output MB")
-	fmt.Printf("%-10s %10.2f %12.0f %12.1f\n", "relayout", r.Seconds, float64(r.RSS)/1e6, float64(rlBytes)/1e6)
-	fmt.Printf("%-10s %10.2f %12.0f %12.1f\n", "duckdb", d.Seconds, float64(d.RSS)/1e6, float64(dkBytes)/1e6)
-	fmt.Printf("%-10s %10.2fx %11.2fx %11.2fx   (targets: <= 1.5x, <= 1.0x, <= 1.15x)\n", "ratio", r.Seconds/d.Seconds, float64(r.RSS)/float64(d.RSS), float64(rlBytes)/float64(dkBytes))
-	res["relayout"] = map[string]any{"median": r, "runs": rl, "output_bytes": rlBytes}
-	res["duckdb"] = map[string]any{"median": d, "runs": dk, "output_bytes": dkBytes}
+	if run("compare") {
+		// 1. relayout vs DuckDB.
+		var rl, dk []measure
+		duckOut := filepath.Join(dir, "duckdb.parquet")
+		for i := 0; i < reps; i++ {
+			m, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", out, "--slice-keys", "country,date")
+			rl = append(rl, m)
+			os.Remove(duckOut)
+			m, _ = timed("node", "tools/node/duckdb.mjs", "--threads", "2",
+				fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd)", in, duckOut))
+			dk = append(dk, m)
+		}
+		r, d := median(rl), median(dk)
+		rlBytes, dkBytes := dirBytes(out+"/parquet/*.parquet"), dirBytes(duckOut)
+		fmt.Printf("\n== relayout vs DuckDB on %d rows (%.1f MB input), median of %d\n", rows, float64(inBytes)/1e6, reps)
+		fmt.Printf("%-10s %10s %12s %12s\n", "", "seconds", "peak RSS MB", "output MB")
+		fmt.Printf("%-10s %10.2f %12.0f %12.1f\n", "relayout", r.Seconds, float64(r.RSS)/1e6, float64(rlBytes)/1e6)
+		fmt.Printf("%-10s %10.2f %12.0f %12.1f\n", "duckdb", d.Seconds, float64(d.RSS)/1e6, float64(dkBytes)/1e6)
+		fmt.Printf("%-10s %10.2fx %11.2fx %11.2fx   (targets: <= 1.5x, <= 1.0x, <= 1.15x)\n", "ratio", r.Seconds/d.Seconds, float64(r.RSS)/float64(d.RSS), float64(rlBytes)/float64(dkBytes))
+		res["relayout"] = map[string]any{"median": r, "runs": rl, "output_bytes": rlBytes}
+		res["duckdb"] = map[string]any{"median": d, "runs": dk, "output_bytes": dkBytes}
 
-	// 2. Slice read amplification, per country.
-	aOut, perOut := amplification(out + "/parquet/*.parquet")
-	aIn, _ := amplification(in + "/*.parquet")
-	aDuck, _ := amplification(duckOut)
-	fmt.Printf("\n== country slice read amplification (DuckDB rchar / slice share of bytes, weighted by rows)\n")
-	fmt.Printf("relayout output %.2fx (target <= 1.25)   input %.2fx   DuckDB sorted output %.2fx\n", aOut, aIn, aDuck)
-	var worst []string
-	for c, v := range perOut {
-		worst = append(worst, fmt.Sprintf("%s=%.2f", c, v))
+		// 2. Slice read amplification, per country.
+		aOut, perOut := amplification(out + "/parquet/*.parquet")
+		aIn, _ := amplification(in + "/*.parquet")
+		aDuck, _ := amplification(duckOut)
+		fmt.Printf("\n== country slice read amplification (DuckDB rchar / slice share of bytes, weighted by rows)\n")
+		fmt.Printf("relayout output %.2fx (target <= 1.25)   input %.2fx   DuckDB sorted output %.2fx\n", aOut, aIn, aDuck)
+		var worst []string
+		for c, v := range perOut {
+			worst = append(worst, fmt.Sprintf("%s=%.2f", c, v))
+		}
+		sort.Strings(worst)
+		fmt.Printf("per country (relayout): %s\n", strings.Join(worst, " "))
+		res["amplification"] = map[string]any{"relayout": aOut, "input": aIn, "duckdb": aDuck, "relayout_per_country": perOut}
 	}
-	sort.Strings(worst)
-	fmt.Printf("per country (relayout): %s\n", strings.Join(worst, " "))
-	res["amplification"] = map[string]any{"relayout": aOut, "input": aIn, "duckdb": aDuck, "relayout_per_country": perOut}
 
 	// 3. Query packing: packed vs flat, and DuckDB doing the same grouping.
-	if os.Getenv("BENCH_SKIP_PACK") == "" {
+	if run("pack") && os.Getenv("BENCH_SKIP_PACK") == "" {
 		packedOut := filepath.Join(dir, "packed")
 		var pk, fl, dg []measure
 		duckPacked := filepath.Join(dir, "duckdb-packed.parquet")
@@ -219,14 +229,19 @@ func main() {
 		res["packing"] = map[string]any{"packed": p, "flat": f, "duckdb": g, "packed_bytes": pb, "flat_bytes": fb, "duckdb_bytes": gb}
 	}
 
+	// 3b. Dry run: cost and accuracy.
+	if run("dryrun") && os.Getenv("BENCH_SKIP_DRYRUN") == "" {
+		dryRunBench(dir, in, reps, res)
+	}
+
 	// 4. Tensor shards: batches from shards vs Parquet, the NumPy loader,
 	// transfer bytes packed vs flat.
-	if os.Getenv("BENCH_SKIP_TENSORS") == "" {
+	if run("tensors") && os.Getenv("BENCH_SKIP_TENSORS") == "" {
 		tensorBench(dir, in, reps, res)
 	}
 
 	// 5. Scaling at a fixed memory limit.
-	if os.Getenv("BENCH_SKIP_SCALE") == "" {
+	if run("scale") && os.Getenv("BENCH_SKIP_SCALE") == "" {
 		limit := os.Getenv("BENCH_SCALE_LIMIT")
 		if limit == "" {
 			limit = "512MiB"
