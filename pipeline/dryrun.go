@@ -209,11 +209,20 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	} else {
 		res.TempDiskBytes = int64(decoded * spillRatio)
 	}
-	if est.rows > 0 {
-		// The sample runs on about one core (it is one writer chunk); the
-		// real run spreads the same per-row work over its goroutines.
-		res.Seconds = est.seconds / float64(est.rows) * N / (parallelEfficiency * float64(min(opts.Parallel, 8)))
+	// Time: a throughput calibrated on the reference machine, not the
+	// sample's own timing, which runs alongside the key pass and varies 2x
+	// from run to run.
+	work := decoded / 1e9 * coreSecondsPerDecodedGB
+	if qs != nil {
+		work *= packedWork
 	}
+	if tr != nil {
+		work *= tensorWork
+	}
+	if len(mp.units) > 1 {
+		work *= spillWork
+	}
+	res.Seconds = work / (parallelEfficiency * float64(min(opts.Parallel, 8)))
 	rep.Resources = res
 	rep.Units = len(mp.units)
 
@@ -242,14 +251,20 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 
 // Calibration of the resource estimate, measured on the generated
 // impression log (1M rows, 2 cores; docs/report.md): peak RSS over decoded
-// bytes when the table fits one unit (flat and packed), spill bytes over
-// decoded bytes (LZ4 Arrow IPC), and the speed-up of the run's goroutines
-// over the sample's single writer chunk, per goroutine.
+// bytes when the table fits one unit (flat and packed); spill bytes over
+// decoded bytes (LZ4 Arrow IPC); CPU seconds per decoded GB for a flat run,
+// the factors packing, tensors and spilling add, and the share of each
+// goroutine that does useful work. A faster machine runs faster than
+// estimated.
 const (
-	decodedPeakFlat    = 2.4
-	decodedPeakPacked  = 2.9
-	spillRatio         = 0.4
-	parallelEfficiency = 0.85
+	decodedPeakFlat         = 2.4
+	decodedPeakPacked       = 2.9
+	spillRatio              = 0.4
+	coreSecondsPerDecodedGB = 29
+	packedWork              = 1.1
+	tensorWork              = 1.1
+	spillWork               = 1.45
+	parallelEfficiency      = 0.9
 )
 
 // queryScan is the exact query counts.
@@ -520,9 +535,6 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	}
 	m := res.Manifest
 	est := &sampleEstimate{rows: m.Fingerprint.Rows, queries: m.Totals.Rows, multiRowQueries: -1}
-	for _, st := range res.Report.Stages { // per-row work; opening and checking are fixed costs
-		est.seconds += st.Seconds
-	}
 	outLoc, err := storage.OpenDir(ctx, root+"/out", false)
 	if err != nil {
 		return nil, err
