@@ -160,7 +160,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if tbl.Rows == 0 {
 		rep.Output.ParquetFiles, rep.Output.RowGroups, rep.Output.ParquetBytes = 0, 0, 0
 	}
-	inCost, err := costOfTable(tbl, opts.SliceKeys, ex.Vectors)
+	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if qs != nil {
 		perSliceQueries = qs.perSlice
 	}
-	rep.Slices = reportSlices(hist, opts.SliceKeys, &inCost, &outCost, perSliceQueries, opts.ReportSlices)
+	rep.Slices = reportSlices(hist, opts.SliceKeys, before, &outCost, perSliceQueries, opts.ReportSlices)
 
 	if qs != nil {
 		rep.Packing = &ReportPacking{Rows: tbl.Rows, Queries: qs.queries, ItemsPerQuery: qs.dist,
@@ -241,7 +241,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if qs == nil {
 		maxItems = 0
 	}
-	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, in: &inCost, hist: hist, layout: layout,
+	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, before: before, hist: hist, layout: layout,
 		outRowBytes: rowBytesOut, packing: rep.Packing, maxItems: maxItems, sampleQueries: sq})
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.Cost.BytesRead, rep.Cost.Requests, rep.Cost.Seconds = counts.Bytes.Load(), counts.Requests.Load(), rep.Seconds

@@ -50,7 +50,7 @@ func packingOf(p *manifests.Packing) *ReportPacking {
 // run fill them from the same exact figures where they can.
 type warnFacts struct {
 	sliceKeys []string
-	in        *tableCost
+	before    beforeCosts
 	hist      *partition.Histogram
 	layout    partition.Layout
 	// outRowBytes is output bytes per input row.
@@ -73,9 +73,9 @@ func warningsOf(f warnFacts) []ReportWarning {
 	add := func(code, format string, a ...any) {
 		w = append(w, ReportWarning{Code: code, Message: fmt.Sprintf(format, a...)})
 	}
-	if len(f.sliceKeys) > 0 && f.in != nil && f.in.noStats > 0 {
+	if len(f.sliceKeys) > 0 && f.before.noStats > 0 {
 		add("no_statistics", "%d of %d input row groups have no min/max statistics for a slice key (%s): readers cannot skip them before the re-layout",
-			f.in.noStats, len(f.in.rgs), strings.Join(f.sliceKeys, ","))
+			f.before.noStats, f.before.rowGroups, strings.Join(f.sliceKeys, ","))
 	}
 	if f.hist != nil && len(f.sliceKeys) > 0 {
 		var big []string
@@ -123,11 +123,7 @@ func warningsOf(f warnFacts) []ReportWarning {
 // slices' read costs on the input and on the written output, packing,
 // transfer and warnings.
 func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
-	hist *partition.Histogram, inVectors []map[int32][]uint64, queries []int64, shards []writer.ShardInfo, layout partition.Layout, maxItems int64, opts RunOptions) error {
-	in, err := costOfTable(tbl, opts.SliceKeys, inVectors)
-	if err != nil {
-		return err
-	}
+	hist *partition.Histogram, before beforeCosts, queries []int64, shards []writer.ShardInfo, layout partition.Layout, maxItems int64, opts RunOptions) error {
 	var objs []storage.Object
 	for _, f := range m.Files {
 		obj := storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes}
@@ -148,7 +144,7 @@ func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out stor
 			return err
 		}
 	}
-	rep.Slices = reportSlices(hist, opts.SliceKeys, &in, &after, queries, opts.ReportSlices)
+	rep.Slices = reportSlices(hist, opts.SliceKeys, before, &after, queries, opts.ReportSlices)
 	if m.Packing != nil {
 		rep.Packing = packingOf(m.Packing)
 	}
@@ -169,7 +165,7 @@ func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out stor
 	if tbl.Rows > 0 {
 		outRowBytes = float64(m.Totals.Bytes) / float64(tbl.Rows)
 	}
-	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, in: &in, hist: hist, layout: layout,
+	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, before: before, hist: hist, layout: layout,
 		outRowBytes: outRowBytes, packing: rep.Packing, maxItems: maxItems, sampleQueries: -1})
 	return nil
 }

@@ -112,7 +112,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// Go's limit covers the heap and runtime, not the binary's resident
 	// text, so leave room for it: the limit applies to the whole process.
 	if !opts.sample {
-		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-runtimeReserve, opts.MemoryLimit/2))
+		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-runtimeReserve-unitHeadroom, opts.MemoryLimit/2))
 		defer debug.SetMemoryLimit(prevLimit)
 		if os.Getenv("GOGC") == "" {
 			defer debug.SetGCPercent(debug.SetGCPercent(30))
@@ -126,6 +126,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// What reading each slice costs on the input, for the report; the
+	// per-row-group vectors are dropped here, before the rows are read.
+	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
+	if err != nil {
+		return nil, err
+	}
+	ex = nil
 	rep.stage("plan", t0)
 	layout := planLayout(hist, in, opts)
 	// The sample from which column encodings are chosen.
@@ -445,7 +452,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
 	t3 := time.Now()
-	if err := fillRunReport(ctx, rep, tbl, out, m, hist, ex.Vectors, queries, shards, layout, maxItems, opts); err != nil {
+	if err := fillRunReport(ctx, rep, tbl, out, m, hist, before, queries, shards, layout, maxItems, opts); err != nil {
 		log.Warn("could not complete the report", "err", err)
 	}
 	rep.stage("report", t3)

@@ -248,9 +248,31 @@ func statsOfSlices(slices []partition.Slice, nkeys int) []partition.StatsRange {
 	return out
 }
 
-// reportSlices fills the per-slice read costs before (in) and after (out)
+// beforeCosts is every slice's read cost on the input, computed right after
+// the key pass so the per-row-group vectors need not be kept.
+type beforeCosts struct {
+	rgs   []int
+	bytes []int64
+	// noStats of rowGroups input row groups lack slice-key statistics.
+	noStats, rowGroups int
+}
+
+// costsBefore reads the input's page indexes and prices every slice.
+func costsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, vectors []map[int32][]uint64) (beforeCosts, error) {
+	tc, err := costOfTable(tbl, sliceKeys, vectors)
+	if err != nil {
+		return beforeCosts{}, err
+	}
+	b := beforeCosts{rgs: make([]int, len(hist.Slices)), bytes: make([]int64, len(hist.Slices)), noStats: tc.noStats, rowGroups: len(tc.rgs)}
+	for i, s := range hist.Slices {
+		b.rgs[i], b.bytes[i] = tc.readsFor(int32(i), s.Parts)
+	}
+	return b, nil
+}
+
+// reportSlices fills the per-slice read costs before and after (out)
 // for the histogram's slices, listing the largest `limit` (negative: all).
-func reportSlices(hist *partition.Histogram, keys []string, in, out *tableCost, queries []int64, limit int) ReportSlices {
+func reportSlices(hist *partition.Histogram, keys []string, before beforeCosts, out *tableCost, queries []int64, limit int) ReportSlices {
 	rs := ReportSlices{List: []ReportSlice{}}
 	var all []ReportSlice
 	for i, s := range hist.Slices {
@@ -264,7 +286,7 @@ func reportSlices(hist *partition.Histogram, keys []string, in, out *tableCost, 
 		if queries != nil {
 			r.Queries = queries[i]
 		}
-		r.RowGroupsBefore, r.ReadBytesBefore = in.readsFor(int32(i), s.Parts)
+		r.RowGroupsBefore, r.ReadBytesBefore = before.rgs[i], before.bytes[i]
 		r.RowGroupsAfter, r.ReadBytesAfter = out.readsFor(int32(i), s.Parts)
 		rs.Totals.Rows += r.Rows
 		rs.Totals.Queries += r.Queries
