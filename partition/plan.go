@@ -89,6 +89,8 @@ type BuildOptions struct {
 	// Vectors records which VectorRows-row vectors of each row group hold
 	// each slice's rows.
 	Vectors bool
+	// Counts records each row group's rows per slice.
+	Counts bool
 }
 
 // BuildExtra is what BuildOptions asked for.
@@ -97,6 +99,8 @@ type BuildExtra struct {
 	// Vectors[i] (i indexes t.RowGroups()) maps a slice rank to a bitset of
 	// the row group's vectors holding its rows.
 	Vectors []map[int32][]uint64
+	// Counts[i] maps a slice rank to its rows in row group i.
+	Counts []map[int32]int64
 }
 
 // QueryCounts is what the query-key columns say about packing: exact
@@ -124,7 +128,7 @@ type queryAgg struct {
 func BuildWith(ctx context.Context, t *source.Table, sliceCols []int, o BuildOptions, parallel int) (*Histogram, *BuildExtra, error) {
 	refs := t.RowGroups()
 	queryCols := o.QueryCols
-	if len(sliceCols) == 0 && len(queryCols) == 0 && !o.Vectors {
+	if len(sliceCols) == 0 && len(queryCols) == 0 && !o.Vectors && !o.Counts {
 		return &Histogram{Slices: []Slice{{Rows: t.Rows, InputRowGroups: len(refs)}}, rank: map[string]int32{"": 0}}, &BuildExtra{}, nil
 	}
 	per := make([]*rgSlices, len(refs))
@@ -183,6 +187,16 @@ func BuildWith(ctx context.Context, t *source.Table, sliceCols []int, o BuildOpt
 				m[rankOf[k.global[li]]] = k.vectors[li]
 			}
 			ex.Vectors[i] = m
+		}
+	}
+	if o.Counts {
+		ex.Counts = make([]map[int32]int64, len(per))
+		for i, k := range per {
+			m := make(map[int32]int64, len(k.keys))
+			for li := range k.keys {
+				m[rankOf[k.global[li]]] = k.counts[li]
+			}
+			ex.Counts[i] = m
 		}
 	}
 	if len(queryCols) == 0 {
@@ -320,4 +334,14 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rg
 // slice ending after it; len(Slices) when none does).
 func (h *Histogram) Locate(row int64) int {
 	return sort.Search(len(h.Slices), func(i int) bool { return h.Slices[i].Start+h.Slices[i].Rows > row })
+}
+
+// NewHistogram rebuilds a histogram from its slices in output order (as a
+// plan stores them): Key must be the concatenation of Parts.
+func NewHistogram(slices []Slice) *Histogram {
+	h := &Histogram{Slices: slices, rank: make(map[string]int32, len(slices))}
+	for i, s := range slices {
+		h.rank[string(s.Key)] = int32(i)
+	}
+	return h
 }

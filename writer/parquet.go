@@ -40,6 +40,10 @@ type ParquetOptions struct {
 	// Sample is a sample of the rows (e.g. the first input row group) from
 	// which each column's encoding is chosen; nil keeps arrow-go's defaults.
 	Sample arrow.RecordBatch
+	// FirstFile is the global index of the layout's first file, for a sink
+	// that writes one part of a larger layout (a reduce task): file i of
+	// the layout is named FileName(FirstFile + i).
+	FirstFile int
 }
 
 func (o ParquetOptions) withDefaults() ParquetOptions {
@@ -281,12 +285,13 @@ func (w *Parquet) writeRecord(rec arrow.RecordBatch) error {
 }
 
 func (w *Parquet) openFile() error {
-	key := w.out.Key(FileName(w.fileIdx))
+	name := FileName(w.opts.FirstFile + w.fileIdx)
+	key := w.out.Key(name)
 	ctx, cancel := context.WithCancel(w.ctx)
 	bw, err := w.out.Bucket.NewWriter(ctx, key, nil)
 	if err != nil {
 		cancel()
-		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(FileName(w.fileIdx)), err))
+		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(name), err))
 	}
 	hw := &hashWriter{w: bw, h: xxhash.New()}
 	if w.fast != nil {
@@ -327,7 +332,7 @@ func (w *Parquet) openFile() error {
 
 func (w *Parquet) closeFile() error {
 	f := w.cur
-	name := FileName(w.fileIdx)
+	name := FileName(w.opts.FirstFile + w.fileIdx)
 	var md *metadata.FileMetaData
 	if f.pw != nil {
 		if err := w.endFastRowGroup(); err != nil {

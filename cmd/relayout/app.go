@@ -24,7 +24,8 @@ func newApp() *cli.App {
 		Description: "Every flag can also be set with an environment variable RELAYOUT_<FLAG>\n" +
 			"(e.g. RELAYOUT_SLICE_KEYS) or in a YAML file given with --config;\n" +
 			"a flag beats the environment, which beats the file.\n\n" + exitCodesHelp,
-		Commands:       []*cli.Command{runCommand(), unpackCommand(), verifyCommand(), inspectCommand()},
+		Commands: []*cli.Command{runCommand(), unpackCommand(), verifyCommand(), inspectCommand(),
+			planCommand(), mapCommand(), reduceCommand(), commitCommand()},
 		OnUsageError:   usageError,
 		ExitErrHandler: func(*cli.Context, error) {},
 		Suggest:        true,

@@ -65,46 +65,9 @@ func runCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return errs.Usagef("run takes no arguments (got %q); use --input", c.Args().First())
 			}
-			log, err := newLogger(c, os.Stderr)
+			opts, err := runOptions(c)
 			if err != nil {
 				return err
-			}
-			opts := pipeline.RunOptions{
-				Inputs:           c.StringSlice("input"),
-				Output:           c.String("output"),
-				SliceKeys:        splitList(c.StringSlice("slice-keys")),
-				SortKeys:         splitList(c.StringSlice("sort-keys")),
-				RowGroupRows:     int64(c.Int("row-group-rows")),
-				BoundaryKeys:     boundaryKeys(c.Int("boundary-keys")),
-				ZstdLevel:        c.Int("zstd-level"),
-				TmpDir:           c.String("tmp-dir"),
-				Parallel:         c.Int("parallel"),
-				Overwrite:        c.Bool("overwrite"),
-				Check:            c.String("check"),
-				QueryKey:         splitList(c.StringSlice("query-key")),
-				QueryColumns:     splitList(c.StringSlice("query-columns")),
-				ItemOrder:        splitList(c.StringSlice("item-order")),
-				OnQueryConflict:  c.String("on-query-conflict"),
-				MaxItemsPerQuery: int64(c.Int("max-items-per-query")),
-				Tensors:          c.Bool("tensors"),
-				TensorSpec:       c.String("tensor-spec"),
-				BlockSamples:     int64(c.Int("block-samples")),
-				SampleRows:       int64(c.Int("sample-rows")),
-				ReportSlices:     reportSlices(c.Int("report-slices")),
-				Log:              log,
-				Progress:         newProgress(c, log),
-			}
-			for _, s := range []struct {
-				flag string
-				dst  *int64
-			}{
-				{"row-group-bytes", &opts.RowGroupBytes}, {"min-row-group-bytes", &opts.MinRowGroupBytes},
-				{"file-bytes", &opts.FileBytes}, {"page-bytes", &opts.PageBytes}, {"memory-limit", &opts.MemoryLimit},
-				{"shard-bytes", &opts.ShardBytes},
-			} {
-				if *s.dst, err = parseSize(s.flag, c.String(s.flag)); err != nil {
-					return err
-				}
 			}
 			if c.Bool("dry-run") {
 				rep, err := pipeline.DryRun(c.Context, opts)
@@ -128,6 +91,53 @@ func runCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// runOptions reads the run flags (run and plan share them).
+func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
+	var opts pipeline.RunOptions
+	log, err := newLogger(c, os.Stderr)
+	if err != nil {
+		return opts, err
+	}
+	opts = pipeline.RunOptions{
+		Inputs:           c.StringSlice("input"),
+		Output:           c.String("output"),
+		SliceKeys:        splitList(c.StringSlice("slice-keys")),
+		SortKeys:         splitList(c.StringSlice("sort-keys")),
+		RowGroupRows:     int64(c.Int("row-group-rows")),
+		BoundaryKeys:     boundaryKeys(c.Int("boundary-keys")),
+		ZstdLevel:        c.Int("zstd-level"),
+		TmpDir:           c.String("tmp-dir"),
+		Parallel:         c.Int("parallel"),
+		Overwrite:        c.Bool("overwrite"),
+		Check:            c.String("check"),
+		QueryKey:         splitList(c.StringSlice("query-key")),
+		QueryColumns:     splitList(c.StringSlice("query-columns")),
+		ItemOrder:        splitList(c.StringSlice("item-order")),
+		OnQueryConflict:  c.String("on-query-conflict"),
+		MaxItemsPerQuery: int64(c.Int("max-items-per-query")),
+		Tensors:          c.Bool("tensors"),
+		TensorSpec:       c.String("tensor-spec"),
+		BlockSamples:     int64(c.Int("block-samples")),
+		SampleRows:       int64(c.Int("sample-rows")),
+		ReportSlices:     reportSlices(c.Int("report-slices")),
+		Log:              log,
+		Progress:         newProgress(c, log),
+	}
+	for _, s := range []struct {
+		flag string
+		dst  *int64
+	}{
+		{"row-group-bytes", &opts.RowGroupBytes}, {"min-row-group-bytes", &opts.MinRowGroupBytes},
+		{"file-bytes", &opts.FileBytes}, {"page-bytes", &opts.PageBytes}, {"memory-limit", &opts.MemoryLimit},
+		{"shard-bytes", &opts.ShardBytes},
+	} {
+		if *s.dst, err = parseSize(s.flag, c.String(s.flag)); err != nil {
+			return opts, err
+		}
+	}
+	return opts, nil
 }
 
 // writeReportJSON writes the report to a local path ("" : nowhere).

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/pipeline"
+)
+
+// The distributed steps (docs/distributed.md): plan, then map tasks and
+// reduce tasks (any number at once, in any order within a step, on any
+// machines), then commit. Each prints one JSON line on stdout.
+
+func planCommand() *cli.Command {
+	flags := append(runFlags(), strFlag("map-bytes", "256MiB", "input bytes per map task"))
+	return &cli.Command{
+		Name:      "plan",
+		Usage:     "fix the layout of a distributed run and write <output>/_relayout/plan.json",
+		UsageText: "relayout plan --input s3://b/impressions/ --output s3://b/relaid/ --slice-keys country,date --report-json plan.json",
+		Description: "Reads footers and slice-key columns, pins the inputs, fixes the output files (one reduce\n" +
+			"task each) and the map tasks (runs of input row groups), and prints\n" +
+			`{"plan": URL, "map_tasks": M, "reduce_tasks": P}` + " (also to --report-json).\n\n" + exitCodesHelp,
+		Flags:        flags,
+		Before:       withConfig(flags),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			opts, err := runOptions(c)
+			if err != nil {
+				return err
+			}
+			mb, err := parseSize("map-bytes", c.String("map-bytes"))
+			if err != nil {
+				return err
+			}
+			res, _, err := pipeline.PlanJob(c.Context, opts, mb)
+			if err != nil {
+				return err
+			}
+			data, _ := json.Marshal(res)
+			if p := c.String("report-json"); p != "" {
+				if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
+					return errs.TransientErr(fmt.Errorf("write --report-json %s: %w", p, err))
+				}
+			}
+			fmt.Fprintln(c.App.Writer, string(data))
+			return nil
+		},
+	}
+}
+
+func taskFlags() []cli.Flag {
+	fs := []cli.Flag{
+		configFlag(),
+		strFlag("plan", "", "the plan: <output>/_relayout/plan.json (a URL for object storage)"),
+		strFlag("task", "", "task index (default: $JOB_COMPLETION_INDEX, set by Kubernetes Indexed Jobs)"),
+		strFlag("memory-limit", "2GiB", "memory budget"),
+		strFlag("tmp-dir", "", "folder for temporary files"),
+		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
+	}
+	return append(fs, logFlags()...)
+}
+
+func taskIndex(c *cli.Context) (int, error) {
+	v := c.String("task")
+	if v == "" {
+		v = os.Getenv("JOB_COMPLETION_INDEX")
+	}
+	if v == "" {
+		return 0, errs.Usagef("no task: pass --task N (or set JOB_COMPLETION_INDEX)")
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, errs.Usagef("--task must be a task index (got %q)", v)
+	}
+	return n, nil
+}
+
+func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
+	log, err := newLogger(c, os.Stderr)
+	if err != nil {
+		return pipeline.RunOptions{}, err
+	}
+	o := pipeline.RunOptions{TmpDir: c.String("tmp-dir"), Parallel: c.Int("parallel"), Log: log}
+	if o.MemoryLimit, err = parseSize("memory-limit", c.String("memory-limit")); err != nil {
+		return o, err
+	}
+	if c.String("plan") == "" {
+		return o, errs.Usagef("no plan: pass --plan <output>/_relayout/plan.json")
+	}
+	return o, nil
+}
+
+func taskCommand(name, usage string, run func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error)) *cli.Command {
+	flags := taskFlags()
+	return &cli.Command{
+		Name:         name,
+		Usage:        usage,
+		UsageText:    "relayout " + name + " --plan s3://b/relaid/_relayout/plan.json --task 3",
+		Description:  "Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.\n\n" + exitCodesHelp,
+		Flags:        flags,
+		Before:       withConfig(flags),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			o, err := localOptions(c)
+			if err != nil {
+				return err
+			}
+			task, err := taskIndex(c)
+			if err != nil {
+				return err
+			}
+			res, err := run(c, c.String("plan"), task, o)
+			if err != nil {
+				return err
+			}
+			data, _ := json.Marshal(res)
+			fmt.Fprintln(c.App.Writer, string(data))
+			return nil
+		},
+	}
+}
+
+func mapCommand() *cli.Command {
+	return taskCommand("map", "run one map task of a plan: route its input rows to the partitions",
+		func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error) {
+			return pipeline.MapTask(c.Context, plan, task, o)
+		})
+}
+
+func reduceCommand() *cli.Command {
+	return taskCommand("reduce", "run one reduce task of a plan: order one partition and write its files",
+		func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error) {
+			return pipeline.ReduceTask(c.Context, plan, task, o)
+		})
+}
+
+func commitCommand() *cli.Command {
+	flags := taskFlags()
+	return &cli.Command{
+		Name:         "commit",
+		Usage:        "check every task of a plan, write manifest.json and remove the work prefix",
+		UsageText:    "relayout commit --plan s3://b/relaid/_relayout/plan.json",
+		Description:  "Fails, naming the task, if any map or reduce task has not completed.\n\n" + exitCodesHelp,
+		Flags:        flags,
+		Before:       withConfig(flags),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			o, err := localOptions(c)
+			if err != nil {
+				return err
+			}
+			m, err := pipeline.CommitJob(c.Context, c.String("plan"), o)
+			if err != nil {
+				return err
+			}
+			data, _ := json.Marshal(map[string]any{"files": m.Totals.Files, "rows": m.Totals.Rows, "bytes": m.Totals.Bytes, "slices": m.Totals.Slices, "fingerprint": m.Fingerprint.Hash})
+			fmt.Fprintln(c.App.Writer, string(data))
+			return nil
+		},
+	}
+}

@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"gocloud.dev/blob"
+	"gopkg.in/yaml.v3"
+
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/storage"
+)
+
+// s3Env starts a real S3-protocol server on loopback and returns the
+// environment for relayout processes and the URL parameters that reach it.
+func s3Env(t *testing.T, bucket string) (env []string, params string) {
+	t.Helper()
+	backend := s3mem.New()
+	if err := backend.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(ts.Close)
+	env = []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1"}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	return env, "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+}
+
+func bucketTree(t *testing.T, b *blob.Bucket, prefix string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	it := b.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(obj.Key, "_report.json") {
+			continue
+		}
+		data, err := b.ReadAll(context.Background(), obj.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimPrefix(obj.Key, prefix)] = data
+	}
+	return out
+}
+
+// flow is a distributed run as an orchestrator would launch it: the argument
+// lists of each step, with task indices filled in by task().
+type flow struct {
+	plan, commit []string
+	task         func(step string, i int) (args, env []string)
+	parallelism  int
+}
+
+// runFlow runs a flow's commands as local processes: plan, then the map
+// tasks and the reduce tasks with `workers` processes at a time, then
+// commit. killFirstReduce kills reduce 0 midway once and re-runs it.
+func runFlow(t *testing.T, env []string, f flow, workers int, killFirstReduce bool) {
+	t.Helper()
+	planJSON := filepath.Join(t.TempDir(), "plan.json")
+	args := replaceArg(f.plan, "/tmp/plan.json", planJSON)
+	args = replaceArg(args, "/airflow/xcom/return.json", planJSON)
+	if !contains(args, "--report-json") {
+		args = append(args, "--report-json", planJSON)
+	}
+	if r := relayout(t, env, append(args, "--quiet")...); r.code != 0 {
+		t.Fatalf("plan %v: exit %d: %s", args, r.code, r.stderr)
+	}
+	var counts struct {
+		Plan        string `json:"plan"`
+		MapTasks    int    `json:"map_tasks"`
+		ReduceTasks int    `json:"reduce_tasks"`
+	}
+	data, _ := os.ReadFile(planJSON)
+	if err := json.Unmarshal(data, &counts); err != nil || counts.MapTasks < 2 || counts.ReduceTasks < 2 {
+		t.Fatalf("plan output %s (%v): want several map and reduce tasks", data, err)
+	}
+	for _, step := range []struct {
+		name string
+		n    int
+	}{{"map", counts.MapTasks}, {"reduce", counts.ReduceTasks}} {
+		if killFirstReduce && step.name == "reduce" {
+			a, e := f.task("reduce", 0)
+			cmd := exec.Command(bin, a...)
+			cmd.Env = append(append(os.Environ(), env...), e...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(150 * time.Millisecond)
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		sem := make(chan struct{}, workers)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var failed []string
+		for i := 0; i < step.n; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(i int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				a, e := f.task(step.name, i)
+				cmd := exec.Command(bin, append(a, "--quiet")...)
+				cmd.Env = append(append(os.Environ(), env...), e...)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("%s %d: %v: %s", step.name, i, err, out))
+					mu.Unlock()
+				}
+			}(i)
+		}
+		wg.Wait()
+		if len(failed) > 0 {
+			t.Fatal(strings.Join(failed, "\n"))
+		}
+	}
+	if r := relayout(t, env, append(f.commit, "--quiet")...); r.code != 0 {
+		t.Fatalf("commit: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+func replaceArg(args []string, old, new string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, old, new)
+	}
+	return out
+}
+
+func contains(args []string, s string) bool {
+	for _, a := range args {
+		if a == s {
+			return true
+		}
+	}
+	return false
+}
+
+// withParams moves the test server's URL parameters to the end of an
+// argument that names a location under base (so "<output>_relayout/plan.json"
+// keeps working); production URLs carry no parameters.
+func withParams(args []string, params string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.HasPrefix(a, "s3://") && !strings.Contains(a, "?") {
+			a += params
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// TestExamplesRunAsWritten parses the Argo WorkflowTemplate, the Kubernetes
+// Indexed Jobs and the Airflow DAG under examples/, extracts the relayout
+// commands each would run, and runs them as local processes against a
+// loopback S3 server, with 1, 2 and 5 workers: every output is byte for byte
+// the output of relayout run. The Kubernetes run also kills a reduce task
+// midway and runs it again.
+func TestExamplesRunAsWritten(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 2, Seed: 41, RowGroupRows: 8 << 10})
+	env, params := s3Env(t, "bkt")
+	ctx := context.Background()
+	loc, err := storage.OpenDir(ctx, "s3://bkt/impressions"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range testutil.Files(t, in) {
+		data, _ := os.ReadFile(p)
+		if err := loc.Bucket.WriteAll(ctx, "impressions/"+filepath.Base(p), data, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	input := "s3://bkt/impressions/"
+	// Small sizes so the small table makes several files and map tasks.
+	sizes := []string{"--file-bytes", "2MiB", "--row-group-bytes", "1MiB", "--min-row-group-bytes", "128KiB"}
+	if r := relayout(t, env, append([]string{"run", "--quiet", "--input", input + params, "--output", "s3://bkt/ref/" + params, "--slice-keys", "country,date"}, sizes...)...); r.code != 0 {
+		t.Fatalf("run: %s", r.stderr)
+	}
+	want := bucketTree(t, loc.Bucket, "ref/")
+	planSizes := append(sizes, "--map-bytes", "1MiB")
+	root := filepath.Join(testutil.Root(), "examples")
+
+	flows := map[string]func(output string) flow{
+		"argo": func(output string) flow {
+			return argoFlow(t, filepath.Join(root, "argo", "relayout-workflowtemplate.yaml"), input, output, params, planSizes)
+		},
+		"kubernetes": func(output string) flow {
+			return k8sFlow(t, filepath.Join(root, "kubernetes", "relayout-jobs.yaml"), input, output, params, planSizes)
+		},
+		"airflow": func(output string) flow {
+			return airflowFlow(t, filepath.Join(root, "airflow", "relayout_dag.py"), input, output, params, planSizes)
+		},
+	}
+	runs := []struct {
+		name    string
+		workers int
+		kill    bool
+	}{{"argo", 1, false}, {"argo", 2, false}, {"kubernetes", 5, true}, {"airflow", 2, false}}
+	for _, r := range runs {
+		prefix := fmt.Sprintf("%s-%d/", r.name, r.workers)
+		f := flows[r.name]("s3://bkt/" + prefix)
+		runFlow(t, env, f, r.workers, r.kill)
+		got := bucketTree(t, loc.Bucket, prefix)
+		if len(got) != len(want) {
+			t.Fatalf("%s with %d workers: %d objects, run wrote %d", r.name, r.workers, len(got), len(want))
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("%s with %d workers: %s differs from run's", r.name, r.workers, k)
+			}
+		}
+	}
+}
+
+var argoParam = regexp.MustCompile(`\{\{workflow\.parameters\.([a-z-]+)\}\}`)
+
+func argoFlow(t *testing.T, path, input, output, params string, sizes []string) flow {
+	t.Helper()
+	var doc struct {
+		Spec struct {
+			Arguments struct {
+				Parameters []struct{ Name, Value string } `yaml:"parameters"`
+			} `yaml:"arguments"`
+			Templates []struct {
+				Name          string                           `yaml:"name"`
+				Parallelism   int                              `yaml:"parallelism"`
+				RetryStrategy struct{ Expression string }      `yaml:"retryStrategy"`
+				Container     struct{ Command, Args []string } `yaml:"container"`
+				DAG           struct {
+					Tasks []struct{ Name, Template string }
+				} `yaml:"dag"`
+			} `yaml:"templates"`
+		} `yaml:"spec"`
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	vals := map[string]string{"input": input, "output": output}
+	for _, p := range doc.Spec.Arguments.Parameters {
+		if _, ok := vals[p.Name]; !ok {
+			vals[p.Name] = p.Value
+		}
+	}
+	args := map[string][]string{}
+	par := 0
+	for _, tp := range doc.Spec.Templates {
+		if len(tp.Container.Command) == 0 {
+			continue
+		}
+		if tp.Container.Command[0] != "relayout" {
+			t.Fatalf("%s: template %s runs %v", path, tp.Name, tp.Container.Command)
+		}
+		if !strings.Contains(tp.RetryStrategy.Expression, "== 4") {
+			t.Errorf("%s: template %s retries on %q, want exit code 4 only", path, tp.Name, tp.RetryStrategy.Expression)
+		}
+		var a []string
+		for _, x := range append(tp.Container.Command[1:], tp.Container.Args...) {
+			a = append(a, argoParam.ReplaceAllStringFunc(x, func(m string) string { return vals[argoParam.FindStringSubmatch(m)[1]] }))
+		}
+		args[tp.Name] = a
+		par = max(par, tp.Parallelism)
+	}
+	for _, step := range []string{"plan", "map", "reduce", "commit"} {
+		if args[step] == nil {
+			t.Fatalf("%s: no %s template", path, step)
+		}
+	}
+	if par == 0 {
+		t.Fatalf("%s: map and reduce set no parallelism", path)
+	}
+	return flow{
+		plan:   withParams(append(args["plan"], sizes...), params),
+		commit: withParams(args["commit"], params),
+		task: func(step string, i int) ([]string, []string) {
+			return withParams(replaceArg(args[step], "{{inputs.parameters.task}}", strconv.Itoa(i)), params), nil
+		},
+		parallelism: par,
+	}
+}
+
+func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) flow {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "MAP_TASKS": "1", "REDUCE_TASKS": "1"}
+	expanded := os.Expand(string(data), func(k string) string { return vals[k] })
+	dec := yaml.NewDecoder(strings.NewReader(expanded))
+	cmds := map[string][]string{}
+	for {
+		var job struct {
+			Metadata struct{ Labels map[string]string } `yaml:"metadata"`
+			Spec     struct {
+				CompletionMode   string `yaml:"completionMode"`
+				PodFailurePolicy struct {
+					Rules []struct {
+						Action      string                 `yaml:"action"`
+						OnExitCodes struct{ Values []int } `yaml:"onExitCodes"`
+					} `yaml:"rules"`
+				} `yaml:"podFailurePolicy"`
+				Template struct {
+					Spec struct {
+						Containers []struct{ Command []string } `yaml:"containers"`
+					} `yaml:"spec"`
+				} `yaml:"template"`
+			} `yaml:"spec"`
+		}
+		if err := dec.Decode(&job); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		step := job.Metadata.Labels["step"]
+		c := job.Spec.Template.Spec.Containers[0].Command
+		if c[0] != "relayout" || c[1] != step {
+			t.Fatalf("%s: job %s runs %v", path, step, c)
+		}
+		if (step == "map" || step == "reduce") != (job.Spec.CompletionMode == "Indexed") {
+			t.Errorf("%s: job %s has completionMode %q", path, step, job.Spec.CompletionMode)
+		}
+		if r := job.Spec.PodFailurePolicy.Rules; len(r) == 0 || r[0].Action != "FailJob" || fmt.Sprint(r[0].OnExitCodes.Values) != "[2 3 5]" {
+			t.Errorf("%s: job %s fails at once on %+v, want exit codes 2, 3 and 5", path, step, r)
+		}
+		cmds[step] = c[1:]
+	}
+	return flow{
+		plan:   withParams(append(cmds["plan"], sizes...), params),
+		commit: withParams(cmds["commit"], params),
+		task: func(step string, i int) ([]string, []string) {
+			return withParams(cmds[step], params), []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(i)}
+		},
+	}
+}
+
+func airflowFlow(t *testing.T, path, input, output, params string, sizes []string) flow {
+	t.Helper()
+	// Read the DAG's command lists with Python itself (Airflow need not be
+	// installed: the module imports it inside a try block).
+	script := fmt.Sprintf(`import json, runpy
+m = runpy.run_path(%q)
+print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", "REDUCE_ARGS", "COMMIT_ARGS")}))`, path)
+	out, err := exec.Command("/usr/bin/python3", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("python3 %s: %v", path, err)
+	}
+	var m struct {
+		Input, Output                             string
+		PlanArgs, MapArgs, ReduceArgs, CommitArgs []string
+	}
+	var raw map[string]json.RawMessage
+	json.Unmarshal(out, &raw)
+	json.Unmarshal(raw["INPUT"], &m.Input)
+	json.Unmarshal(raw["OUTPUT"], &m.Output)
+	json.Unmarshal(raw["PLAN_ARGS"], &m.PlanArgs)
+	json.Unmarshal(raw["MAP_ARGS"], &m.MapArgs)
+	json.Unmarshal(raw["REDUCE_ARGS"], &m.ReduceArgs)
+	json.Unmarshal(raw["COMMIT_ARGS"], &m.CommitArgs)
+	fix := func(a []string) []string {
+		return withParams(replaceArg(replaceArg(a, m.Input, input), m.Output, output), params)
+	}
+	return flow{
+		plan:   fix(append(m.PlanArgs, sizes...)),
+		commit: fix(m.CommitArgs),
+		task: func(step string, i int) ([]string, []string) {
+			a := m.MapArgs
+			if step == "reduce" {
+				a = m.ReduceArgs
+			}
+			return fix(append(append([]string{}, a...), strconv.Itoa(i))), nil
+		},
+	}
+}

@@ -1,0 +1,51 @@
+"""Airflow DAG: relayout as plan -> map tasks -> reduce tasks -> commit, each a pod.
+
+The plan task pushes its JSON line ({"plan", "map_tasks", "reduce_tasks"}) to XCom
+(relayout writes it to /airflow/xcom/return.json); the map and reduce steps are
+dynamically mapped with .expand() over range(map_tasks) and range(reduce_tasks).
+Retries: Airflow retries every failure; exit codes 2, 3 and 5 (usage, bad input,
+precondition) fail again the same way, so only transient errors (4) are worth the wait.
+
+The commands are module-level lists so that cmd/relayout/examples_test.go can read
+them (with Python's ast, without Airflow) and run them as local processes.
+"""
+
+INPUT = "s3://bucket/impressions/"
+OUTPUT = "s3://bucket/relaid/"
+PLAN = OUTPUT + "_relayout/plan.json"
+
+PLAN_ARGS = ["plan", "--input", INPUT, "--output", OUTPUT, "--slice-keys", "country,date",
+             "--overwrite", "--report-json", "/airflow/xcom/return.json"]
+MAP_ARGS = ["map", "--plan", PLAN, "--memory-limit", "3GiB", "--task"]
+REDUCE_ARGS = ["reduce", "--plan", PLAN, "--memory-limit", "6GiB", "--task"]
+COMMIT_ARGS = ["commit", "--plan", PLAN]
+
+try:  # the DAG itself; the test reads only the lists above
+    import pendulum
+    from airflow.decorators import task
+    from airflow.models.dag import DAG
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    IMAGE = "ghcr.io/relayout/relayout:latest"
+
+    with DAG("relayout", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1), catchup=False) as dag:
+        plan = KubernetesPodOperator(task_id="plan", name="relayout-plan", image=IMAGE,
+                                     cmds=["relayout"], arguments=PLAN_ARGS, do_xcom_push=True, retries=3)
+
+        @task
+        def map_tasks(p):
+            return [MAP_ARGS + [str(i)] for i in range(p["map_tasks"])]
+
+        @task
+        def reduce_tasks(p):
+            return [REDUCE_ARGS + [str(i)] for i in range(p["reduce_tasks"])]
+
+        maps = KubernetesPodOperator.partial(task_id="map", name="relayout-map", image=IMAGE, cmds=["relayout"],
+                                             max_active_tis_per_dag=16, retries=3).expand(arguments=map_tasks(plan.output))
+        reduces = KubernetesPodOperator.partial(task_id="reduce", name="relayout-reduce", image=IMAGE, cmds=["relayout"],
+                                                max_active_tis_per_dag=16, retries=3).expand(arguments=reduce_tasks(plan.output))
+        commit = KubernetesPodOperator(task_id="commit", name="relayout-commit", image=IMAGE,
+                                       cmds=["relayout"], arguments=COMMIT_ARGS, retries=3)
+        plan >> maps >> reduces >> commit
+except ImportError:
+    pass

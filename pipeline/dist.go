@@ -1,0 +1,774 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/version"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/writer"
+)
+
+// The distributed run (docs/distributed.md): plan fixes the layout and cuts
+// it into partitions (one per output file) and the input into map tasks;
+// each map task routes its rows to the partitions through the object store;
+// each reduce task orders one partition and writes its files; commit checks
+// every task and writes the manifest. Tasks write under the work prefix,
+// attempt-specific, with a small task manifest last, so a retried or
+// duplicated task is harmless.
+const (
+	PlanFormat        = "relayout-plan"
+	PlanFormatVersion = 1
+	// WorkPrefix holds the plan and the tasks' outputs until commit.
+	WorkPrefix      = "_relayout/"
+	PlanFileName    = WorkPrefix + "plan.json"
+	defaultMapBytes = 256 << 20
+)
+
+// Plan is plan.json: everything a task needs, fixed once.
+type Plan struct {
+	Format          string            `json:"format"`
+	FormatVersion   int               `json:"format_version"`
+	RelayoutVersion string            `json:"relayout_version"`
+	Config          json.RawMessage   `json:"config"`
+	ConfigHash      string            `json:"config_hash"`
+	InputArgs       []string          `json:"input_args"`
+	Inputs          []manifests.Input `json:"inputs"`
+	Rows            int64             `json:"rows"`
+	ChunkRows       int64             `json:"chunk_rows"`
+	Layout          partition.Layout  `json:"layout"`
+	Slices          []PlanSlice       `json:"slices"`
+	Partitions      []PlanPartition   `json:"partitions"`
+	Maps            []PlanMap         `json:"maps"`
+}
+
+// PlanSlice is one histogram entry.
+type PlanSlice struct {
+	Parts          [][]byte `json:"parts"`
+	Values         []any    `json:"values"`
+	Rows           int64    `json:"rows"`
+	Start          int64    `json:"start"`
+	InputRowGroups int      `json:"input_row_groups"`
+}
+
+// PlanPartition is one reduce task: a run of output files.
+type PlanPartition struct {
+	Index int   `json:"index"`
+	Files []int `json:"files"`
+	Start int64 `json:"start"`
+	Rows  int64 `json:"rows"`
+}
+
+// PlanMap is one map task: a run of input row groups in input order, and,
+// for every slice split over partitions, how many of its rows come before.
+type PlanMap struct {
+	Index     int              `json:"index"`
+	RowGroups [][2]int         `json:"row_groups"` // (input file, row group)
+	Rows      int64            `json:"rows"`
+	Bytes     int64            `json:"bytes"`
+	Counters  map[string]int64 `json:"counters"` // slice rank -> rows before
+}
+
+// PlanResult is what plan reports for XCom or Argo output parameters.
+type PlanResult struct {
+	Plan        string `json:"plan"`
+	MapTasks    int    `json:"map_tasks"`
+	ReduceTasks int    `json:"reduce_tasks"`
+}
+
+// TaskManifest is a task's manifest, written last: what it read or wrote.
+type TaskManifest struct {
+	Kind       string            `json:"kind"` // map or reduce
+	Task       int               `json:"task"`
+	Attempt    string            `json:"attempt"`
+	ConfigHash string            `json:"config_hash"`
+	Rows       int64             `json:"rows"`
+	Hash       string            `json:"fingerprint"`
+	Partitions []mapPartition    `json:"partitions,omitempty"` // map
+	Files      []writer.FileInfo `json:"files,omitempty"`      // reduce
+	Seconds    float64           `json:"seconds"`
+}
+
+type mapPartition struct {
+	Partition int    `json:"partition"`
+	Rows      int64  `json:"rows"`
+	Bytes     int64  `json:"bytes"`
+	Path      string `json:"path"`
+}
+
+func (d TaskManifest) sum() (fingerprint.Sum, error) {
+	h, err := strconv.ParseUint(d.Hash, 16, 64)
+	return fingerprint.Sum{Rows: d.Rows, Hash: h}, err
+}
+
+func mapDoneName(i int) string    { return fmt.Sprintf("%smap/m-%05d/_done.json", WorkPrefix, i) }
+func reduceDoneName(j int) string { return fmt.Sprintf("%sreduce/r-%05d/_done.json", WorkPrefix, j) }
+
+func newAttempt() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// PlanJob is `relayout plan`: it reads footers and key columns, fixes the
+// layout, the partitions and the map split, and writes plan.json under the
+// output's work prefix.
+func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult, *Plan, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(opts.QueryKey) > 0 || opts.Tensors {
+		return nil, nil, errs.Usagef("plan/map/reduce/commit do not support --query-key or --tensors yet; use relayout run")
+	}
+	if mapBytes <= 0 {
+		mapBytes = defaultMapBytes
+	}
+	out, err := storage.OpenDir(ctx, opts.Output, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := prepareOutput(ctx, out, opts.Overwrite); err != nil {
+		return nil, nil, err
+	}
+	if err := removePrefix(ctx, out, WorkPrefix); err != nil {
+		return nil, nil, err
+	}
+	objs, err := storage.List(ctx, opts.Inputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	tbl, err := source.Open(ctx, objs, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tbl.Close()
+	keys, err := resolveKeys(tbl, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := sizesOf(tbl)
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true}, opts.Parallel)
+	if err != nil {
+		return nil, nil, err
+	}
+	layout := planLayout(hist, in, opts)
+	mp, err := planMemory(tbl, in, layout, in.rowBytes, false, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfgJSON, cfgHash := configOf(opts, nil)
+	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
+		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, ChunkRows: mp.chunkRows, Layout: layout}
+	for _, f := range tbl.Files {
+		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+	}
+	for _, s := range hist.Slices {
+		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups})
+	}
+	// One partition per output file: the files are the units every
+	// worker count shares, so the bytes never depend on the workers.
+	for k, f := range layout.Files {
+		p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
+	}
+	units := planUnits(layout, p.ChunkRows)
+	rt := newRouter(hist, units)
+	split := rt.split()
+	if len(split) > 0 && len(opts.SortKeys) > 0 {
+		return nil, nil, errs.Usagef("plan: --sort-keys with a slice larger than one output file (%v) is not supported yet; raise --file-bytes or use relayout run", hist.Slices[split[0]].Values)
+	}
+	// Map tasks: consecutive row groups of about mapBytes.
+	refs := tbl.RowGroups()
+	before := map[int32]int64{}
+	var cur *PlanMap
+	for i, ref := range refs {
+		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
+			p.Maps = append(p.Maps, PlanMap{Index: len(p.Maps), Counters: map[string]int64{}})
+			cur = &p.Maps[len(p.Maps)-1]
+			for _, rk := range split {
+				cur.Counters[strconv.Itoa(int(rk))] = before[rk]
+			}
+		}
+		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
+		cur.Rows += ref.Rows()
+		cur.Bytes += rowGroupBytes(ref)
+		for _, rk := range split {
+			before[rk] += ex.Counts[i][rk]
+		}
+	}
+	if len(p.Maps) == 0 {
+		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
+	}
+	data, err := json.MarshalIndent(p, "", " ")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := putObject(ctx, out, PlanFileName, append(data, '\n')); err != nil {
+		return nil, nil, err
+	}
+	return &PlanResult{Plan: out.URL(PlanFileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}, p, nil
+}
+
+// planUnits is one unit per output file, cut into the writer's chunks.
+func planUnits(l partition.Layout, chunkRows int64) []partition.Unit {
+	var units []partition.Unit
+	for _, f := range l.Files {
+		units = append(units, partition.Unit{Start: f.Start, Rows: f.Rows,
+			Chunks: partition.Chunks(partition.Layout{Files: []partition.File{f}}, chunkRows)})
+	}
+	return units
+}
+
+// loadedPlan is a plan with what every task derives from it.
+type loadedPlan struct {
+	*Plan
+	out  storage.Location
+	opts RunOptions
+	hist *partition.Histogram
+}
+
+// planLocation splits a plan URL (<output>/_relayout/plan.json, with the
+// URL's query parameters, if any, after it) into the output's URL.
+func planLocation(planURL string) (string, error) {
+	base, query, _ := strings.Cut(planURL, "?")
+	if !strings.HasSuffix(base, "/"+PlanFileName) {
+		return "", errs.Usagef("--plan must name %s under the output (got %s)", PlanFileName, planURL)
+	}
+	out := strings.TrimSuffix(base, "/"+PlanFileName)
+	if query != "" {
+		out += "?" + query
+	}
+	return out, nil
+}
+
+func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPlan, error) {
+	outURL, err := planLocation(planURL)
+	if err != nil {
+		return nil, err
+	}
+	out, err := storage.OpenDir(ctx, outURL, false)
+	if err != nil {
+		return nil, err
+	}
+	data, err := out.Bucket.ReadAll(ctx, out.Key(PlanFileName))
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, errs.Preconditionf("run relayout plan first", "no plan at %s", out.URL(PlanFileName))
+		}
+		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(PlanFileName), err))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // slice values print back exactly as the run prints them
+	var p Plan
+	if err := dec.Decode(&p); err != nil || p.Format != PlanFormat {
+		return nil, errs.BadInputf("%s is not a relayout plan: %v", out.URL(PlanFileName), err)
+	}
+	if p.FormatVersion != PlanFormatVersion || p.RelayoutVersion != version.Version {
+		return nil, errs.Preconditionf("run every step with the same relayout version",
+			"plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(PlanFileName), p.RelayoutVersion, p.FormatVersion, version.Version)
+	}
+	var cfg layoutConfig
+	if err := json.Unmarshal(p.Config, &cfg); err != nil {
+		return nil, errs.BadInputf("%s: config: %v", out.URL(PlanFileName), err)
+	}
+	opts := RunOptions{
+		Inputs: p.InputArgs, Output: outURL, SliceKeys: cfg.SliceKeys, SortKeys: cfg.SortKeys,
+		RowGroupBytes: cfg.RowGroupBytes, MinRowGroupBytes: cfg.MinRowGroupBytes, RowGroupRows: cfg.RowGroupRows,
+		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
+		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
+	}
+	if cfg.BoundaryKeys == 0 {
+		opts.BoundaryKeys = -1
+	}
+	if opts, err = opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	if _, h := configOf(opts, nil); h != p.ConfigHash {
+		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(PlanFileName), p.ConfigHash)
+	}
+	slices := make([]partition.Slice, len(p.Slices))
+	for i, s := range p.Slices {
+		var key []byte
+		for _, part := range s.Parts {
+			key = append(key, part...)
+		}
+		slices[i] = partition.Slice{Key: key, Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups}
+	}
+	return &loadedPlan{Plan: &p, out: out, opts: opts, hist: partition.NewHistogram(slices)}, nil
+}
+
+// openInputs opens the plan's inputs, failing if any changed since the plan.
+func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) (*source.Table, error) {
+	objs, err := storage.List(ctx, lp.InputArgs)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != len(lp.Inputs) {
+		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(lp.Inputs))
+	}
+	for i, o := range objs {
+		pin := lp.Inputs[i]
+		if o.URL != pin.Path || o.Size != pin.Bytes || o.ETag != pin.ETag || o.MTime != pin.MTime {
+			return nil, errs.Preconditionf("re-run relayout plan", "input %s changed since the plan (size %d, etag %q, mtime %s; pinned %d, %q, %s)",
+				o.URL, o.Size, o.ETag, o.MTime, pin.Bytes, pin.ETag, pin.MTime)
+		}
+	}
+	return source.Open(ctx, objs, counts)
+}
+
+func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {
+	data, err := lp.out.Bucket.ReadAll(ctx, lp.out.Key(name))
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, nil
+		}
+		return nil, storage.Classify(fmt.Errorf("read %s: %w", lp.out.URL(name), err))
+	}
+	var d TaskManifest
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, errs.BadInputf("%s: %v", lp.out.URL(name), err)
+	}
+	if d.ConfigHash != lp.ConfigHash {
+		return nil, errs.Preconditionf("re-run the task under the current plan", "%s belongs to another plan (config %s, the plan's %s)", lp.out.URL(name), d.ConfigHash, lp.ConfigHash)
+	}
+	return &d, nil
+}
+
+// MapTask is `relayout map --task i`: it reads the task's row groups once
+// and writes their rows, routed to the partitions, as one Arrow IPC object
+// per partition, then its task manifest.
+func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
+	t0 := time.Now()
+	lp, err := loadPlan(ctx, planURL, local)
+	if err != nil {
+		return nil, err
+	}
+	if task < 0 || task >= len(lp.Maps) {
+		return nil, errs.Usagef("--task %d: the plan has map tasks 0 to %d", task, len(lp.Maps)-1)
+	}
+	pm := lp.Maps[task]
+	tbl, err := lp.openInputs(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	keys, err := resolveKeys(tbl, lp.opts)
+	if err != nil {
+		return nil, err
+	}
+	rt := newRouter(lp.hist, planUnits(lp.Layout, lp.ChunkRows))
+	for k, v := range pm.Counters {
+		rk, err := strconv.Atoi(k)
+		if err != nil || rk < 0 || rk >= len(rt.counter) {
+			return nil, errs.BadInputf("plan: map %d: bad counter slice %q", task, k)
+		}
+		rt.counter[rk] = v
+	}
+	attempt := newAttempt()
+	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", WorkPrefix, task, attempt)
+	writers := map[int]*ipcObject{}
+	abort := func() {
+		for _, w := range writers {
+			w.abort()
+		}
+	}
+	var fp fingerprint.Sum
+	var buf []byte
+	for _, rgi := range pm.RowGroups {
+		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
+			abort()
+			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
+		}
+		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
+		rec, err := tbl.Read(ctx, ref, nil, lp.opts.Parallel)
+		if err != nil {
+			abort()
+			return nil, err
+		}
+		s, err := fingerprint.Record(rec)
+		if err != nil {
+			rec.Release()
+			abort()
+			return nil, errs.BadInputf("%s: %v", ref.File.Obj.URL, err)
+		}
+		fp.Add(s)
+		byUnit := map[int][]int64{}
+		off := ref.Offset()
+		for i := 0; i < int(ref.Rows()); i++ {
+			buf = buf[:0]
+			for _, c := range keys.slice {
+				buf = partition.AppendKey(buf, rec.Column(c), i)
+			}
+			u, err := rt.unitOf(buf, off+int64(i))
+			if err != nil {
+				rec.Release()
+				abort()
+				return nil, err
+			}
+			byUnit[u] = append(byUnit[u], int64(i))
+		}
+		err = routeRecord(ctx, rec, byUnit, func(u int, part arrow.RecordBatch) error {
+			w := writers[u]
+			if w == nil {
+				if w, err = newIPCObject(ctx, lp.out, fmt.Sprintf("%sp-%05d.arrow", prefix, u), rec.Schema()); err != nil {
+					return err
+				}
+				writers[u] = w
+			}
+			return w.write(part)
+		})
+		rec.Release()
+		if err != nil {
+			abort()
+			return nil, err
+		}
+	}
+	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: []mapPartition{}}
+	for u := 0; u < len(lp.Partitions); u++ {
+		w := writers[u]
+		if w == nil {
+			continue
+		}
+		if err := w.close(); err != nil {
+			abort()
+			return nil, err
+		}
+		d.Partitions = append(d.Partitions, mapPartition{Partition: u, Rows: w.rows, Bytes: w.n, Path: w.name})
+	}
+	if fp.Rows != pm.Rows {
+		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
+	}
+	d.Seconds = time.Since(t0).Seconds()
+	return d, writeDone(ctx, lp.out, prefix+"_task.json", mapDoneName(task), d)
+}
+
+// routeRecord hands each unit's rows of rec, in input order, to emit.
+func routeRecord(ctx context.Context, rec arrow.RecordBatch, byUnit map[int][]int64, emit func(int, arrow.RecordBatch) error) error {
+	src, err := newUnitSource(rec.Schema(), []arrow.RecordBatch{rec})
+	if err != nil {
+		return err
+	}
+	rec.Retain() // newUnitSource took a reference it releases
+	defer src.release()
+	us := make([]int, 0, len(byUnit))
+	for u := range byUnit {
+		us = append(us, u)
+	}
+	sortInts(us)
+	for _, u := range us {
+		part, err := src.take(ctx, rec.Schema(), byUnit[u])
+		if err != nil {
+			return err
+		}
+		err = emit(u, part)
+		part.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// writeDone writes a task manifest at its attempt path, then at the task's
+// fixed name: the task's commit point.
+func writeDone(ctx context.Context, out storage.Location, attemptName, doneName string, d *TaskManifest) error {
+	data, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := putObject(ctx, out, attemptName, data); err != nil {
+		return err
+	}
+	return putObject(ctx, out, doneName, data)
+}
+
+// ipcObject streams an Arrow IPC file (LZ4) into an object.
+type ipcObject struct {
+	name   string
+	bw     *blob.Writer
+	cancel context.CancelFunc
+	cw     *countWriter
+	w      *ipc.FileWriter
+	rows   int64
+	n      int64
+	url    string
+}
+
+type countWriter struct {
+	w interface{ Write([]byte) (int, error) }
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func newIPCObject(ctx context.Context, out storage.Location, name string, schema *arrow.Schema) (*ipcObject, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	bw, err := out.Bucket.NewWriter(cctx, out.Key(name), nil)
+	if err != nil {
+		cancel()
+		return nil, storage.Classify(fmt.Errorf("create %s: %w", out.URL(name), err))
+	}
+	cw := &countWriter{w: bw}
+	w, err := ipc.NewFileWriter(cw, ipc.WithSchema(schema), ipc.WithLZ4())
+	if err != nil {
+		cancel()
+		bw.Close()
+		return nil, err
+	}
+	return &ipcObject{name: name, bw: bw, cancel: cancel, cw: cw, w: w, url: out.URL(name)}, nil
+}
+
+func (o *ipcObject) write(rec arrow.RecordBatch) error {
+	if err := o.w.Write(rec); err != nil {
+		return storage.Classify(fmt.Errorf("write %s: %w", o.url, err))
+	}
+	o.rows += rec.NumRows()
+	return nil
+}
+
+func (o *ipcObject) close() error {
+	if err := o.w.Close(); err != nil {
+		o.abort()
+		return storage.Classify(fmt.Errorf("write %s: %w", o.url, err))
+	}
+	err := o.bw.Close()
+	o.cancel()
+	o.n = o.cw.n
+	if err != nil {
+		return storage.Classify(fmt.Errorf("write %s: %w", o.url, err))
+	}
+	return nil
+}
+
+func (o *ipcObject) abort() {
+	o.cancel()
+	o.bw.Close()
+}
+
+// ReduceTask is `relayout reduce --task j`: it reads partition j from every
+// map task's output, orders it as run does, writes the partition's files
+// and then its task manifest.
+func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
+	t0 := time.Now()
+	lp, err := loadPlan(ctx, planURL, local)
+	if err != nil {
+		return nil, err
+	}
+	if task < 0 || task >= len(lp.Partitions) {
+		return nil, errs.Usagef("--task %d: the plan has reduce tasks 0 to %d", task, len(lp.Partitions)-1)
+	}
+	pp := lp.Partitions[task]
+	tbl, err := lp.openInputs(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	keys, err := resolveKeys(tbl, lp.opts)
+	if err != nil {
+		return nil, err
+	}
+	// Rows of the partition from every map task, in map order: input order.
+	var recs []arrow.RecordBatch
+	release := func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}
+	for m := range lp.Maps {
+		d, err := lp.readDone(ctx, mapDoneName(m))
+		if err != nil {
+			release()
+			return nil, err
+		}
+		if d == nil {
+			release()
+			return nil, errs.Preconditionf("run every map task before reduce", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
+		}
+		for _, mp := range d.Partitions {
+			if mp.Partition != task {
+				continue
+			}
+			got, err := readIPCObject(ctx, lp.out, mp.Path, tbl.Schema)
+			if err != nil {
+				release()
+				return nil, err
+			}
+			recs = append(recs, got...)
+		}
+	}
+	un := planUnits(lp.Layout, lp.ChunkRows)[task]
+	ord, err := partition.Sort(lp.hist, recs, keys.slice, keys.sort)
+	if err == nil && int64(len(ord)) != un.Rows {
+		err = fmt.Errorf("internal: partition %d holds %d rows from the map tasks, the plan says %d", task, len(ord), un.Rows)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	src, err := newUnitSource(tbl.Schema, recs)
+	if err != nil {
+		return nil, err
+	}
+	src.ord = ord
+	defer src.release()
+	sample, err := readSample(ctx, tbl)
+	if err != nil {
+		return nil, err
+	}
+	if sample != nil {
+		defer sample.Release()
+	}
+	sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
+	for _, f := range pp.Files {
+		sub.Files = append(sub.Files, lp.Layout.Files[f])
+	}
+	w, err := writer.NewParquet(ctx, lp.out, tbl.Schema, sub, writer.ParquetOptions{
+		Sample: sample, Parallel: lp.opts.Parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
+		SortingColumns: append(append([]string{}, lp.opts.SliceKeys...), lp.opts.SortKeys...),
+		Metadata:       [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", lp.ConfigHash}},
+		CreatedBy:      "relayout version " + version.Version,
+		FirstFile:      pp.Files[0],
+	})
+	if err != nil {
+		return nil, err
+	}
+	var fp fingerprint.Sum
+	if err := writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, w.Write); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	files, err := w.Close()
+	if err != nil {
+		return nil, err
+	}
+	attempt := newAttempt()
+	d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Files: files, Seconds: time.Since(t0).Seconds()}
+	return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
+}
+
+func readIPCObject(ctx context.Context, out storage.Location, name string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+	data, err := out.Bucket.ReadAll(ctx, out.Key(name))
+	if err != nil {
+		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(name), err))
+	}
+	r, err := ipc.NewFileReader(bytes.NewReader(data), ipc.WithSchema(schema))
+	if err != nil {
+		return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
+	}
+	defer r.Close()
+	var recs []arrow.RecordBatch
+	for i := 0; i < r.NumRecords(); i++ {
+		rec, err := r.RecordBatch(i)
+		if err != nil {
+			for _, x := range recs {
+				x.Release()
+			}
+			return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
+		}
+		rec.Retain()
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+// CommitJob is `relayout commit`: it requires every task manifest, checks
+// rows and fingerprints, writes manifest.json exactly as run writes it, and
+// removes the work prefix.
+func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifests.Manifest, error) {
+	lp, err := loadPlan(ctx, planURL, local)
+	if err != nil {
+		return nil, err
+	}
+	var inFP, outFP fingerprint.Sum
+	for m := range lp.Maps {
+		d, err := lp.readDone(ctx, mapDoneName(m))
+		if err != nil {
+			return nil, err
+		}
+		if d == nil {
+			return nil, errs.Preconditionf("run the missing task, then commit again", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
+		}
+		s, err := d.sum()
+		if err != nil {
+			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(mapDoneName(m)), err)
+		}
+		inFP.Add(s)
+	}
+	var files []writer.FileInfo
+	for j, pp := range lp.Partitions {
+		d, err := lp.readDone(ctx, reduceDoneName(j))
+		if err != nil {
+			return nil, err
+		}
+		if d == nil {
+			return nil, errs.Preconditionf("run the missing task, then commit again", "reduce task %d (partition %d of %d) has not completed (no %s)", j, j, len(lp.Partitions), lp.out.URL(reduceDoneName(j)))
+		}
+		if len(d.Files) != len(pp.Files) {
+			return nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %d files, the plan has %d", j, len(d.Files), len(pp.Files))
+		}
+		for k, f := range d.Files {
+			if f.Path != writer.FileName(pp.Files[k]) || f.Rows != lp.Layout.Files[pp.Files[k]].Rows {
+				return nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %s with %d rows, the plan has %s with %d",
+					j, f.Path, f.Rows, writer.FileName(pp.Files[k]), lp.Layout.Files[pp.Files[k]].Rows)
+			}
+		}
+		s, err := d.sum()
+		if err != nil {
+			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(reduceDoneName(j)), err)
+		}
+		outFP.Add(s)
+		files = append(files, d.Files...)
+	}
+	if inFP.Rows != lp.Rows || outFP != inFP {
+		return nil, fmt.Errorf("the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
+	}
+	tbl, err := lp.openInputs(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
+	vr, err := verifyLocation(ctx, lp.out, m, false, lp.opts.Parallel, nopProgress{})
+	if err != nil {
+		return nil, err
+	}
+	if !vr.OK {
+		return nil, fmt.Errorf("output check failed, nothing committed: %s", vr.Problem)
+	}
+	if err := commitManifest(ctx, lp.out, m); err != nil {
+		return nil, err
+	}
+	if err := removePrefix(ctx, lp.out, WorkPrefix); err != nil {
+		return m, err
+	}
+	return m, nil
+}

@@ -1,0 +1,247 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/storage"
+)
+
+// distOpts are small sizes so a small table makes several files
+// (partitions) and several map tasks.
+func distOpts(in, out string) RunOptions {
+	return RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"country", "date"},
+		RowGroupBytes: 1 << 20, MinRowGroupBytes: 128 << 10, FileBytes: 2 << 20}
+}
+
+// runDistributed runs plan, then the map tasks and the reduce tasks on
+// `workers` goroutines each (tasks handed out in order), then commit.
+func runDistributed(t *testing.T, o RunOptions, mapBytes int64, workers int) *PlanResult {
+	t.Helper()
+	ctx := context.Background()
+	res, _, err := PlanJob(ctx, o, mapBytes)
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	local := RunOptions{Parallel: 2}
+	step := func(n int, task func(int) error) {
+		next := make(chan int)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var first error
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					if err := task(i); err != nil {
+						mu.Lock()
+						if first == nil {
+							first = fmt.Errorf("task %d: %w", i, err)
+						}
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		for i := 0; i < n; i++ {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		if first != nil {
+			t.Fatal(first)
+		}
+	}
+	step(res.MapTasks, func(i int) error { _, err := MapTask(ctx, res.Plan, i, local); return err })
+	step(res.ReduceTasks, func(j int) error { _, err := ReduceTask(ctx, res.Plan, j, local); return err })
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return res
+}
+
+// TestDistributedMatchesRun: plan, map, reduce and commit with 1, 2 and 5
+// workers give output byte-identical to relayout run, manifest included,
+// and leave no work prefix.
+func TestDistributedMatchesRun(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 90_000, Files: 3, Seed: 31, RowGroupRows: 8 << 10})
+	base := t.TempDir()
+	ref := filepath.Join(base, "run")
+	if _, err := Run(context.Background(), distOpts(in, ref)); err != nil {
+		t.Fatal(err)
+	}
+	want := readTree(t, ref)
+	for _, workers := range []int{1, 2, 5} {
+		out := filepath.Join(base, fmt.Sprintf("dist-%d", workers))
+		res := runDistributed(t, distOpts(in, out), 1<<20, workers)
+		if res.MapTasks < 3 || res.ReduceTasks < 3 {
+			t.Fatalf("plan: %d map and %d reduce tasks; the test wants several of each", res.MapTasks, res.ReduceTasks)
+		}
+		got := readTree(t, out)
+		if len(got) != len(want) {
+			t.Fatalf("%d workers: %d files, run wrote %d (%v)", workers, len(got), len(want), keysOf(got))
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("%d workers: %s differs from run's", workers, k)
+			}
+		}
+	}
+}
+
+func keysOf(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestDistributedOnS3Retries: on the loopback S3 server, a map task that
+// died midway (objects of an attempt without its manifest), tasks run twice
+// and a reduce re-run after commit's refusal still give run's bytes; commit
+// refuses a plan with a missing partition, naming it; a changed input fails
+// the tasks.
+func TestDistributedOnS3Retries(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 2, Seed: 32, RowGroupRows: 8 << 10})
+	ref := filepath.Join(t.TempDir(), "run")
+	if _, err := Run(context.Background(), distOpts(in, ref)); err != nil {
+		t.Fatal(err)
+	}
+	want := readTree(t, ref)
+
+	params, _ := s3Server(t, "bkt")
+	ctx := context.Background()
+	loc, err := storage.OpenDir(ctx, "s3://bkt/impressions"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload(t, loc.Bucket, "impressions/", in)
+	o := distOpts("s3://bkt/impressions/"+params, "s3://bkt/relaid/"+params)
+	res, _, err := PlanJob(ctx, o, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Plan, "_relayout/plan.json") {
+		t.Fatalf("plan URL %s", res.Plan)
+	}
+	plan := "s3://bkt/relaid/_relayout/plan.json" + params
+	local := RunOptions{Parallel: 2}
+	// A map attempt killed midway: some objects, no manifest.
+	if err := loc.Bucket.WriteAll(ctx, "relaid/_relayout/map/m-00000/a-killed/p-00000.arrow", []byte("half an arrow file"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := MapTask(ctx, plan, 0, local); err != nil { // twice: harmless
+		t.Fatal(err)
+	}
+	for j := 0; j < res.ReduceTasks; j++ {
+		if j == 1 {
+			continue // missing: commit must refuse
+		}
+		if _, err := ReduceTask(ctx, plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = CommitJob(ctx, plan, local)
+	if !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "reduce task 1") {
+		t.Fatalf("commit without partition 1: %v", err)
+	}
+	if exists, _ := loc.Bucket.Exists(ctx, "relaid/manifest.json"); exists {
+		t.Fatal("a refused commit wrote the manifest")
+	}
+	for _, j := range []int{1, 0} { // the missing one, and one again
+		if _, err := ReduceTask(ctx, plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := CommitJob(ctx, plan, local); err != nil {
+		t.Fatal(err)
+	}
+	got := readBucketTree(t, loc.Bucket, "relaid/")
+	if len(got) != len(want) {
+		t.Fatalf("%d objects, run wrote %d: %v", len(got), len(want), keysOf(got))
+	}
+	for k, v := range want {
+		g := got[k]
+		if k == "manifest.json" {
+			g, v = normaliseInputs(g), normaliseInputs(v)
+		}
+		if !bytes.Equal(g, v) {
+			t.Fatalf("%s differs from run's", k)
+		}
+	}
+
+	// A changed input fails a task of an old plan, naming it.
+	res, _, err = PlanJob(ctx, RunOptions{Inputs: o.Inputs, Output: "s3://bkt/other/" + params, SliceKeys: o.SliceKeys, FileBytes: o.FileBytes, RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "impressions/" + filepath.Base(testutil.Files(t, in)[0])
+	if err := loc.Bucket.WriteAll(ctx, name, []byte("PAR1 not the same file PAR1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = MapTask(ctx, "s3://bkt/other/_relayout/plan.json"+params, 0, local)
+	if !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "changed since the plan") {
+		t.Fatalf("map over a changed input: %v", err)
+	}
+}
+
+// TestDistributedHotSlice: a slice holding half the rows spans several
+// partitions (files) and still reads as one contiguous run in the final
+// slice index; the output is run's.
+func TestDistributedHotSlice(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 80_000, Files: 2, Seed: 33, Countries: 2, Days: 1, RowGroupRows: 8 << 10})
+	base := t.TempDir()
+	o := func(out string) RunOptions {
+		x := distOpts(in, out)
+		x.SliceKeys = []string{"country"}
+		x.FileBytes = 1 << 20
+		return x
+	}
+	ref := filepath.Join(base, "run")
+	if _, err := Run(context.Background(), o(ref)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(base, "dist")
+	res := runDistributed(t, o(out), 512<<10, 3)
+	m := readManifest(t, out)
+	var hot int
+	for i, s := range m.Slices {
+		if s.Rows*2 >= m.Totals.Rows-m.Totals.Rows/5 && len(s.Segments) > 0 {
+			hot = i
+		}
+	}
+	s := m.Slices[hot]
+	files := map[int]bool{}
+	next := s.FirstRow
+	for _, seg := range s.Segments {
+		files[seg.File] = true
+		if got := m.Files[seg.File].FirstRow + seg.FirstRow; got != next {
+			t.Fatalf("hot slice %v: segment at row %d, want %d (not contiguous)", s.Key, got, next)
+		}
+		next += seg.Rows
+	}
+	if next != s.FirstRow+s.Rows || len(files) < 2 || res.ReduceTasks < 2 {
+		t.Fatalf("hot slice %v (%d of %d rows) lies in %d files of %d reduce tasks; want several, contiguous", s.Key, s.Rows, m.Totals.Rows, len(files), res.ReduceTasks)
+	}
+	want, got := readTree(t, ref), readTree(t, out)
+	for k, v := range want {
+		if !bytes.Equal(got[k], v) {
+			t.Fatalf("%s differs from run's", k)
+		}
+	}
+}
