@@ -52,7 +52,7 @@ func median(ms []measure) measure {
 }
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
-// names (compare, pack, dryrun, tensors, scale).
+// names (compare, pack, dryrun, dist, tensors, scale).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -232,6 +232,11 @@ func main() {
 	// 3b. Dry run: cost and accuracy.
 	if run("dryrun") && os.Getenv("BENCH_SKIP_DRYRUN") == "" {
 		dryRunBench(dir, in, reps, res)
+	}
+
+	// 3c. Distributed run: plan, map, reduce, commit.
+	if run("dist") && os.Getenv("BENCH_SKIP_DIST") == "" {
+		distBench(dir, in, inBytes, res)
 	}
 
 	// 4. Tensor shards: batches from shards vs Parquet, the NumPy loader,

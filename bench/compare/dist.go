@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// taskOut is the part of a map or reduce task's JSON line the benchmark
+// reads (pipeline.TaskManifest).
+type taskOut struct {
+	Seconds    float64 `json:"seconds"`
+	Partitions []struct {
+		Bytes int64 `json:"bytes"`
+	} `json:"partitions"`
+}
+
+// makespan is the wall time of tasks on w workers taking the next task in
+// order as a worker frees up (how Argo and Indexed Jobs hand out tasks).
+func makespan(times []float64, w int) float64 {
+	free := make([]float64, w)
+	for _, t := range times {
+		sort.Float64s(free)
+		free[0] += t
+	}
+	sort.Float64s(free)
+	return free[w-1]
+}
+
+// distBench measures plan/map/reduce/commit (issue 7) on the bench input:
+// shuffle bytes per input byte, each step's wall time, the speed-up with 1,
+// 2 and 4 local worker processes against relayout run, and a projection to
+// 16 and 64 workers from the measured task times.
+func distBench(dir, in string, inBytes int64, res map[string]any) {
+	sizes := []string{"--slice-keys", "country,date", "--file-bytes", "8MiB", "--row-group-bytes", "8MiB"}
+	fmt.Printf("\n== distributed run: plan, map, reduce, commit as separate processes (--file-bytes 8MiB, --map-bytes 8MiB)\n")
+	runOut := filepath.Join(dir, "dist-run")
+	m, _ := timed("bin/relayout", append([]string{"run", "--quiet", "--overwrite", "--input", in, "--output", runOut}, sizes...)...)
+	fmt.Printf("relayout run (one process): %.2f s\n", m.Seconds)
+	fmt.Printf("%-8s %8s %8s %8s %8s %8s %9s %9s\n", "workers", "plan", "map", "reduce", "commit", "total", "vs run", "identical")
+	out := map[string]any{"run_seconds": m.Seconds}
+	var mapTimes, reduceTimes []float64
+	var planS, commitS float64
+	for _, w := range []int{1, 2, 4} {
+		dst := filepath.Join(dir, fmt.Sprintf("dist-%d", w))
+		os.RemoveAll(dst)
+		t0 := time.Now()
+		cmd := exec.Command("bin/relayout", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "8MiB"}, sizes...)...)
+		pout, err := cmd.Output()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "plan: %v\n", err)
+			os.Exit(1)
+		}
+		tPlan := time.Since(t0).Seconds()
+		var counts struct {
+			Plan        string `json:"plan"`
+			MapTasks    int    `json:"map_tasks"`
+			ReduceTasks int    `json:"reduce_tasks"`
+		}
+		json.Unmarshal(pout, &counts)
+		step := func(name string, n int) (float64, []taskOut) {
+			t0 := time.Now()
+			outs := make([]taskOut, n)
+			sem := make(chan struct{}, w)
+			var wg sync.WaitGroup
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func(i int) {
+					defer wg.Done()
+					defer func() { <-sem }()
+					o, err := exec.Command("bin/relayout", name, "--quiet", "--plan", counts.Plan, "--task", fmt.Sprint(i)).Output()
+					if err != nil {
+						fmt.Fprintf(os.Stderr, "%s %d: %v\n", name, i, err)
+						os.Exit(1)
+					}
+					json.Unmarshal(o, &outs[i])
+				}(i)
+			}
+			wg.Wait()
+			return time.Since(t0).Seconds(), outs
+		}
+		tMap, maps := step("map", counts.MapTasks)
+		tReduce, reduces := step("reduce", counts.ReduceTasks)
+		t1 := time.Now()
+		if err := exec.Command("bin/relayout", "commit", "--quiet", "--plan", counts.Plan).Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "commit: %v\n", err)
+			os.Exit(1)
+		}
+		tCommit := time.Since(t1).Seconds()
+		total := tPlan + tMap + tReduce + tCommit
+		same := sameTree(runOut, dst)
+		fmt.Printf("%-8d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v\n", w, tPlan, tMap, tReduce, tCommit, total, m.Seconds/total, same)
+		var shuffle int64
+		for _, mo := range maps {
+			for _, p := range mo.Partitions {
+				shuffle += p.Bytes
+			}
+		}
+		if w == 1 {
+			planS, commitS = tPlan, tCommit
+			for _, x := range maps {
+				mapTimes = append(mapTimes, x.Seconds)
+			}
+			for _, x := range reduces {
+				reduceTimes = append(reduceTimes, x.Seconds)
+			}
+			fmt.Printf("         %d map tasks, %d reduce tasks; shuffle %.1f MB written and read = %.2f bytes per input byte\n",
+				counts.MapTasks, counts.ReduceTasks, float64(shuffle)/1e6, float64(shuffle)/float64(inBytes))
+			out["shuffle_bytes"] = shuffle
+			out["shuffle_per_input_byte"] = float64(shuffle) / float64(inBytes)
+			out["map_tasks"], out["reduce_tasks"] = counts.MapTasks, counts.ReduceTasks
+		}
+		out[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tPlan, "map": tMap, "reduce": tReduce, "commit": tCommit, "total": total, "identical_to_run": same}
+	}
+	// Projection: plan + makespan(map tasks) + makespan(reduce tasks) +
+	// commit, with the task times measured alone (1 worker), each worker on
+	// its own machine. With more workers than tasks the longest task bounds
+	// the step; a larger table has more tasks of the same size.
+	var proj []string
+	for _, w := range []int{1, 2, 4, 16, 64} {
+		t := planS + makespan(mapTimes, w) + makespan(reduceTimes, w) + commitS
+		proj = append(proj, fmt.Sprintf("%d: %.2f s", w, t))
+		out[fmt.Sprintf("projected_%d", w)] = t
+	}
+	fmt.Printf("projected wall time from per-task times (one machine per worker): %s\n", strings.Join(proj, ", "))
+	scaled := func(w, copies int) float64 {
+		var mt, rt []float64
+		for c := 0; c < copies; c++ {
+			mt, rt = append(mt, mapTimes...), append(rt, reduceTimes...)
+		}
+		return planS*float64(copies) + makespan(mt, w) + makespan(rt, w) + commitS
+	}
+	fmt.Printf("a 64x larger table (64x the tasks, plan scaled 64x): 1 worker %.0f s, 16 workers %.0f s (%.1fx), 64 workers %.0f s (%.1fx)\n",
+		scaled(1, 64), scaled(16, 64), scaled(1, 64)/scaled(16, 64), scaled(64, 64), scaled(1, 64)/scaled(64, 64))
+	out["map_task_seconds"], out["reduce_task_seconds"] = mapTimes, reduceTimes
+	res["distributed"] = out
+}
+
+// sameTree reports whether two outputs hold the same files with the same
+// bytes (the report aside).
+func sameTree(a, b string) bool {
+	list := func(root string) map[string]string {
+		m := map[string]string{}
+		filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() && !strings.HasSuffix(p, "_report.json") {
+				data, _ := os.ReadFile(p)
+				rel, _ := filepath.Rel(root, p)
+				m[rel] = string(data)
+			}
+			return nil
+		})
+		return m
+	}
+	x, y := list(a), list(b)
+	if len(x) != len(y) {
+		return false
+	}
+	for k, v := range x {
+		if y[k] != v {
+			return false
+		}
+	}
+	return true
+}
