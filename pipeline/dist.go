@@ -52,6 +52,7 @@ type Plan struct {
 	InputArgs       []string          `json:"input_args"`
 	Inputs          []manifests.Input `json:"inputs"`
 	Rows            int64             `json:"rows"`
+	RowBytes        float64           `json:"row_bytes"` // uncompressed input bytes per row
 	ChunkRows       int64             `json:"chunk_rows"`
 	Layout          partition.Layout  `json:"layout"`
 	Slices          []PlanSlice       `json:"slices"`
@@ -176,7 +177,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	}
 	cfgJSON, cfgHash := configOf(opts, nil)
 	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
-		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, ChunkRows: mp.chunkRows, Layout: layout}
+		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows, Layout: layout}
 	for _, f := range tbl.Files {
 		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
 	}
@@ -587,6 +588,12 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		return nil, errs.Usagef("--task %d: the plan has reduce tasks 0 to %d", task, len(lp.Partitions)-1)
 	}
 	pp := lp.Partitions[task]
+	// The partition is held in memory: its rows twice while a column is
+	// concatenated, once more as gathered chunks, and the runtime.
+	if need := int64(float64(pp.Rows)*lp.RowBytes*3) + runtimeReserve; need > lp.opts.MemoryLimit {
+		return nil, errs.Usagef("reduce task %d: partition %d holds %d rows, about %d MiB in memory, more than --memory-limit %d MiB; raise --memory-limit, or plan again with a smaller --file-bytes",
+			task, task, pp.Rows, need>>20, lp.opts.MemoryLimit>>20)
+	}
 	tbl, err := lp.openInputs(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -764,8 +771,22 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if !vr.OK {
 		return nil, fmt.Errorf("output check failed, nothing committed: %s", vr.Problem)
 	}
-	if err := commitManifest(ctx, lp.out, m); err != nil {
+	// The manifest is created only if absent (where the store supports
+	// it): two commits racing cannot both succeed.
+	data, err := manifests.Marshal(m)
+	if err != nil {
 		return nil, err
+	}
+	if err := lp.out.Bucket.WriteAll(ctx, lp.out.Key(manifests.FileName), data, &blob.WriterOptions{ContentType: "application/json", IfNotExist: true}); err != nil {
+		if gcerrors.Code(err) == gcerrors.FailedPrecondition || gcerrors.Code(err) == gcerrors.AlreadyExists {
+			return nil, errs.Preconditionf("the output is committed; re-run plan with --overwrite to redo it", "%s already exists", lp.out.URL(manifests.FileName))
+		}
+		if gcerrors.Code(err) != gcerrors.Unimplemented {
+			return nil, storage.Classify(fmt.Errorf("write %s: %w", lp.out.URL(manifests.FileName), err))
+		}
+		if err := commitManifest(ctx, lp.out, m); err != nil {
+			return nil, err
+		}
 	}
 	if err := removePrefix(ctx, lp.out, WorkPrefix); err != nil {
 		return m, err

@@ -245,3 +245,52 @@ func TestDistributedHotSlice(t *testing.T) {
 		}
 	}
 }
+
+// TestDistributedRefusals: what plan and the tasks refuse, with the class
+// an orchestrator's retry policy keys on.
+func TestDistributedRefusals(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 1, Seed: 34})
+	ctx := context.Background()
+	out := filepath.Join(t.TempDir(), "o")
+	o := distOpts(in, out)
+	o.QueryKey = []string{"query_id"}
+	if _, _, err := PlanJob(ctx, o, 0); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "--query-key") {
+		t.Fatalf("plan with --query-key: %v", err)
+	}
+	res, _, err := PlanJob(ctx, distOpts(in, out), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := RunOptions{Parallel: 2}
+	if _, err := MapTask(ctx, res.Plan, res.MapTasks, local); !errs.Is(err, errs.Usage) {
+		t.Fatalf("map task out of range: %v", err)
+	}
+	if _, err := ReduceTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "map task 0") {
+		t.Fatalf("reduce before the maps: %v", err)
+	}
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ReduceTask(ctx, res.Plan, 0, RunOptions{Parallel: 2, MemoryLimit: 48 << 20}); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "--file-bytes") {
+		t.Fatalf("reduce over the memory limit: %v", err)
+	}
+	for j := 0; j < res.ReduceTasks; j++ {
+		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "no plan") {
+		t.Fatalf("map after commit removed the plan: %v", err)
+	}
+	if _, _, err := PlanJob(ctx, distOpts(in, out), 0); !errs.Is(err, errs.Precondition) {
+		t.Fatalf("plan over a committed output: %v", err)
+	}
+	if r, err := Verify(ctx, out, true, 2); err != nil || !r.OK {
+		t.Fatalf("verify --deep of the distributed output: %+v %v", r, err)
+	}
+}
