@@ -152,20 +152,11 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err := removePrefix(ctx, out, WorkPrefix); err != nil {
 		return nil, nil, err
 	}
-	objs, err := storage.List(ctx, opts.Inputs)
-	if err != nil {
-		return nil, nil, err
-	}
-	tbl, err := source.Open(ctx, objs, nil)
+	tbl, keys, in, _, err := openTable(ctx, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer tbl.Close()
-	keys, err := resolveKeys(tbl, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	in := sizesOf(tbl)
 	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true}, opts.Parallel)
 	if err != nil {
 		return nil, nil, err
@@ -391,55 +382,28 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 		}
 	}
 	var fp fingerprint.Sum
-	var buf []byte
 	for _, rgi := range pm.RowGroups {
 		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
 			abort()
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
 		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		rec, err := tbl.Read(ctx, ref, nil, lp.opts.Parallel)
-		if err != nil {
-			abort()
-			return nil, err
-		}
-		s, err := fingerprint.Record(rec)
-		if err != nil {
-			rec.Release()
-			abort()
-			return nil, errs.BadInputf("%s: %v", ref.File.Obj.URL, err)
-		}
-		fp.Add(s)
-		byUnit := map[int][]int64{}
-		off := ref.Offset()
-		for i := 0; i < int(ref.Rows()); i++ {
-			buf = buf[:0]
-			for _, c := range keys.slice {
-				buf = partition.AppendKey(buf, rec.Column(c), i)
-			}
-			u, err := rt.unitOf(buf, off+int64(i))
-			if err != nil {
-				rec.Release()
-				abort()
-				return nil, err
-			}
-			byUnit[u] = append(byUnit[u], int64(i))
-		}
-		err = routeRecord(ctx, rec, byUnit, func(u int, part arrow.RecordBatch) error {
+		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, lp.opts.Parallel, nil, func(u int, part arrow.RecordBatch) error {
 			w := writers[u]
 			if w == nil {
-				if w, err = newIPCObject(ctx, lp.out, fmt.Sprintf("%sp-%05d.arrow", prefix, u), rec.Schema()); err != nil {
+				var err error
+				if w, err = newIPCObject(ctx, lp.out, fmt.Sprintf("%sp-%05d.arrow", prefix, u), part.Schema()); err != nil {
 					return err
 				}
 				writers[u] = w
 			}
 			return w.write(part)
 		})
-		rec.Release()
 		if err != nil {
 			abort()
 			return nil, err
 		}
+		fp.Add(s)
 	}
 	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: []mapPartition{}}
 	for u := 0; u < len(lp.Partitions); u++ {
@@ -458,41 +422,6 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	}
 	d.Seconds = time.Since(t0).Seconds()
 	return d, writeDone(ctx, lp.out, prefix+"_task.json", mapDoneName(task), d)
-}
-
-// routeRecord hands each unit's rows of rec, in input order, to emit.
-func routeRecord(ctx context.Context, rec arrow.RecordBatch, byUnit map[int][]int64, emit func(int, arrow.RecordBatch) error) error {
-	src, err := newUnitSource(rec.Schema(), []arrow.RecordBatch{rec})
-	if err != nil {
-		return err
-	}
-	rec.Retain() // newUnitSource took a reference it releases
-	defer src.release()
-	us := make([]int, 0, len(byUnit))
-	for u := range byUnit {
-		us = append(us, u)
-	}
-	sortInts(us)
-	for _, u := range us {
-		part, err := src.take(ctx, rec.Schema(), byUnit[u])
-		if err != nil {
-			return err
-		}
-		err = emit(u, part)
-		part.Release()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func sortInts(a []int) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }
 
 // writeDone writes a task manifest at its attempt path, then at the task's
@@ -687,22 +616,9 @@ func readIPCObject(ctx context.Context, out storage.Location, name string, schem
 	if err != nil {
 		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(name), err))
 	}
-	r, err := ipc.NewFileReader(bytes.NewReader(data), ipc.WithSchema(schema))
+	recs, err := readIPC(bytes.NewReader(data), schema)
 	if err != nil {
 		return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
-	}
-	defer r.Close()
-	var recs []arrow.RecordBatch
-	for i := 0; i < r.NumRecords(); i++ {
-		rec, err := r.RecordBatch(i)
-		if err != nil {
-			for _, x := range recs {
-				x.Release()
-			}
-			return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
-		}
-		rec.Retain()
-		recs = append(recs, rec)
 	}
 	return recs, nil
 }

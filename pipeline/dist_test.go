@@ -171,7 +171,7 @@ func TestDistributedOnS3Retries(t *testing.T) {
 	if _, err := CommitJob(ctx, plan, local); err != nil {
 		t.Fatal(err)
 	}
-	got := readBucketTree(t, loc.Bucket, "relaid/")
+	got := testutil.BucketTree(t, loc.Bucket, "relaid/")
 	if len(got) != len(want) {
 		t.Fatalf("%d objects, run wrote %d: %v", len(got), len(want), keysOf(got))
 	}

@@ -64,21 +64,11 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := storage.List(ctx, opts.Inputs)
-	if err != nil {
-		return nil, err
-	}
-	counts := new(storage.Counters)
-	tbl, err := source.Open(ctx, objs, counts)
+	tbl, keys, in, counts, err := openTable(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer tbl.Close()
-	keys, err := resolveKeys(tbl, opts)
-	if err != nil {
-		return nil, err
-	}
-	in := sizesOf(tbl)
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: in.bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	_, rep.ConfigHash = configOf(opts, tr)
 

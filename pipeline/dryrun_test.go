@@ -373,7 +373,7 @@ func TestDryRunS3(t *testing.T) {
 	if n := counts.puts.Load() - putsBefore; n != 0 {
 		t.Errorf("the dry run sent %d PUT/POST requests", n)
 	}
-	if got := readBucketTree(t, loc.Bucket, "relaid/"); len(got) != 0 {
+	if got := testutil.BucketTree(t, loc.Bucket, "relaid/"); len(got) != 0 {
 		t.Errorf("the dry run wrote %d objects under the output", len(got))
 	}
 	served, gets := counts.getBytes.Load()-bytesBefore, counts.gets.Load()-getsBefore

@@ -288,66 +288,29 @@ func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, di
 		closeAll()
 		return nil, fp, 0, err
 	}
-	var buf []byte
 	for _, ref := range t.RowGroups() {
-		rec, err := t.Read(ctx, ref, nil, parallel)
-		if err != nil {
-			return fail(err)
-		}
-		s, err := fingerprint.Record(rec)
-		if err != nil {
-			rec.Release()
-			return fail(errs.BadInputf("%s: %v", ref.File.Obj.URL, err))
-		}
-		fp.Add(s)
-		observe(rec)
-		byUnit := map[int][]int64{}
-		off := ref.Offset()
-		for i := 0; i < int(ref.Rows()); i++ {
-			buf = buf[:0]
-			for _, c := range sliceCols {
-				buf = partition.AppendKey(buf, rec.Column(c), i)
-			}
-			u, err := rt.unitOf(buf, off+int64(i))
-			if err != nil {
-				rec.Release()
-				return fail(err)
-			}
-			byUnit[u] = append(byUnit[u], int64(i))
-		}
-		src := &unitSource{}
-		for c := range rec.Columns() {
-			src.cols = append(src.cols, compute.NewDatum(rec.Column(c)))
-		}
-		keys := make([]int, 0, len(byUnit))
-		for u := range byUnit {
-			keys = append(keys, u)
-		}
-		slices.Sort(keys)
-		for _, u := range keys {
-			part, err := src.take(ctx, rec.Schema(), byUnit[u])
-			if err == nil && writers[u] == nil {
+		s, err := routeRowGroup(ctx, t, ref, rt, sliceCols, parallel, observe, func(u int, part arrow.RecordBatch) error {
+			var err error
+			if writers[u] == nil {
 				paths[u] = filepath.Join(dir, fmt.Sprintf("unit-%05d.arrow", u))
 				var f *os.File
 				if f, err = os.Create(paths[u]); err == nil {
 					files[u] = f
-					writers[u], err = ipc.NewFileWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+					writers[u], err = ipc.NewFileWriter(f, ipc.WithSchema(part.Schema()), ipc.WithLZ4())
 				}
 			}
 			if err == nil {
 				err = writers[u].Write(part)
 			}
-			if part != nil {
-				part.Release()
-			}
 			if err != nil {
-				src.release()
-				rec.Release()
-				return fail(errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err)))
+				return errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
 			}
+			return nil
+		})
+		if err != nil {
+			return fail(err)
 		}
-		src.release()
-		rec.Release()
+		fp.Add(s)
 		prog.Add(ref.Rows())
 	}
 	if err := closeAll(); err != nil {
@@ -364,6 +327,62 @@ func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, di
 	return paths, fp, spilled, nil
 }
 
+// routeRowGroup reads one input row group, fingerprints it, hands it to
+// observe (may be nil), and passes each unit's rows of it, in input order, to
+// emit, unit by unit in unit order. Row groups must be routed in input order
+// (the router counts the rows of split slices).
+func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef, rt *router, sliceCols []int, parallel int,
+	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
+	rec, err := t.Read(ctx, ref, nil, parallel)
+	if err != nil {
+		return fingerprint.Sum{}, err
+	}
+	defer rec.Release()
+	sum, err := fingerprint.Record(rec)
+	if err != nil {
+		return sum, errs.BadInputf("%s: %v", ref.File.Obj.URL, err)
+	}
+	if observe != nil {
+		observe(rec)
+	}
+	byUnit := map[int][]int64{}
+	off := ref.Offset()
+	var buf []byte
+	for i := 0; i < int(ref.Rows()); i++ {
+		buf = buf[:0]
+		for _, c := range sliceCols {
+			buf = partition.AppendKey(buf, rec.Column(c), i)
+		}
+		u, err := rt.unitOf(buf, off+int64(i))
+		if err != nil {
+			return sum, err
+		}
+		byUnit[u] = append(byUnit[u], int64(i))
+	}
+	src := &unitSource{}
+	for c := range rec.Columns() {
+		src.cols = append(src.cols, compute.NewDatum(rec.Column(c)))
+	}
+	defer src.release()
+	units := make([]int, 0, len(byUnit))
+	for u := range byUnit {
+		units = append(units, u)
+	}
+	slices.Sort(units)
+	for _, u := range units {
+		part, err := src.take(ctx, rec.Schema(), byUnit[u])
+		if err != nil {
+			return sum, err
+		}
+		err = emit(u, part)
+		part.Release()
+		if err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
+}
+
 // loadUnit reads a unit's spill file.
 func loadUnit(path string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 	if path == "" { // a unit with no rows
@@ -374,9 +393,18 @@ func loadUnit(path string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 		return nil, errs.TransientErr(err)
 	}
 	defer f.Close()
-	r, err := ipc.NewFileReader(f, ipc.WithSchema(schema))
+	recs, err := readIPC(f, schema)
 	if err != nil {
 		return nil, errs.TransientErr(fmt.Errorf("read spill %s: %w", path, err))
+	}
+	return recs, nil
+}
+
+// readIPC reads every record of an Arrow IPC file.
+func readIPC(ra ipc.ReadAtSeeker, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+	r, err := ipc.NewFileReader(ra, ipc.WithSchema(schema))
+	if err != nil {
+		return nil, err
 	}
 	defer r.Close()
 	var recs []arrow.RecordBatch
@@ -386,7 +414,7 @@ func loadUnit(path string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 			for _, x := range recs {
 				x.Release()
 			}
-			return nil, errs.TransientErr(fmt.Errorf("read spill %s: %w", path, err))
+			return nil, err
 		}
 		rec.Retain()
 		recs = append(recs, rec)

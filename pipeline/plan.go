@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -9,7 +10,28 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
 )
+
+// openTable lists and opens the inputs (footers only; reads counted) and
+// resolves the key columns: the start of run, dry run and plan.
+func openTable(ctx context.Context, opts RunOptions) (*source.Table, keyCols, inputSizes, *storage.Counters, error) {
+	objs, err := storage.List(ctx, opts.Inputs)
+	if err != nil {
+		return nil, keyCols{}, inputSizes{}, nil, err
+	}
+	counts := new(storage.Counters)
+	tbl, err := source.Open(ctx, objs, counts)
+	if err != nil {
+		return nil, keyCols{}, inputSizes{}, nil, err
+	}
+	keys, err := resolveKeys(tbl, opts)
+	if err != nil {
+		tbl.Close()
+		return nil, keyCols{}, inputSizes{}, nil, err
+	}
+	return tbl, keys, sizesOf(tbl), counts, nil
+}
 
 // keyCols are the table columns a run orders by.
 type keyCols struct {

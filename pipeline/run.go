@@ -86,22 +86,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := storage.List(ctx, opts.Inputs)
-	if err != nil {
-		return nil, err
-	}
-	counts := new(storage.Counters)
-	tbl, err := source.Open(ctx, objs, counts)
+	tbl, keys, in, counts, err := openTable(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer tbl.Close()
-	keys, err := resolveKeys(tbl, opts)
-	if err != nil {
-		return nil, err
-	}
 	sliceCols, sortCols, qkCols := keys.slice, keys.sort, keys.query
-	in := sizesOf(tbl)
 	inBytes := in.bytes
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)

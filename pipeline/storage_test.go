@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -89,30 +88,6 @@ func upload(t *testing.T, b *blob.Bucket, prefix, dir string) {
 	}
 }
 
-func readBucketTree(t *testing.T, b *blob.Bucket, prefix string) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(context.Background())
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(obj.Key, ReportFileName) {
-			continue
-		}
-		data, err := b.ReadAll(context.Background(), obj.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimPrefix(obj.Key, prefix)] = data
-	}
-	return out
-}
-
 // TestObjectStorageMatchesLocal runs the same job local->local, S3->S3 (a
 // real S3-protocol server over HTTP on loopback, through gocloud's s3blob) and
 // mem->mem, and requires byte-identical data files and manifests (inputs are
@@ -132,12 +107,12 @@ func TestObjectStorageMatchesLocal(t *testing.T) {
 	}
 	upload(t, s3loc.Bucket, "impressions/", in)
 	smallRun(t, "s3://bkt/impressions/"+params, "s3://bkt/relaid/"+params, withTensors)
-	gotS3 := readBucketTree(t, s3loc.Bucket, "relaid/")
+	gotS3 := testutil.BucketTree(t, s3loc.Bucket, "relaid/")
 
 	mem := storage.MemBucket("conformance-test")
 	upload(t, mem, "in/", in)
 	smallRun(t, "mem://conformance-test/in/", "mem://conformance-test/out/", withTensors)
-	gotMem := readBucketTree(t, mem, "out/")
+	gotMem := testutil.BucketTree(t, mem, "out/")
 
 	for name, got := range map[string]map[string][]byte{"s3": gotS3, "mem": gotMem} {
 		if len(got) != len(want) {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
-	"gocloud.dev/blob"
 	"gopkg.in/yaml.v3"
 
 	"github.com/relayout/relayout/internal/gen"
@@ -43,30 +42,6 @@ func s3Env(t *testing.T, bucket string) (env []string, params string) {
 		t.Setenv(k, v)
 	}
 	return env, "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
-}
-
-func bucketTree(t *testing.T, b *blob.Bucket, prefix string) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	it := b.List(&blob.ListOptions{Prefix: prefix})
-	for {
-		obj, err := it.Next(context.Background())
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(obj.Key, "_report.json") {
-			continue
-		}
-		data, err := b.ReadAll(context.Background(), obj.Key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimPrefix(obj.Key, prefix)] = data
-	}
-	return out
 }
 
 // flow is a distributed run as an orchestrator would launch it: the argument
@@ -202,7 +177,7 @@ func TestExamplesRunAsWritten(t *testing.T) {
 	if r := relayout(t, env, append([]string{"run", "--quiet", "--input", input + params, "--output", "s3://bkt/ref/" + params, "--slice-keys", "country,date"}, sizes...)...); r.code != 0 {
 		t.Fatalf("run: %s", r.stderr)
 	}
-	want := bucketTree(t, loc.Bucket, "ref/")
+	want := testutil.BucketTree(t, loc.Bucket, "ref/")
 	planSizes := append(sizes, "--map-bytes", "1MiB")
 	root := filepath.Join(testutil.Root(), "examples")
 
@@ -226,7 +201,7 @@ func TestExamplesRunAsWritten(t *testing.T) {
 		prefix := fmt.Sprintf("%s-%d/", r.name, r.workers)
 		f := flows[r.name]("s3://bkt/" + prefix)
 		runFlow(t, env, f, r.workers, r.kill)
-		got := bucketTree(t, loc.Bucket, prefix)
+		got := testutil.BucketTree(t, loc.Bucket, prefix)
 		if len(got) != len(want) {
 			t.Fatalf("%s with %d workers: %d objects, run wrote %d", r.name, r.workers, len(got), len(want))
 		}

@@ -5,6 +5,7 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"gocloud.dev/blob"
 
 	"github.com/relayout/relayout/internal/gen"
 )
@@ -213,4 +215,30 @@ func WriteNpy(tb testing.TB, path, descr string, shape []int, data []byte) {
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// BucketTree reads every object under prefix (keys relative to it), except
+// run reports, which hold timings.
+func BucketTree(tb testing.TB, b *blob.Bucket, prefix string) map[string][]byte {
+	tb.Helper()
+	out := map[string][]byte{}
+	it := b.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if strings.HasSuffix(obj.Key, "_report.json") {
+			continue
+		}
+		data, err := b.ReadAll(context.Background(), obj.Key)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out[strings.TrimPrefix(obj.Key, prefix)] = data
+	}
+	return out
 }
