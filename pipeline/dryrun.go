@@ -655,12 +655,3 @@ func dirExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
 }
-
-// keyString renders a slice key for messages.
-func keyString(k manifests.KeyValues) string {
-	parts := make([]string, len(k))
-	for i, kv := range k {
-		parts[i] = fmt.Sprintf("%s=%v", kv.Name, kv.Value)
-	}
-	return strings.Join(parts, ",")
-}
