@@ -91,7 +91,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 		if r.smp, r.err = sampleHeads(sctx, tbl, opts.SampleRows, int64(sampleBudget*float64(in.bytes))); r.err != nil {
 			return
 		}
-		r.est, r.err = runSample(sctx, tbl.Schema, r.smp, opts)
+		r.est, r.err = runSample(sctx, tbl.Schema, r.smp, opts, in)
 		r.seconds = time.Since(t1).Seconds()
 	}()
 	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{QueryCols: keys.query, Vectors: true}, opts.Parallel)
@@ -371,6 +371,12 @@ type leafEst struct {
 	// in a packed output (it scales with queries, the others with rows).
 	key, query   bool
 	comp, uncomp float64
+	// dict is the dictionary pages' bytes, dictValues their entries,
+	// values the column's values; fixed is the bytes every row group pays
+	// whatever its rows: the dictionary, when it holds under a tenth as
+	// many entries as the values (few distinct values).
+	dict, fixed        float64
+	dictValues, values int64
 }
 
 // predictOutput models the output's row groups: rows and slices from the
@@ -404,7 +410,7 @@ func predictOutput(hist *partition.Histogram, layout partition.Layout, qs *query
 	rate := func(l leafEst, comp bool) float64 {
 		v := l.uncomp
 		if comp {
-			v = l.comp
+			v = l.comp - l.fixed
 		}
 		if l.query && est.queries > 0 {
 			return v / float64(est.queries)
@@ -434,7 +440,7 @@ func predictOutput(hist *partition.Histogram, layout partition.Layout, qs *query
 				if l.query {
 					n = float64(rc.rows)
 				}
-				comp, uncomp := rate(l, true)*n, rate(l, false)*n
+				comp, uncomp := rate(l, true)*n+l.fixed, rate(l, false)*n
 				total += comp
 				rc.bytes += int64(comp)
 				if l.key {
@@ -486,7 +492,7 @@ type sampleEstimate struct {
 var dryRunSeq atomic.Int64
 
 // runSample runs the real pipeline on the sample, in memory.
-func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions) (*sampleEstimate, error) {
+func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions, in inputSizes) (*sampleEstimate, error) {
 	bucket := fmt.Sprintf("relayout-dry-run-%d-%d", os.Getpid(), dryRunSeq.Add(1))
 	defer storage.DropMemBucket(bucket)
 	root := "mem://" + bucket
@@ -518,7 +524,12 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	sub := opts
 	sub.Inputs, sub.Output = []string{root + "/in/sample.parquet"}, root+"/out"
 	sub.Check, sub.Overwrite, sub.Log, sub.Progress = CheckNone, true, nil, nil
-	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices, sub.sample = 0, 0, 0, true
+	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices, sub.sample, sub.sampleOf = 0, 0, 0, true, &in
+	// One row group: its dictionary pages tell which columns keep a
+	// dictionary of about the same size whatever a row group's rows (few
+	// distinct values: a cost per row group) from those whose dictionary
+	// grows with the rows (a cost per row).
+	sub.RowGroupBytes, sub.MinRowGroupBytes, sub.RowGroupRows, sub.FileBytes, sub.BoundaryKeys = 1<<50, 1<<50, 1<<40, 1<<50, -1
 	res, err := Run(ctx, sub)
 	if err != nil {
 		return nil, err
@@ -559,6 +570,16 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 					l := &est.leaves[c]
 					l.comp += float64(cc.TotalCompressedSize())
 					l.uncomp += float64(cc.TotalUncompressedSize())
+					l.values += cc.NumValues()
+					if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DataPageOffset() > cc.DictionaryPageOffset() {
+						l.dict += float64(cc.DataPageOffset() - cc.DictionaryPageOffset())
+						if pr, err := f.Parquet().RowGroup(g).GetColumnPageReader(c); err == nil {
+							if dp, err := pr.GetDictionaryPage(); err == nil && dp != nil {
+								l.dictValues += int64(dp.NumValues())
+							}
+							pr.Close()
+						}
+					}
 					l.query = m.Packing != nil && path[0] != "items"
 					l.key = len(path) == 1 && slices.Contains(opts.SliceKeys, path[0])
 				}
@@ -579,6 +600,12 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	}
 	if rgs > 0 {
 		est.perRGOverhead = overhead / float64(rgs)
+	}
+	for i := range est.leaves {
+		l := &est.leaves[i]
+		if rgs == 1 && l.dict > 0 && l.dictValues*10 < l.values {
+			l.fixed = l.dict
+		}
 	}
 	if p := m.Packing; p != nil {
 		est.queryColumns, est.itemColumns, est.moved = nonNil(p.QueryColumns), nonNil(p.ItemColumns), nonNil(p.MovedToItems)

@@ -85,8 +85,12 @@ type RunOptions struct {
 	// sizes and decide query-level columns (default 16,384).
 	SampleRows int64
 	// sample marks the dry run's in-memory run on its sample: it leaves
-	// the process's GC settings alone and writes no report.
-	sample bool
+	// the process's GC settings alone and writes no report. sampleOf, when
+	// set, is the real input's bytes per row, which the sample's layout is
+	// planned with (the sample file is stored plain, so its own footers
+	// overstate them), so its row groups hold as many rows as the run's.
+	sample   bool
+	sampleOf *inputSizes
 	// FailAfterFiles, when > 0, fails the run after that many files are
 	// written: a fault-injection hook for tests.
 	FailAfterFiles int

@@ -91,6 +91,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 	defer tbl.Close()
+	if s := opts.sampleOf; s != nil {
+		in.rowBytes, in.fileRowBytes = s.rowBytes, s.fileRowBytes
+	}
 	sliceCols, sortCols, qkCols := keys.slice, keys.sort, keys.query
 	inBytes := in.bytes
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
