@@ -58,6 +58,9 @@ type Plan struct {
 	Slices          []PlanSlice       `json:"slices"`
 	Partitions      []PlanPartition   `json:"partitions"`
 	Maps            []PlanMap         `json:"maps"`
+	// InputRowGroupsNoStats counts input row groups without slice-key
+	// statistics (for the report's warnings).
+	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
 }
 
 // PlanSlice is one histogram entry.
@@ -67,6 +70,9 @@ type PlanSlice struct {
 	Rows           int64    `json:"rows"`
 	Start          int64    `json:"start"`
 	InputRowGroups int      `json:"input_row_groups"`
+	// What reading the slice costs on the input (the report's "before").
+	ReadBytesBefore int64 `json:"read_bytes_before"`
+	RowGroupsBefore int   `json:"row_groups_before"`
 }
 
 // PlanPartition is one reduce task: a run of output files.
@@ -157,7 +163,11 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	defer tbl.Close()
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true}, opts.Parallel)
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true, Vectors: len(keys.slice) > 0}, opts.Parallel)
+	if err != nil {
+		return nil, nil, err
+	}
+	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,9 +182,11 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	for _, f := range tbl.Files {
 		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
 	}
-	for _, s := range hist.Slices {
-		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups})
+	for i, s := range hist.Slices {
+		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
+			ReadBytesBefore: before.bytes[i], RowGroupsBefore: before.rgs[i]})
 	}
+	p.InputRowGroupsNoStats = before.noStats
 	// One partition per output file: the files are the units every
 	// worker count shares, so the bytes never depend on the workers.
 	for k, f := range layout.Files {
@@ -188,21 +200,21 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	}
 	// Map tasks: consecutive row groups of about mapBytes.
 	refs := tbl.RowGroups()
-	before := map[int32]int64{}
+	rowsBefore := map[int32]int64{}
 	var cur *PlanMap
 	for i, ref := range refs {
 		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
 			p.Maps = append(p.Maps, PlanMap{Index: len(p.Maps), Counters: map[string]int64{}})
 			cur = &p.Maps[len(p.Maps)-1]
 			for _, rk := range split {
-				cur.Counters[strconv.Itoa(int(rk))] = before[rk]
+				cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
 			}
 		}
 		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
 		cur.Rows += ref.Rows()
 		cur.Bytes += rowGroupBytes(ref)
 		for _, rk := range split {
-			before[rk] += ex.Counts[i][rk]
+			rowsBefore[rk] += ex.Counts[i][rk]
 		}
 	}
 	if len(p.Maps) == 0 {
@@ -627,10 +639,14 @@ func readIPCObject(ctx context.Context, out storage.Location, name string, schem
 // rows and fingerprints, writes manifest.json exactly as run writes it, and
 // removes the work prefix.
 func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifests.Manifest, error) {
+	t0 := time.Now()
 	lp, err := loadPlan(ctx, planURL, local)
 	if err != nil {
 		return nil, err
 	}
+	rep := newReport("commit", lp.opts)
+	rep.ConfigHash = lp.ConfigHash
+	var mapSeconds, reduceSeconds float64
 	var inFP, outFP fingerprint.Sum
 	for m := range lp.Maps {
 		d, err := lp.readDone(ctx, mapDoneName(m))
@@ -645,6 +661,10 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(mapDoneName(m)), err)
 		}
 		inFP.Add(s)
+		mapSeconds += d.Seconds
+		for _, p := range d.Partitions {
+			rep.SpillBytes += p.Bytes
+		}
 	}
 	var files []writer.FileInfo
 	for j, pp := range lp.Partitions {
@@ -669,6 +689,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(reduceDoneName(j)), err)
 		}
 		outFP.Add(s)
+		reduceSeconds += d.Seconds
 		files = append(files, d.Files...)
 	}
 	if inFP.Rows != lp.Rows || outFP != inFP {
@@ -706,6 +727,26 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	}
 	if err := removePrefix(ctx, lp.out, WorkPrefix); err != nil {
 		return m, err
+	}
+	// The report: the run's figures from the plan's key pass (before) and
+	// the written files (after); the tasks' times are summed, and the
+	// shuffle counts as spill.
+	before := beforeCosts{rgs: make([]int, len(lp.Slices)), bytes: make([]int64, len(lp.Slices)), noStats: lp.InputRowGroupsNoStats, rowGroups: tbl.NumRowGroups()}
+	for i, s := range lp.Slices {
+		before.rgs[i], before.bytes[i] = s.RowGroupsBefore, s.ReadBytesBefore
+	}
+	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: sizesOf(tbl).bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	rep.Units = len(lp.Partitions)
+	if err := fillRunReport(ctx, rep, tbl, lp.out, m, lp.hist, before, nil, nil, lp.Layout, 0, lp.opts); err != nil {
+		return m, err
+	}
+	rep.Stages = []ReportStage{{Name: "map (all tasks)", Seconds: mapSeconds}, {Name: "reduce (all tasks)", Seconds: reduceSeconds}, {Name: "commit", Seconds: time.Since(t0).Seconds()}}
+	rep.finish(t0, m)
+	rep.Resources.Seconds = mapSeconds + reduceSeconds + rep.Seconds
+	if data, err := json.MarshalIndent(rep, "", " "); err == nil {
+		if err := putObject(ctx, lp.out, ReportFileName, append(data, '\n')); err != nil {
+			return m, err
+		}
 	}
 	return m, nil
 }

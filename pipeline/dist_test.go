@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +82,15 @@ func TestDistributedMatchesRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := readTree(t, ref)
+	sch := reportSchema(t)
+	readReport := func(dir string) *Report {
+		data, err := os.ReadFile(filepath.Join(dir, ReportFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return checkReportJSON(t, sch, data)
+	}
+	runRep := readReport(ref)
 	for _, workers := range []int{1, 2, 5} {
 		out := filepath.Join(base, fmt.Sprintf("dist-%d", workers))
 		res := runDistributed(t, distOpts(in, out), 1<<20, workers)
@@ -94,6 +105,15 @@ func TestDistributedMatchesRun(t *testing.T) {
 			if !bytes.Equal(got[k], v) {
 				t.Fatalf("%d workers: %s differs from run's", workers, k)
 			}
+		}
+		// Commit's report gives the run's figures.
+		rep := readReport(out)
+		if rep.Command != "commit" || rep.Input != runRep.Input || rep.Output != runRep.Output || rep.ConfigHash != runRep.ConfigHash ||
+			!reflect.DeepEqual(rep.Slices, runRep.Slices) || !reflect.DeepEqual(rep.Warnings, runRep.Warnings) {
+			t.Fatalf("%d workers: commit's report differs from run's:\n%+v\n%+v", workers, rep.Slices.Totals, runRep.Slices.Totals)
+		}
+		if rep.SpillBytes == 0 || len(rep.Stages) != 3 {
+			t.Fatalf("%d workers: report shuffle %d bytes, stages %+v", workers, rep.SpillBytes, rep.Stages)
 		}
 	}
 }
