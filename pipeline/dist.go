@@ -355,17 +355,27 @@ func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest,
 	return &d, nil
 }
 
+// loadTask loads the plan and checks the task index against the step's
+// task count.
+func loadTask(ctx context.Context, planURL string, local RunOptions, step string, task int, count func(*Plan) int) (*loadedPlan, error) {
+	lp, err := loadPlan(ctx, planURL, local)
+	if err != nil {
+		return nil, err
+	}
+	if n := count(lp.Plan); task < 0 || task >= n {
+		return nil, errs.Usagef("--task %d: the plan has %s tasks 0 to %d", task, step, n-1)
+	}
+	return lp, nil
+}
+
 // MapTask is `relayout map --task i`: it reads the task's row groups once
 // and writes their rows, routed to the partitions, as one Arrow IPC object
 // per partition, then its task manifest.
 func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
 	t0 := time.Now()
-	lp, err := loadPlan(ctx, planURL, local)
+	lp, err := loadTask(ctx, planURL, local, "map", task, func(p *Plan) int { return len(p.Maps) })
 	if err != nil {
 		return nil, err
-	}
-	if task < 0 || task >= len(lp.Maps) {
-		return nil, errs.Usagef("--task %d: the plan has map tasks 0 to %d", task, len(lp.Maps)-1)
 	}
 	pm := lp.Maps[task]
 	tbl, err := lp.openInputs(ctx, nil)
@@ -521,12 +531,9 @@ func (o *ipcObject) abort() {
 // and then its task manifest.
 func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
 	t0 := time.Now()
-	lp, err := loadPlan(ctx, planURL, local)
+	lp, err := loadTask(ctx, planURL, local, "reduce", task, func(p *Plan) int { return len(p.Partitions) })
 	if err != nil {
 		return nil, err
-	}
-	if task < 0 || task >= len(lp.Partitions) {
-		return nil, errs.Usagef("--task %d: the plan has reduce tasks 0 to %d", task, len(lp.Partitions)-1)
 	}
 	pp := lp.Partitions[task]
 	// The partition is held in memory: its rows twice while a column is
