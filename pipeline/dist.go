@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
+	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
@@ -61,6 +63,22 @@ type Plan struct {
 	// InputRowGroupsNoStats counts input row groups without slice-key
 	// statistics (for the report's warnings).
 	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
+	// Packing is set for packed plans (--query-key).
+	Packing *PlanPacking `json:"packing,omitempty"`
+}
+
+// PlanPacking is what a packed plan adds: exact query counts from the key
+// pass, and how the queries of slices split over files are routed.
+type PlanPacking struct {
+	Queries       int64                  `json:"queries"`
+	Items         int64                  `json:"items"`
+	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
+	PerSlice      []int64                `json:"queries_per_slice"`
+	// Cuts maps a slice rank to the query keys where its files start.
+	Cuts map[string][]queryCut `json:"cuts"`
+	// Starts is where each partition starts, in flat rows (items).
+	Starts   []int64 `json:"starts"`
+	MaxItems int64   `json:"max_items_per_query"`
 }
 
 // PlanSlice is one histogram entry.
@@ -81,6 +99,9 @@ type PlanPartition struct {
 	Files []int `json:"files"`
 	Start int64 `json:"start"`
 	Rows  int64 `json:"rows"`
+	// Queries is a packed partition's queries: its file's rows. A packed
+	// partition may be empty (one query covered its whole file range).
+	Queries int64 `json:"queries,omitempty"`
 }
 
 // PlanMap is one map task: a run of input row groups in input order, and,
@@ -95,14 +116,17 @@ type PlanMap struct {
 
 // PlanResult is what plan reports for XCom or Argo output parameters.
 type PlanResult struct {
-	Plan        string `json:"plan"`
-	MapTasks    int    `json:"map_tasks"`
-	ReduceTasks int    `json:"reduce_tasks"`
+	Plan     string `json:"plan"`
+	MapTasks int    `json:"map_tasks"`
+	// DetectTasks is the detect step's task count: one per partition for
+	// packed plans, 0 otherwise.
+	DetectTasks int `json:"detect_tasks"`
+	ReduceTasks int `json:"reduce_tasks"`
 }
 
 // TaskManifest is a task's manifest, written last: what it read or wrote.
 type TaskManifest struct {
-	Kind       string            `json:"kind"` // map or reduce
+	Kind       string            `json:"kind"` // map, detect or reduce
 	Task       int               `json:"task"`
 	Attempt    string            `json:"attempt"`
 	ConfigHash string            `json:"config_hash"`
@@ -110,6 +134,8 @@ type TaskManifest struct {
 	Hash       string            `json:"fingerprint"`
 	Partitions []mapPartition    `json:"partitions,omitempty"` // map
 	Files      []writer.FileInfo `json:"files,omitempty"`      // reduce
+	Detection  *detection        `json:"detection,omitempty"`  // detect
+	Queries    int64             `json:"queries,omitempty"`    // packed reduce
 	Seconds    float64           `json:"seconds"`
 }
 
@@ -127,6 +153,7 @@ func (d TaskManifest) sum() (fingerprint.Sum, error) {
 
 func mapDoneName(i int) string    { return fmt.Sprintf("%smap/m-%05d/_done.json", WorkPrefix, i) }
 func reduceDoneName(j int) string { return fmt.Sprintf("%sreduce/r-%05d/_done.json", WorkPrefix, j) }
+func detectDoneName(j int) string { return fmt.Sprintf("%sdetect/d-%05d/_done.json", WorkPrefix, j) }
 
 func newAttempt() string {
 	var b [6]byte
@@ -142,8 +169,8 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(opts.QueryKey) > 0 || opts.Tensors {
-		return nil, nil, errs.Usagef("plan/map/reduce/commit do not support --query-key or --tensors yet; use relayout run")
+	if opts.Tensors {
+		return nil, nil, errs.Usagef("plan/map/reduce/commit do not support --tensors yet; use relayout run")
 	}
 	if mapBytes <= 0 {
 		mapBytes = defaultMapBytes
@@ -163,7 +190,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	defer tbl.Close()
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true, Vectors: len(keys.slice) > 0}, opts.Parallel)
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true, Vectors: len(keys.slice) > 0, QueryCols: keys.query}, opts.Parallel)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -189,12 +216,19 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	p.InputRowGroupsNoStats = before.noStats
 	// One partition per output file: the files are the units every
 	// worker count shares, so the bytes never depend on the workers.
-	for k, f := range layout.Files {
-		p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
-	}
 	units := planUnits(layout, p.ChunkRows)
 	rt := newRouter(hist, units)
 	split := rt.split()
+	if keys.query != nil {
+		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, rt, opts); err != nil {
+			return nil, nil, err
+		}
+		split = nil // routed by query key, not by counters
+	} else {
+		for k, f := range layout.Files {
+			p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
+		}
+	}
 	if len(split) > 0 && len(opts.SortKeys) > 0 {
 		return nil, nil, errs.Usagef("plan: --sort-keys with a slice larger than one output file (%v) is not supported yet; raise --file-bytes or use relayout run", hist.Slices[split[0]].Values)
 	}
@@ -227,7 +261,44 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err := putObject(ctx, out, PlanFileName, append(data, '\n')); err != nil {
 		return nil, nil, err
 	}
-	return &PlanResult{Plan: out.URL(PlanFileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}, p, nil
+	res := &PlanResult{Plan: out.URL(PlanFileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
+	if p.Packing != nil {
+		res.DetectTasks = len(p.Partitions)
+	}
+	return res, p, nil
+}
+
+// planPacking places a packed plan's partitions: each file's packed range
+// starts at a query boundary (computePackCuts), and a partition whose range
+// is empty writes no file, so the files after it are numbered down, as run
+// numbers them.
+func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys keyCols, qc *partition.QueryCounts, rt *router, opts RunOptions) error {
+	pc, err := computePackCuts(ctx, tbl, hist, layout, keys.slice, keys.query, opts.Parallel)
+	if err != nil {
+		return err
+	}
+	pk := &PlanPacking{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: distributionOf(append([]int64{}, qc.Items...)),
+		PerSlice: qc.PerSlice, Cuts: map[string][]queryCut{}, Starts: pc.starts, MaxItems: opts.MaxItemsPerQuery}
+	for rk, cuts := range pc.keys {
+		pk.Cuts[strconv.Itoa(int(rk))] = cuts
+	}
+	queries := slices.Clone(pc.queries)
+	for i, s := range hist.Slices {
+		if s.Rows > 0 && rt.whole[i] >= 0 {
+			queries[rt.whole[i]] += qc.PerSlice[i]
+		}
+	}
+	next := 0 // the next output file's number
+	for k := range layout.Files {
+		pp := PlanPartition{Index: k, Files: []int{}, Start: pc.starts[k], Rows: pc.starts[k+1] - pc.starts[k], Queries: queries[k]}
+		if pp.Rows > 0 || (k == 0 && tbl.Rows == 0) {
+			pp.Files = []int{next}
+			next++
+		}
+		p.Partitions = append(p.Partitions, pp)
+	}
+	p.Packing = pk
+	return nil
 }
 
 // planUnits is one unit per output file, cut into the writer's chunks.
@@ -297,6 +368,10 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		RowGroupBytes: cfg.RowGroupBytes, MinRowGroupBytes: cfg.MinRowGroupBytes, RowGroupRows: cfg.RowGroupRows,
 		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
 		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
+		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
+	}
+	if p.Packing != nil {
+		opts.MaxItemsPerQuery = p.Packing.MaxItems
 	}
 	if cfg.BoundaryKeys == 0 {
 		opts.BoundaryKeys = -1
@@ -316,6 +391,22 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		slices[i] = partition.Slice{Key: key, Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups}
 	}
 	return &loadedPlan{Plan: &p, out: out, opts: opts, hist: partition.NewHistogram(slices)}, nil
+}
+
+// packCuts is the plan's packed routing.
+func (lp *loadedPlan) packCuts() (*packCuts, error) {
+	pc := &packCuts{starts: lp.Packing.Starts, keys: map[int32][]queryCut{}}
+	for k, cuts := range lp.Packing.Cuts {
+		rk, err := strconv.Atoi(k)
+		if err != nil || rk < 0 || rk >= len(lp.Slices) {
+			return nil, errs.BadInputf("plan: bad cut slice %q", k)
+		}
+		pc.keys[int32(rk)] = cuts
+	}
+	if len(pc.starts) != len(lp.Layout.Files)+1 {
+		return nil, errs.BadInputf("plan: %d partition starts for %d files", len(pc.starts), len(lp.Layout.Files))
+	}
+	return pc, nil
 }
 
 // openInputs opens the plan's inputs, failing if any changed since the plan.
@@ -388,6 +479,13 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 		return nil, err
 	}
 	rt := newRouter(lp.hist, planUnits(lp.Layout, lp.ChunkRows))
+	if lp.Packing != nil {
+		pc, err := lp.packCuts()
+		if err != nil {
+			return nil, err
+		}
+		rt.packed, rt.queryCols = pc, keys.query
+	}
 	for k, v := range pm.Counters {
 		rk, err := strconv.Atoi(k)
 		if err != nil || rk < 0 || rk >= len(rt.counter) {
@@ -526,32 +624,37 @@ func (o *ipcObject) abort() {
 	o.bw.Close()
 }
 
-// ReduceTask is `relayout reduce --task j`: it reads partition j from every
-// map task's output, orders it as run does, writes the partition's files
-// and then its task manifest.
-func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
-	t0 := time.Now()
-	lp, err := loadTask(ctx, planURL, local, "reduce", task, func(p *Plan) int { return len(p.Partitions) })
-	if err != nil {
-		return nil, err
-	}
+// openPartition loads the plan for a detect or reduce task, checks that
+// the partition fits the memory limit, opens the inputs and reads the
+// partition's rows from every map task, sorted as run sorts them.
+func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*source.Table, keyCols, *unitSource, error) {
 	pp := lp.Partitions[task]
 	// The partition is held in memory: its rows twice while a column is
 	// concatenated, once more as gathered chunks, and the runtime.
 	if need := int64(float64(pp.Rows)*lp.RowBytes*3) + runtimeReserve; need > lp.opts.MemoryLimit {
-		return nil, errs.Usagef("reduce task %d: partition %d holds %d rows, about %d MiB in memory, more than --memory-limit %d MiB; raise --memory-limit, or plan again with a smaller --file-bytes",
-			task, task, pp.Rows, need>>20, lp.opts.MemoryLimit>>20)
+		return nil, keyCols{}, nil, errs.Usagef("%s task %d: partition %d holds %d rows, about %d MiB in memory, more than --memory-limit %d MiB; raise --memory-limit, or plan again with a smaller --file-bytes",
+			step, task, task, pp.Rows, need>>20, lp.opts.MemoryLimit>>20)
 	}
 	tbl, err := lp.openInputs(ctx, nil)
 	if err != nil {
-		return nil, err
+		return nil, keyCols{}, nil, err
 	}
-	defer tbl.Close()
 	keys, err := resolveKeys(tbl, lp.opts)
 	if err != nil {
-		return nil, err
+		tbl.Close()
+		return nil, keyCols{}, nil, err
 	}
-	// Rows of the partition from every map task, in map order: input order.
+	src, err := lp.readPartition(ctx, tbl, keys, task)
+	if err != nil {
+		tbl.Close()
+		return nil, keyCols{}, nil, err
+	}
+	return tbl, keys, src, nil
+}
+
+// readPartition reads partition j from every map task's output, in map
+// order (input order), and sorts it.
+func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys keyCols, task int) (*unitSource, error) {
 	var recs []arrow.RecordBatch
 	release := func() {
 		for _, r := range recs {
@@ -566,7 +669,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		}
 		if d == nil {
 			release()
-			return nil, errs.Preconditionf("run every map task before reduce", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
+			return nil, errs.Preconditionf("run every map task first", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
 		}
 		for _, mp := range d.Partitions {
 			if mp.Partition != task {
@@ -580,10 +683,9 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			recs = append(recs, got...)
 		}
 	}
-	un := planUnits(lp.Layout, lp.ChunkRows)[task]
 	ord, err := partition.Sort(lp.hist, recs, keys.slice, keys.sort)
-	if err == nil && int64(len(ord)) != un.Rows {
-		err = fmt.Errorf("internal: partition %d holds %d rows from the map tasks, the plan says %d", task, len(ord), un.Rows)
+	if want := lp.Partitions[task].Rows; err == nil && int64(len(ord)) != want {
+		err = fmt.Errorf("internal: partition %d holds %d rows from the map tasks, the plan says %d", task, len(ord), want)
 	}
 	if err != nil {
 		release()
@@ -594,6 +696,95 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		return nil, err
 	}
 	src.ord = ord
+	return src, nil
+}
+
+// partitionUnit is the chunks of partition j, cut as run cuts them.
+func (lp *loadedPlan) partitionUnit(j int) partition.Unit {
+	if lp.Packing == nil {
+		return planUnits(lp.Layout, lp.ChunkRows)[j]
+	}
+	pp := lp.Partitions[j]
+	chunks := chunksIn(cutChunks(partition.Chunks(lp.Layout, lp.ChunkRows), lp.Packing.Starts), pp.Start, pp.Start+pp.Rows)
+	return partition.Unit{Start: pp.Start, Rows: pp.Rows, Chunks: chunks}
+}
+
+// DetectTask is `relayout detect --task j` (packed plans): it reads
+// partition j, sorted, and records which columns vary inside a query, so
+// that every reduce task decides the query-level columns over all rows.
+func DetectTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
+	t0 := time.Now()
+	lp, err := loadTask(ctx, planURL, local, "detect", task, func(p *Plan) int { return len(p.Partitions) })
+	if err != nil {
+		return nil, err
+	}
+	if lp.Packing == nil {
+		return nil, errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
+	}
+	tbl, keys, src, err := lp.openPartition(ctx, task, "detect")
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	defer src.release()
+	pk := &packRun{qk: keys.query, det: dedupe.NewDetector(tbl.Schema, keys.query)}
+	if err := pk.detectColumns(src, tbl.Schema); err != nil {
+		return nil, err
+	}
+	det := detectionOf(pk.det)
+	attempt := newAttempt()
+	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: int64(len(src.ord)), Detection: &det, Seconds: time.Since(t0).Seconds()}
+	return d, writeDone(ctx, lp.out, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", WorkPrefix, task, attempt), detectDoneName(task), d)
+}
+
+// detection merges every detect task's result, in partition order.
+// It also returns the tasks' summed seconds.
+func (lp *loadedPlan) detection(ctx context.Context) (detection, float64, error) {
+	var det detection
+	var secs float64
+	for j := range lp.Partitions {
+		d, err := lp.readDone(ctx, detectDoneName(j))
+		if err != nil {
+			return det, 0, err
+		}
+		if d == nil || d.Detection == nil {
+			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d has not completed (no %s)", j, lp.out.URL(detectDoneName(j)))
+		}
+		det.merge(*d.Detection)
+		secs += d.Seconds
+	}
+	return det, secs, nil
+}
+
+// ReduceTask is `relayout reduce --task j`: it reads partition j from every
+// map task's output, orders it (and packs it) as run does, writes the
+// partition's files and then its task manifest.
+func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
+	t0 := time.Now()
+	lp, err := loadTask(ctx, planURL, local, "reduce", task, func(p *Plan) int { return len(p.Partitions) })
+	if err != nil {
+		return nil, err
+	}
+	var det detection
+	if lp.Packing != nil {
+		// Every detect task first: a missing one fails before any read.
+		if det, _, err = lp.detection(ctx); err != nil {
+			return nil, err
+		}
+	}
+	pp := lp.Partitions[task]
+	if lp.Packing != nil && len(pp.Files) == 0 {
+		// One query covers this partition's whole file range: it writes
+		// no file (run writes none either).
+		attempt := newAttempt()
+		d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []writer.FileInfo{}, Seconds: time.Since(t0).Seconds()}
+		return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
+	}
+	tbl, keys, src, err := lp.openPartition(ctx, task, "reduce")
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
 	defer src.release()
 	sample, err := readSample(ctx, tbl)
 	if err != nil {
@@ -602,24 +793,47 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if sample != nil {
 		defer sample.Release()
 	}
-	sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
-	for _, f := range pp.Files {
-		sub.Files = append(sub.Files, lp.Layout.Files[f])
-	}
-	w, err := writer.NewParquet(ctx, lp.out, tbl.Schema, sub, writer.ParquetOptions{
+	wopts := writer.ParquetOptions{
 		Sample: sample, Parallel: lp.opts.Parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
 		SortingColumns: append(append([]string{}, lp.opts.SliceKeys...), lp.opts.SortKeys...),
 		Metadata:       [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", lp.ConfigHash}},
 		CreatedBy:      "relayout version " + version.Version,
 		FirstFile:      pp.Files[0],
-	})
-	if err != nil {
-		return nil, err
+	}
+	un := lp.partitionUnit(task)
+	var w *writer.Parquet
+	write := func(rec arrow.RecordBatch) error { return w.Write(rec) }
+	var pk *packRun
+	if lp.Packing == nil {
+		sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
+		for _, f := range pp.Files {
+			sub.Files = append(sub.Files, lp.Layout.Files[f])
+		}
+		if w, err = writer.NewParquet(ctx, lp.out, tbl.Schema, sub, wopts); err != nil {
+			return nil, err
+		}
+	} else {
+		pk = lp.partitionPackRun(tbl, keys, task)
+		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
+			return nil, err
+		}
+		pk.packer.MaxItems = lp.Packing.MaxItems
+		wopts.SortingColumns = append(append([]string{}, lp.opts.SliceKeys...), lp.opts.QueryKey...)
+		if w, err = writer.NewParquet(ctx, lp.out, pk.layout.Packed, partition.Layout{}, wopts); err != nil {
+			return nil, err
+		}
+		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, lp.hist, rec) }
 	}
 	var fp fingerprint.Sum
-	if err := writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, w.Write); err != nil {
+	if err := writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, write); err != nil {
 		w.Abort()
 		return nil, err
+	}
+	if pk != nil {
+		if err := pk.finish(ctx, w, lp.hist); err != nil {
+			w.Abort()
+			return nil, err
+		}
 	}
 	files, err := w.Close()
 	if err != nil {
@@ -627,7 +841,29 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	}
 	attempt := newAttempt()
 	d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Files: files, Seconds: time.Since(t0).Seconds()}
+	if pk != nil {
+		d.Queries = pk.packer.Queries
+		if d.Queries != pp.Queries {
+			return nil, fmt.Errorf("internal: reduce %d packed %d queries, the plan counted %d", task, d.Queries, pp.Queries)
+		}
+	}
 	return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
+}
+
+// partitionPackRun is the packing state of partition j: it starts at the
+// partition's first item, cuts row groups where run cuts them inside the
+// partition's file, and finishes at the partition's end.
+func (lp *loadedPlan) partitionPackRun(tbl *source.Table, keys keyCols, j int) *packRun {
+	pk := newPackRun(tbl, keys.query, keys.slice, lp.hist, partition.Layout{})
+	pp := lp.Partitions[j]
+	f := lp.Layout.Files[j]
+	for _, g := range f.RowGroups {
+		if end := g.Start + g.Rows; end > f.Start && end < f.Start+f.Rows {
+			pk.rgEnds[end] = true
+		}
+	}
+	pk.items, pk.total = pp.Start, pp.Start+pp.Rows
+	return pk
 }
 
 func readIPCObject(ctx context.Context, out storage.Location, name string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
@@ -653,7 +889,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	}
 	rep := newReport("commit", lp.opts)
 	rep.ConfigHash = lp.ConfigHash
-	var mapSeconds, reduceSeconds float64
+	var mapSeconds, detectSeconds, reduceSeconds float64
 	var inFP, outFP fingerprint.Sum
 	for m := range lp.Maps {
 		d, err := lp.readDone(ctx, mapDoneName(m))
@@ -686,9 +922,13 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			return nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %d files, the plan has %d", j, len(d.Files), len(pp.Files))
 		}
 		for k, f := range d.Files {
-			if f.Path != writer.FileName(pp.Files[k]) || f.Rows != lp.Layout.Files[pp.Files[k]].Rows {
+			want := pp.Queries // a packed file's rows are its queries
+			if lp.Packing == nil {
+				want = lp.Layout.Files[pp.Files[k]].Rows
+			}
+			if f.Path != writer.FileName(pp.Files[k]) || f.Rows != want {
 				return nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %s with %d rows, the plan has %s with %d",
-					j, f.Path, f.Rows, writer.FileName(pp.Files[k]), lp.Layout.Files[pp.Files[k]].Rows)
+					j, f.Path, f.Rows, writer.FileName(pp.Files[k]), want)
 			}
 		}
 		s, err := d.sum()
@@ -699,6 +939,15 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		reduceSeconds += d.Seconds
 		files = append(files, d.Files...)
 	}
+	if lp.Packing != nil {
+		// A reduce numbers its packed rows from 0: commit sets the
+		// global first rows (prefix sums of the files' queries).
+		var next int64
+		for k := range files {
+			files[k].Start = next
+			next += files[k].Rows
+		}
+	}
 	if inFP.Rows != lp.Rows || outFP != inFP {
 		return nil, fmt.Errorf("the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
 	}
@@ -708,6 +957,32 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	}
 	defer tbl.Close()
 	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
+	var queries []int64
+	if pg := lp.Packing; pg != nil {
+		// The packed layout as every reduce decided it, and the packing
+		// figures from the plan's key pass (the reduces' query counts
+		// were checked against it).
+		det, secs, err := lp.detection(ctx)
+		if err != nil {
+			return nil, err
+		}
+		detectSeconds = secs
+		keys, err := resolveKeys(tbl, lp.opts)
+		if err != nil {
+			return nil, err
+		}
+		pk := newPackRun(tbl, keys.query, keys.slice, lp.hist, partition.Layout{})
+		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
+			return nil, err
+		}
+		queries = slices.Clone(pg.PerSlice)
+		pk.queries = queries
+		m = pk.buildManifest(tbl, lp.hist, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
+		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
+		if m.Totals.Rows != pg.Queries {
+			return nil, fmt.Errorf("the files hold %d queries, the plan counted %d; nothing committed", m.Totals.Rows, pg.Queries)
+		}
+	}
 	vr, err := verifyLocation(ctx, lp.out, m, false, lp.opts.Parallel, nopProgress{})
 	if err != nil {
 		return nil, err
@@ -744,12 +1019,20 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	}
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: sizesOf(tbl).bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	rep.Units = len(lp.Partitions)
-	if err := fillRunReport(ctx, rep, tbl, lp.out, m, lp.hist, before, nil, nil, lp.Layout, 0, lp.opts); err != nil {
+	maxItems := int64(0)
+	if lp.Packing != nil {
+		maxItems = lp.Packing.MaxItems
+	}
+	if err := fillRunReport(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, nil, lp.Layout, maxItems, lp.opts); err != nil {
 		return m, err
 	}
-	rep.Stages = []ReportStage{{Name: "map (all tasks)", Seconds: mapSeconds}, {Name: "reduce (all tasks)", Seconds: reduceSeconds}, {Name: "commit", Seconds: time.Since(t0).Seconds()}}
+	rep.Stages = []ReportStage{{Name: "map (all tasks)", Seconds: mapSeconds}}
+	if lp.Packing != nil {
+		rep.Stages = append(rep.Stages, ReportStage{Name: "detect (all tasks)", Seconds: detectSeconds})
+	}
+	rep.Stages = append(rep.Stages, ReportStage{Name: "reduce (all tasks)", Seconds: reduceSeconds}, ReportStage{Name: "commit", Seconds: time.Since(t0).Seconds()})
 	rep.finish(t0, m)
-	rep.Resources.Seconds = mapSeconds + reduceSeconds + rep.Seconds
+	rep.Resources.Seconds = mapSeconds + detectSeconds + reduceSeconds + rep.Seconds
 	if data, err := json.MarshalIndent(rep, "", " "); err == nil {
 		if err := putObject(ctx, lp.out, ReportFileName, append(data, '\n')); err != nil {
 			return m, err

@@ -64,6 +64,7 @@ func runDistributed(t *testing.T, o RunOptions, mapBytes int64, workers int) *Pl
 		}
 	}
 	step(res.MapTasks, func(i int) error { _, err := MapTask(ctx, res.Plan, i, local); return err })
+	step(res.DetectTasks, func(j int) error { _, err := DetectTask(ctx, res.Plan, j, local); return err })
 	step(res.ReduceTasks, func(j int) error { _, err := ReduceTask(ctx, res.Plan, j, local); return err })
 	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
 		t.Fatalf("commit: %v", err)
@@ -273,15 +274,21 @@ func TestDistributedRefusals(t *testing.T) {
 	ctx := context.Background()
 	out := filepath.Join(t.TempDir(), "o")
 	o := distOpts(in, out)
-	o.QueryKey = []string{"query_id"}
-	if _, _, err := PlanJob(ctx, o, 0); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "--query-key") {
-		t.Fatalf("plan with --query-key: %v", err)
+	o.Tensors = true
+	if _, _, err := PlanJob(ctx, o, 0); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "--tensors") {
+		t.Fatalf("plan with --tensors: %v", err)
 	}
 	res, _, err := PlanJob(ctx, distOpts(in, out), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	local := RunOptions{Parallel: 2}
+	if res.DetectTasks != 0 {
+		t.Fatalf("a flat plan has %d detect tasks", res.DetectTasks)
+	}
+	if _, err := DetectTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "not packed") {
+		t.Fatalf("detect on a flat plan: %v", err)
+	}
 	if _, err := MapTask(ctx, res.Plan, res.MapTasks, local); !errs.Is(err, errs.Usage) {
 		t.Fatalf("map task out of range: %v", err)
 	}
@@ -312,5 +319,127 @@ func TestDistributedRefusals(t *testing.T) {
 	}
 	if r, err := Verify(ctx, out, true, 2); err != nil || !r.OK {
 		t.Fatalf("verify --deep of the distributed output: %+v %v", r, err)
+	}
+}
+
+// TestDistributedPacked: a packed plan (--query-key) with a hot slice whose
+// queries are split over several files, some files cut inside a query, run
+// with 1 and 3 workers, gives run's bytes; reduce refuses to start before
+// every detect task, and a column conflict fails as run fails.
+func TestDistributedPacked(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 80_000, Files: 2, Seed: 35, Countries: 2, Days: 1, RowGroupRows: 8 << 10})
+	base := t.TempDir()
+	o := func(out string) RunOptions {
+		x := distOpts(in, out)
+		x.SliceKeys = []string{"country"}
+		x.QueryKey = []string{"query_id"}
+		x.FileBytes = 1 << 20
+		return x
+	}
+	ref := filepath.Join(base, "run")
+	if _, err := Run(context.Background(), o(ref)); err != nil {
+		t.Fatal(err)
+	}
+	want := readTree(t, ref)
+	runRep := func(dir string) *Report {
+		data, err := os.ReadFile(filepath.Join(dir, ReportFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return checkReportJSON(t, reportSchema(t), data)
+	}
+	wantRep := runRep(ref)
+	for _, workers := range []int{1, 3} {
+		out := filepath.Join(base, fmt.Sprintf("dist-%d", workers))
+		res := runDistributed(t, o(out), 512<<10, workers)
+		if res.DetectTasks != res.ReduceTasks || res.ReduceTasks < 3 {
+			t.Fatalf("plan: %d detect and %d reduce tasks; want several, equal", res.DetectTasks, res.ReduceTasks)
+		}
+		got := readTree(t, out)
+		if len(got) != len(want) {
+			t.Fatalf("%d workers: %d files, run wrote %d (%v vs %v)", workers, len(got), len(want), keysOf(got), keysOf(want))
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("%d workers: %s differs from run's", workers, k)
+			}
+		}
+		rep := runRep(out)
+		if !reflect.DeepEqual(rep.Slices, wantRep.Slices) || !reflect.DeepEqual(rep.Packing, wantRep.Packing) || !reflect.DeepEqual(rep.Warnings, wantRep.Warnings) {
+			t.Fatalf("%d workers: commit's report differs from run's", workers)
+		}
+	}
+	// The hot slice's queries span several files, each a whole query run.
+	m := readManifest(t, ref)
+	spans := 0
+	for _, s := range m.Slices {
+		files := map[int]bool{}
+		for _, seg := range s.Segments {
+			files[seg.File] = true
+		}
+		spans = max(spans, len(files))
+	}
+	if spans < 2 {
+		t.Fatalf("no slice spans several packed files; the test wants a split hot slice")
+	}
+
+	// Reduce before detect; detect before map.
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	out := filepath.Join(base, "order")
+	res, plan, err := PlanJob(ctx, o(out), 512<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0 // file cuts that fell inside a query and moved back
+	for f, file := range plan.Layout.Files {
+		if plan.Packing.Starts[f] < file.Start {
+			moved++
+		}
+	}
+	if moved == 0 || len(plan.Packing.Cuts) == 0 {
+		t.Fatalf("no file cut fell inside a query (%d split slices); the test wants some", len(plan.Packing.Cuts))
+	}
+	t.Logf("%d partitions, %d starts moved back to a query boundary", len(plan.Partitions), moved)
+	if _, err := DetectTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "map task 0") {
+		t.Fatalf("detect before the maps: %v", err)
+	}
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ReduceTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "detect task 0") {
+		t.Fatalf("reduce before detect: %v", err)
+	}
+
+	// A declared query column that varies within a query fails the
+	// reduce as it fails run: bad input, the same message.
+	bad := func(out string) RunOptions {
+		x := o(out)
+		x.QueryColumns = []string{"item_id"}
+		return x
+	}
+	_, runErr := Run(ctx, bad(filepath.Join(base, "bad-run")))
+	if !errs.Is(runErr, errs.BadInput) {
+		t.Fatalf("run with a varying declared query column: %v", runErr)
+	}
+	res, _, err = PlanJob(ctx, bad(filepath.Join(base, "bad-dist")), 512<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := 0; j < res.DetectTasks; j++ {
+		if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = ReduceTask(ctx, res.Plan, res.ReduceTasks-1, local)
+	if !errs.Is(err, errs.BadInput) || err.Error() != runErr.Error() {
+		t.Fatalf("reduce with a varying declared query column:\n%v\nrun said:\n%v", err, runErr)
 	}
 }

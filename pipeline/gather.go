@@ -353,7 +353,7 @@ func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 		for _, c := range sliceCols {
 			buf = partition.AppendKey(buf, rec.Column(c), i)
 		}
-		u, err := rt.unitOf(buf, off+int64(i))
+		u, err := rt.unitOfRow(buf, rec, i, off+int64(i))
 		if err != nil {
 			return sum, err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/compute"
 
 	"github.com/relayout/relayout/dedupe"
+	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
@@ -93,9 +95,61 @@ func (p *packRun) detectColumns(src *unitSource, schema *arrow.Schema) error {
 	return p.det.Add(rec, src.ord)
 }
 
-// decide fixes the query-level columns and the packed layout.
+// detection is what the detector found: per column, whether it varied
+// inside a query, and the first place it did. Partitions cut at query
+// boundaries detect apart; merging their results in order gives what one
+// detector fed every row in order gives.
+type detection struct {
+	Varying   []bool            `json:"varying"`
+	Conflicts map[string]string `json:"conflicts"` // column index -> first conflict
+}
+
+func detectionOf(d *dedupe.Detector) detection {
+	c := d.Constant()
+	out := detection{Varying: make([]bool, len(c)), Conflicts: map[string]string{}}
+	for i, k := range c {
+		out.Varying[i] = !k
+		if cf, ok := d.Conflict(i); ok {
+			out.Conflicts[strconv.Itoa(i)] = cf.String()
+		}
+	}
+	return out
+}
+
+// merge adds a later partition's detection: the first conflict stays.
+func (d *detection) merge(o detection) {
+	if d.Varying == nil {
+		d.Varying = make([]bool, len(o.Varying))
+		d.Conflicts = map[string]string{}
+	}
+	for i, v := range o.Varying {
+		if v && !d.Varying[i] {
+			d.Varying[i] = true
+			d.Conflicts[strconv.Itoa(i)] = o.Conflicts[strconv.Itoa(i)]
+		}
+	}
+}
+
+func (d detection) constant() []bool {
+	out := make([]bool, len(d.Varying))
+	for i, v := range d.Varying {
+		out[i] = !v
+	}
+	return out
+}
+
+func (d detection) conflict(c int) string { return d.Conflicts[strconv.Itoa(c)] }
+
+// decide fixes the query-level columns and the packed layout from this
+// run's detector.
 func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) error {
-	isQuery := p.det.Constant()
+	return p.decideFrom(tbl, opts, sliceCols, detectionOf(p.det))
+}
+
+// decideFrom fixes the query-level columns and the packed layout from a
+// detection.
+func (p *packRun) decideFrom(tbl *source.Table, opts RunOptions, sliceCols []int, det detection) error {
+	isQuery := det.constant()
 	if len(opts.QueryColumns) > 0 {
 		decl, err := dedupe.MatchColumns(tbl.Schema, opts.QueryColumns)
 		if err != nil {
@@ -103,7 +157,7 @@ func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) er
 		}
 		for c := range decl {
 			if decl[c] && !isQuery[c] {
-				cf, _ := p.det.Conflict(c)
+				cf := det.conflict(c)
 				if opts.OnQueryConflict != "items" {
 					return errs.WithHint(errs.BadInputf("--query-columns: %s", cf), "fix the data, or pass --on-query-conflict=items to keep the column per item")
 				}
@@ -118,10 +172,10 @@ func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) er
 	}
 	// Slice keys must be query-level: they are added when constant, and a
 	// slice key that varies within a query is an error.
-	constant := p.det.Constant()
+	constant := det.constant()
 	for _, sc := range sliceCols {
 		if !constant[sc] {
-			cf, _ := p.det.Conflict(sc)
+			cf := det.conflict(sc)
 			return errs.BadInputf("slice key %q must be query-level but varies within a query (%s)", tbl.Schema.Field(sc).Name, cf)
 		}
 		isQuery[sc] = true
@@ -214,6 +268,22 @@ func (p *packRun) slices(hist *partition.Histogram) []partition.Slice {
 		out[i] = s
 	}
 	return out
+}
+
+// buildManifest is the manifest of a packed run: slices counted in
+// queries, with their items.
+func (p *packRun) buildManifest(tbl *source.Table, hist *partition.Histogram, files []writer.FileInfo, cfgJSON []byte, cfgHash string, opts RunOptions, inFP fingerprint.Sum, inBytes int64) *manifests.Manifest {
+	m := buildManifest(tbl, p.layout.Packed, p.slices(hist), files, cfgJSON, cfgHash, opts, inFP)
+	k := 0 // manifest slices are the histogram's non-empty slices, in order
+	for _, hs := range hist.Slices {
+		if hs.Rows > 0 {
+			m.Slices[k].Items = hs.Rows
+			k++
+		}
+	}
+	m.SortKeys = nonNil(opts.QueryKey)
+	m.Packing = p.manifest(opts, inBytes, m.Totals.Bytes, nil)
+	return m
 }
 
 // manifest describes the packing.

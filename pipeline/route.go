@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
 )
@@ -23,6 +25,11 @@ type router struct {
 	whole   []int32 // unit of each slice, or -1 when split
 	counter []int64
 	exact   map[int32]*exactRanks
+	// packed, when set, routes the rows of a slice split over units (here:
+	// files) by query key, so each query goes whole to one unit.
+	packed    *packCuts
+	queryCols []int
+	qbuf      []byte
 }
 
 type exactRanks struct {
@@ -58,6 +65,33 @@ func (r *router) split() []int32 {
 		}
 	}
 	return out
+}
+
+// unitOfRow is unitOf for row i of rec, whose query key routes it when
+// the router is packed.
+func (r *router) unitOfRow(key []byte, rec arrow.RecordBatch, i int, pos int64) (int, error) {
+	if r.packed == nil {
+		return r.unitOf(key, pos)
+	}
+	rk, ok := r.h.Rank(key)
+	if !ok {
+		return 0, fmt.Errorf("internal: a row has a slice key the plan did not see")
+	}
+	if u := r.whole[rk]; u >= 0 {
+		return int(u), nil
+	}
+	r.qbuf = r.qbuf[:0]
+	for _, c := range r.queryCols {
+		r.qbuf = partition.AppendKey(r.qbuf, rec.Column(c), i)
+	}
+	switch f := r.packed.fileOfQuery(rk, r.qbuf); f {
+	case -1:
+		return 0, fmt.Errorf("internal: slice %v spans files but the plan has no query cuts for it", r.h.Slices[rk].Values)
+	case -2:
+		return r.unitAt(r.h.Slices[rk].Start), nil
+	default:
+		return f, nil
+	}
 }
 
 // unitOf returns the unit of the row at input position pos with the encoded

@@ -146,6 +146,19 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 		return nil, err
 	}
+	if qkCols != nil && len(splitBySlice(hist, layout)) > 0 {
+		// Packed files start at query boundaries; where a file cut falls
+		// inside a slice, chunks are cut at the query boundary too, so the
+		// packer sees the records a distributed reduce sees.
+		pc, err := computePackCuts(ctx, tbl, hist, layout, sliceCols, qkCols, opts.Parallel)
+		if err != nil {
+			if sample != nil {
+				sample.Release()
+			}
+			return nil, err
+		}
+		mp.units = partition.GroupUnits(cutChunks(partition.Chunks(layout, mp.chunkRows), pc.starts), mp.unitRows)
+	}
 	maxUnitRows, units := mp.unitRows, mp.units
 	rep.Units = len(units)
 	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "unit_rows", maxUnitRows, "chunk_rows", mp.chunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(mp.memRowBytes), "fixed_mib", mp.fixed>>20)
@@ -386,16 +399,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 	var m *manifests.Manifest
 	if pk != nil {
-		m = buildManifest(tbl, pk.layout.Packed, pk.slices(hist), files, cfgJSON, cfgHash, opts, inFP)
-		k := 0 // manifest slices are the histogram's non-empty slices, in order
-		for _, hs := range hist.Slices {
-			if hs.Rows > 0 {
-				m.Slices[k].Items = hs.Rows
-				k++
-			}
-		}
-		m.SortKeys = nonNil(opts.QueryKey)
-		m.Packing = pk.manifest(opts, inBytes, m.Totals.Bytes, nil)
+		m = pk.buildManifest(tbl, hist, files, cfgJSON, cfgHash, opts, inFP, inBytes)
 		if m.Packing.Items != tbl.Rows {
 			return nil, fmt.Errorf("internal: packed %d items, the input has %d rows", m.Packing.Items, tbl.Rows)
 		}

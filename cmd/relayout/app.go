@@ -25,7 +25,7 @@ func newApp() *cli.App {
 			"(e.g. RELAYOUT_SLICE_KEYS) or in a YAML file given with --config;\n" +
 			"a flag beats the environment, which beats the file.\n\n" + exitCodesHelp,
 		Commands: []*cli.Command{runCommand(), unpackCommand(), verifyCommand(), inspectCommand(),
-			planCommand(), mapCommand(), reduceCommand(), commitCommand()},
+			planCommand(), mapCommand(), detectCommand(), reduceCommand(), commitCommand()},
 		OnUsageError:   usageError,
 		ExitErrHandler: func(*cli.Context, error) {},
 		Suggest:        true,

@@ -12,9 +12,10 @@ import (
 	"github.com/relayout/relayout/pipeline"
 )
 
-// The distributed steps (docs/distributed.md): plan, then map tasks and
-// reduce tasks (any number at once, in any order within a step, on any
-// machines), then commit. Each prints one JSON line on stdout.
+// The distributed steps (docs/distributed.md): plan, then map tasks,
+// detect tasks (packed plans only) and reduce tasks (any number at once, in
+// any order within a step, on any machines), then commit. Each prints one
+// JSON line on stdout.
 
 func planCommand() *cli.Command {
 	flags := append(runFlags(), strFlag("map-bytes", "256MiB", "input bytes per map task"))
@@ -22,9 +23,10 @@ func planCommand() *cli.Command {
 		Name:      "plan",
 		Usage:     "fix the layout of a distributed run and write <output>/_relayout/plan.json",
 		UsageText: "relayout plan --input s3://b/impressions/ --output s3://b/relaid/ --slice-keys country,date --report-json plan.json",
-		Description: "Reads footers and slice-key columns, pins the inputs, fixes the output files (one reduce\n" +
+		Description: "Reads footers and key columns, pins the inputs, fixes the output files (one reduce\n" +
 			"task each) and the map tasks (runs of input row groups), and prints\n" +
-			`{"plan": URL, "map_tasks": M, "reduce_tasks": P}` + " (also to --report-json).\n\n" + exitCodesHelp,
+			`{"plan": URL, "map_tasks": M, "detect_tasks": D, "reduce_tasks": P}` + " (also to --report-json).\n" +
+			"D is P for packed plans (--query-key), whose detect step runs between map and reduce, else 0.\n\n" + exitCodesHelp,
 		Flags:        flags,
 		Before:       withConfig(flags),
 		OnUsageError: usageError,
@@ -132,6 +134,13 @@ func mapCommand() *cli.Command {
 		})
 }
 
+func detectCommand() *cli.Command {
+	return taskCommand("detect", "run one detect task of a packed plan: find the columns that vary inside a query in one partition",
+		func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error) {
+			return pipeline.DetectTask(c.Context, plan, task, o)
+		})
+}
+
 func reduceCommand() *cli.Command {
 	return taskCommand("reduce", "run one reduce task of a plan: order one partition and write its files",
 		func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error) {
@@ -145,7 +154,7 @@ func commitCommand() *cli.Command {
 		Name:         "commit",
 		Usage:        "check every task of a plan, write manifest.json and remove the work prefix",
 		UsageText:    "relayout commit --plan s3://b/relaid/_relayout/plan.json",
-		Description:  "Fails, naming the task, if any map or reduce task has not completed.\n\n" + exitCodesHelp,
+		Description:  "Fails, naming the task, if any map, detect or reduce task has not completed.\n\n" + exitCodesHelp,
 		Flags:        flags,
 		Before:       withConfig(flags),
 		OnUsageError: usageError,

@@ -69,16 +69,20 @@ func runFlow(t *testing.T, env []string, f flow, workers int, killFirstReduce bo
 	var counts struct {
 		Plan        string `json:"plan"`
 		MapTasks    int    `json:"map_tasks"`
+		DetectTasks int    `json:"detect_tasks"`
 		ReduceTasks int    `json:"reduce_tasks"`
 	}
 	data, _ := os.ReadFile(planJSON)
 	if err := json.Unmarshal(data, &counts); err != nil || counts.MapTasks < 2 || counts.ReduceTasks < 2 {
 		t.Fatalf("plan output %s (%v): want several map and reduce tasks", data, err)
 	}
+	if packed := flagValue(args, "--query-key") != ""; packed != (counts.DetectTasks == counts.ReduceTasks) || (!packed && counts.DetectTasks != 0) {
+		t.Fatalf("plan output %s: packed %v, want detect tasks = reduce tasks when packed, else 0", data, packed)
+	}
 	for _, step := range []struct {
 		name string
 		n    int
-	}{{"map", counts.MapTasks}, {"reduce", counts.ReduceTasks}} {
+	}{{"map", counts.MapTasks}, {"detect", counts.DetectTasks}, {"reduce", counts.ReduceTasks}} {
 		if killFirstReduce && step.name == "reduce" {
 			a, e := f.task("reduce", 0)
 			cmd := exec.Command(bin, a...)
@@ -126,6 +130,29 @@ func replaceArg(args []string, old, new string) []string {
 		out[i] = strings.ReplaceAll(a, old, new)
 	}
 	return out
+}
+
+// flagValue returns the value after flag in args ("" when absent).
+func flagValue(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// setFlag sets the value after flag in args, which must hold it.
+func setFlag(t *testing.T, args []string, flag, v string) []string {
+	out := append([]string{}, args...)
+	for i, a := range out {
+		if a == flag && i+1 < len(out) {
+			out[i+1] = v
+			return out
+		}
+	}
+	t.Fatalf("%v has no %s", args, flag)
+	return nil
 }
 
 func contains(args []string, s string) bool {
@@ -178,6 +205,10 @@ func TestExamplesRunAsWritten(t *testing.T) {
 		t.Fatalf("run: %s", r.stderr)
 	}
 	want := testutil.BucketTree(t, loc.Bucket, "ref/")
+	if r := relayout(t, env, append([]string{"run", "--quiet", "--input", input + params, "--output", "s3://bkt/ref-packed/" + params, "--slice-keys", "country,date", "--query-key", "query_id"}, sizes...)...); r.code != 0 {
+		t.Fatalf("run: %s", r.stderr)
+	}
+	wantPacked := testutil.BucketTree(t, loc.Bucket, "ref-packed/")
 	planSizes := append(sizes, "--map-bytes", "1MiB")
 	root := filepath.Join(testutil.Root(), "examples")
 
@@ -196,18 +227,25 @@ func TestExamplesRunAsWritten(t *testing.T) {
 		name    string
 		workers int
 		kill    bool
-	}{{"argo", 1, false}, {"argo", 2, false}, {"kubernetes", 5, true}, {"airflow", 2, false}}
+		packed  bool
+	}{{"argo", 1, false, false}, {"argo", 2, false, true}, {"kubernetes", 5, true, false}, {"kubernetes", 3, true, true},
+		{"airflow", 2, false, false}, {"airflow", 2, false, true}}
 	for _, r := range runs {
-		prefix := fmt.Sprintf("%s-%d/", r.name, r.workers)
+		prefix := fmt.Sprintf("%s-%d-%v/", r.name, r.workers, r.packed)
 		f := flows[r.name]("s3://bkt/" + prefix)
+		ref := want
+		if r.packed { // the example's query-key parameter, as a user sets it
+			f.plan = setFlag(t, f.plan, "--query-key", "query_id")
+			ref = wantPacked
+		}
 		runFlow(t, env, f, r.workers, r.kill)
 		got := testutil.BucketTree(t, loc.Bucket, prefix)
-		if len(got) != len(want) {
-			t.Fatalf("%s with %d workers: %d objects, run wrote %d", r.name, r.workers, len(got), len(want))
+		if len(got) != len(ref) {
+			t.Fatalf("%s with %d workers (packed %v): %d objects, run wrote %d", r.name, r.workers, r.packed, len(got), len(ref))
 		}
-		for k, v := range want {
+		for k, v := range ref {
 			if !bytes.Equal(got[k], v) {
-				t.Fatalf("%s with %d workers: %s differs from run's", r.name, r.workers, k)
+				t.Fatalf("%s with %d workers (packed %v): %s differs from run's", r.name, r.workers, r.packed, k)
 			}
 		}
 	}
@@ -265,7 +303,7 @@ func argoFlow(t *testing.T, path, input, output, params string, sizes []string) 
 		args[tp.Name] = a
 		par = max(par, tp.Parallelism)
 	}
-	for _, step := range []string{"plan", "map", "reduce", "commit"} {
+	for _, step := range []string{"plan", "map", "detect", "reduce", "commit"} {
 		if args[step] == nil {
 			t.Fatalf("%s: no %s template", path, step)
 		}
@@ -289,7 +327,7 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "MAP_TASKS": "1", "REDUCE_TASKS": "1"}
+	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1"}
 	expanded := os.Expand(string(data), func(k string) string { return vals[k] })
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
 	cmds := map[string][]string{}
@@ -321,7 +359,7 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 		if c[0] != "relayout" || c[1] != step {
 			t.Fatalf("%s: job %s runs %v", path, step, c)
 		}
-		if (step == "map" || step == "reduce") != (job.Spec.CompletionMode == "Indexed") {
+		if (step == "map" || step == "detect" || step == "reduce") != (job.Spec.CompletionMode == "Indexed") {
 			t.Errorf("%s: job %s has completionMode %q", path, step, job.Spec.CompletionMode)
 		}
 		if r := job.Spec.PodFailurePolicy.Rules; len(r) == 0 || r[0].Action != "FailJob" || fmt.Sprint(r[0].OnExitCodes.Values) != "[2 3 5]" {
@@ -344,14 +382,14 @@ func airflowFlow(t *testing.T, path, input, output, params string, sizes []strin
 	// installed: the module imports it inside a try block).
 	script := fmt.Sprintf(`import json, runpy
 m = runpy.run_path(%q)
-print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", "REDUCE_ARGS", "COMMIT_ARGS")}))`, path)
+print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", "DETECT_ARGS", "REDUCE_ARGS", "COMMIT_ARGS")}))`, path)
 	out, err := exec.Command("/usr/bin/python3", "-c", script).Output()
 	if err != nil {
 		t.Fatalf("python3 %s: %v", path, err)
 	}
 	var m struct {
-		Input, Output                             string
-		PlanArgs, MapArgs, ReduceArgs, CommitArgs []string
+		Input, Output                                         string
+		PlanArgs, MapArgs, DetectArgs, ReduceArgs, CommitArgs []string
 	}
 	var raw map[string]json.RawMessage
 	json.Unmarshal(out, &raw)
@@ -359,6 +397,7 @@ print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", 
 	json.Unmarshal(raw["OUTPUT"], &m.Output)
 	json.Unmarshal(raw["PLAN_ARGS"], &m.PlanArgs)
 	json.Unmarshal(raw["MAP_ARGS"], &m.MapArgs)
+	json.Unmarshal(raw["DETECT_ARGS"], &m.DetectArgs)
 	json.Unmarshal(raw["REDUCE_ARGS"], &m.ReduceArgs)
 	json.Unmarshal(raw["COMMIT_ARGS"], &m.CommitArgs)
 	fix := func(a []string) []string {
@@ -368,10 +407,7 @@ print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", 
 		plan:   fix(append(m.PlanArgs, sizes...)),
 		commit: fix(m.CommitArgs),
 		task: func(step string, i int) ([]string, []string) {
-			a := m.MapArgs
-			if step == "reduce" {
-				a = m.ReduceArgs
-			}
+			a := map[string][]string{"map": m.MapArgs, "detect": m.DetectArgs, "reduce": m.ReduceArgs}[step]
 			return fix(append(append([]string{}, a...), strconv.Itoa(i))), nil
 		},
 	}

@@ -1,8 +1,11 @@
-"""Airflow DAG: relayout as plan -> map tasks -> reduce tasks -> commit, each a pod.
+"""Airflow DAG: relayout as plan -> map tasks -> detect tasks -> reduce tasks -> commit,
+each a pod.
 
-The plan task pushes its JSON line ({"plan", "map_tasks", "reduce_tasks"}) to XCom
-(relayout writes it to /airflow/xcom/return.json); the map and reduce steps are
-dynamically mapped with .expand() over range(map_tasks) and range(reduce_tasks).
+The plan task pushes its JSON line ({"plan", "map_tasks", "detect_tasks", "reduce_tasks"})
+to XCom (relayout writes it to /airflow/xcom/return.json); the map, detect and reduce
+steps are dynamically mapped with .expand() over range(map_tasks) and so on. Only a
+packed plan (QUERY_KEY set) has detect tasks; with none, Airflow skips the empty
+expansion, so reduce runs on trigger_rule="none_failed".
 Retries: Airflow retries every failure; exit codes 2, 3 and 5 (usage, bad input,
 precondition) fail again the same way, so only transient errors (4) are worth the wait.
 
@@ -13,10 +16,12 @@ them (with Python's ast, without Airflow) and run them as local processes.
 INPUT = "s3://bucket/impressions/"
 OUTPUT = "s3://bucket/relaid/"
 PLAN = OUTPUT + "_relayout/plan.json"
+QUERY_KEY = ""  # e.g. "query_id" to pack queries
 
 PLAN_ARGS = ["plan", "--input", INPUT, "--output", OUTPUT, "--slice-keys", "country,date",
-             "--overwrite", "--report-json", "/airflow/xcom/return.json"]
+             "--query-key", QUERY_KEY, "--overwrite", "--report-json", "/airflow/xcom/return.json"]
 MAP_ARGS = ["map", "--plan", PLAN, "--memory-limit", "3GiB", "--task"]
+DETECT_ARGS = ["detect", "--plan", PLAN, "--memory-limit", "6GiB", "--task"]
 REDUCE_ARGS = ["reduce", "--plan", PLAN, "--memory-limit", "6GiB", "--task"]
 COMMIT_ARGS = ["commit", "--plan", PLAN]
 
@@ -37,15 +42,22 @@ try:  # the DAG itself; the test reads only the lists above
             return [MAP_ARGS + [str(i)] for i in range(p["map_tasks"])]
 
         @task
+        def detect_tasks(p):
+            return [DETECT_ARGS + [str(i)] for i in range(p["detect_tasks"])]
+
+        @task
         def reduce_tasks(p):
             return [REDUCE_ARGS + [str(i)] for i in range(p["reduce_tasks"])]
 
         maps = KubernetesPodOperator.partial(task_id="map", name="relayout-map", image=IMAGE, cmds=["relayout"],
                                              max_active_tis_per_dag=16, retries=3).expand(arguments=map_tasks(plan.output))
+        detects = KubernetesPodOperator.partial(task_id="detect", name="relayout-detect", image=IMAGE, cmds=["relayout"],
+                                                max_active_tis_per_dag=16, retries=3).expand(arguments=detect_tasks(plan.output))
         reduces = KubernetesPodOperator.partial(task_id="reduce", name="relayout-reduce", image=IMAGE, cmds=["relayout"],
-                                                max_active_tis_per_dag=16, retries=3).expand(arguments=reduce_tasks(plan.output))
+                                                max_active_tis_per_dag=16, retries=3,
+                                                trigger_rule="none_failed").expand(arguments=reduce_tasks(plan.output))
         commit = KubernetesPodOperator(task_id="commit", name="relayout-commit", image=IMAGE,
                                        cmds=["relayout"], arguments=COMMIT_ARGS, retries=3)
-        plan >> maps >> reduces >> commit
+        plan >> maps >> detects >> reduces >> commit
 except ImportError:
     pass

@@ -1,0 +1,223 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+)
+
+// Packed runs cut files at query boundaries: a planned file cut that falls
+// inside a query moves back to that query's first row (the packer holds a
+// query back until it is complete, so it lands in the next file). Inside a
+// slice (slices are query-level), that boundary depends on the query keys,
+// so it is computed once here, from the key columns of the slices that a
+// file cut splits. The run cuts its chunks there, and the distributed plan
+// makes it a partition boundary, so both hand the packer the same records.
+
+// packCuts says where each packed output file starts, in flat (item) rows.
+type packCuts struct {
+	// starts[f] is the first item of flat file f's packed file, and
+	// starts[len(files)] the table's rows; a file with starts[f] ==
+	// starts[f+1] is empty (a query covered it whole).
+	starts []int64
+	// keys holds, for each slice split over files, the query key at each of
+	// its cuts with the file that key starts, ascending.
+	keys map[int32][]queryCut
+	// queries counts, per flat file, the queries of split slices in it.
+	queries []int64
+}
+
+// queryCut routes the queries of a split slice: those with a key at or
+// after Key (up to the next cut) go to File.
+type queryCut struct {
+	Key  []byte `json:"key"`
+	File int    `json:"file"`
+}
+
+// fileOfQuery returns the file of a query of a split slice, or -1 when the
+// slice is not split.
+func (pc *packCuts) fileOfQuery(rank int32, key []byte) int {
+	cuts, ok := pc.keys[rank]
+	if !ok {
+		return -1
+	}
+	i := sort.Search(len(cuts), func(i int) bool { return bytes.Compare(cuts[i].Key, key) > 0 })
+	if i == 0 {
+		return -2 // before the first cut: the slice's first file
+	}
+	return cuts[i-1].File
+}
+
+// splitBySlice lists the slices that a file cut falls strictly inside, with
+// those cuts.
+func splitBySlice(hist *partition.Histogram, lay partition.Layout) map[int32][]int {
+	out := map[int32][]int{}
+	for f := 1; f < len(lay.Files); f++ {
+		c := lay.Files[f].Start
+		rk := hist.Locate(c)
+		if rk < 0 || rk >= len(hist.Slices) {
+			continue
+		}
+		if s := hist.Slices[rk]; s.Start < c && c < s.Start+s.Rows {
+			out[int32(rk)] = append(out[int32(rk)], f)
+		}
+	}
+	return out
+}
+
+// computePackCuts reads the slice and query key columns of the input (only
+// when a file cut falls inside a slice) and places every packed file start.
+func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, lay partition.Layout, sliceCols, queryCols []int, parallel int) (*packCuts, error) {
+	pc := &packCuts{starts: make([]int64, len(lay.Files)+1), keys: map[int32][]queryCut{}, queries: make([]int64, len(lay.Files))}
+	for f, file := range lay.Files {
+		pc.starts[f] = file.Start
+	}
+	pc.starts[len(lay.Files)] = tbl.Rows
+	split := splitBySlice(hist, lay)
+	if len(split) == 0 {
+		return pc, nil
+	}
+	// Items per query key, for the split slices' rows only.
+	var mu sync.Mutex
+	counts := map[int32]map[string]int64{}
+	for rk := range split {
+		counts[rk] = map[string]int64{}
+	}
+	cols := append(append([]int{}, sliceCols...), queryCols...)
+	refs := tbl.RowGroups()
+	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
+		rec, err := tbl.Read(ctx, refs[i], cols, 1)
+		if err != nil {
+			return err
+		}
+		defer rec.Release()
+		local := map[int32]map[string]int64{}
+		var sk, qk []byte
+		for r := 0; r < int(rec.NumRows()); r++ {
+			sk = sk[:0]
+			for c := range sliceCols {
+				sk = partition.AppendKey(sk, rec.Column(c), r)
+			}
+			rk, ok := hist.Rank(sk)
+			if !ok {
+				return errs.BadInputf("%s: a row's slice key was not seen by the key pass (did the input change?)", refs[i].File.Obj.URL)
+			}
+			if _, isSplit := split[rk]; !isSplit {
+				continue
+			}
+			qk = qk[:0]
+			for c := len(sliceCols); c < len(cols); c++ {
+				qk = partition.AppendKey(qk, rec.Column(c), r)
+			}
+			m := local[rk]
+			if m == nil {
+				m = map[string]int64{}
+				local[rk] = m
+			}
+			m[string(qk)]++
+		}
+		mu.Lock()
+		for rk, m := range local {
+			for k, n := range m {
+				counts[rk][k] += n
+			}
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for rk, files := range split {
+		s := hist.Slices[rk]
+		keys := make([]string, 0, len(counts[rk]))
+		for k := range counts[rk] {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		// Query q occupies items [s.Start+before[q], s.Start+before[q+1]).
+		before := make([]int64, len(keys)+1)
+		for q, k := range keys {
+			before[q+1] = before[q] + counts[rk][k]
+		}
+		if before[len(keys)] != s.Rows {
+			return nil, errs.BadInputf("the input changed while it was read: slice %v holds %d rows, the key pass counted %d", s.Values, before[len(keys)], s.Rows)
+		}
+		// fileOf[q] is the packed file of query q: the one holding its
+		// first item after the cuts move back.
+		qFirst := 0
+		for _, f := range files {
+			r := lay.Files[f].Start - 1 - s.Start // rank of the last row before the cut
+			q := sort.Search(len(keys), func(q int) bool { return before[q+1] > r })
+			pc.starts[f] = s.Start + before[q]
+			pc.keys[rk] = append(pc.keys[rk], queryCut{Key: []byte(keys[q]), File: f})
+			// Queries qFirst..q-1 belong to the file before f (or earlier).
+			for x := qFirst; x < q; x++ {
+				pc.queries[fileAtItem(pc.starts, s.Start+before[x])]++
+			}
+			qFirst = q
+		}
+		for x := qFirst; x < len(keys); x++ {
+			pc.queries[fileAtItem(pc.starts, s.Start+before[x])]++
+		}
+	}
+	// Moved-back starts must stay ordered (two cuts inside one query give
+	// an empty file between them).
+	for f := 1; f < len(pc.starts); f++ {
+		if pc.starts[f] < pc.starts[f-1] {
+			pc.starts[f] = pc.starts[f-1]
+		}
+	}
+	return pc, nil
+}
+
+// fileAtItem returns the packed file holding item position pos: the last
+// file starting at or before it (skipping empty files).
+func fileAtItem(starts []int64, pos int64) int {
+	n := len(starts) - 1
+	f := sort.Search(n, func(f int) bool { return starts[f] > pos }) - 1
+	return max(f, 0)
+}
+
+// cutChunks splits chunks at the given item positions.
+func cutChunks(chunks []partition.RowGroup, at []int64) []partition.RowGroup {
+	if len(at) == 0 {
+		return chunks
+	}
+	cuts := slices.Clone(at)
+	slices.Sort(cuts)
+	var out []partition.RowGroup
+	k := 0
+	for _, c := range chunks {
+		start, end := c.Start, c.Start+c.Rows
+		for k < len(cuts) && cuts[k] <= start {
+			k++
+		}
+		for k < len(cuts) && cuts[k] < end {
+			out = append(out, partition.RowGroup{Start: start, Rows: cuts[k] - start})
+			start = cuts[k]
+			k++
+		}
+		out = append(out, partition.RowGroup{Start: start, Rows: end - start})
+	}
+	return out
+}
+
+// chunksIn returns the chunks inside [lo, hi), clipped.
+func chunksIn(chunks []partition.RowGroup, lo, hi int64) []partition.RowGroup {
+	var out []partition.RowGroup
+	for _, c := range chunks {
+		s, e := max(c.Start, lo), min(c.Start+c.Rows, hi)
+		if e > s {
+			out = append(out, partition.RowGroup{Start: s, Rows: e - s})
+		}
+	}
+	return out
+}
