@@ -25,6 +25,7 @@ import (
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/writer"
 )
 
@@ -126,17 +127,19 @@ type PlanResult struct {
 
 // TaskManifest is a task's manifest, written last: what it read or wrote.
 type TaskManifest struct {
-	Kind       string            `json:"kind"` // map, detect or reduce
-	Task       int               `json:"task"`
-	Attempt    string            `json:"attempt"`
-	ConfigHash string            `json:"config_hash"`
-	Rows       int64             `json:"rows"`
-	Hash       string            `json:"fingerprint"`
-	Partitions []mapPartition    `json:"partitions,omitempty"` // map
-	Files      []writer.FileInfo `json:"files,omitempty"`      // reduce
-	Detection  *detection        `json:"detection,omitempty"`  // detect
-	Queries    int64             `json:"queries,omitempty"`    // packed reduce
-	Seconds    float64           `json:"seconds"`
+	Kind       string              `json:"kind"` // map, detect or reduce
+	Task       int                 `json:"task"`
+	Attempt    string              `json:"attempt"`
+	ConfigHash string              `json:"config_hash"`
+	Rows       int64               `json:"rows"`
+	Hash       string              `json:"fingerprint"`
+	Partitions []mapPartition      `json:"partitions,omitempty"` // map
+	Files      []writer.FileInfo   `json:"files,omitempty"`      // reduce
+	Detection  *detection          `json:"detection,omitempty"`  // detect
+	Profile    map[string][2]int64 `json:"profile,omitempty"`    // map with tensors: list lengths seen
+	Shards     []writer.ShardInfo  `json:"shards,omitempty"`     // reduce with tensors
+	Queries    int64               `json:"queries,omitempty"`    // packed reduce
+	Seconds    float64             `json:"seconds"`
 }
 
 type mapPartition struct {
@@ -169,8 +172,9 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
-	if opts.Tensors {
-		return nil, nil, errs.Usagef("plan/map/reduce/commit do not support --tensors yet; use relayout run")
+	tr, err := newTensorRun(opts)
+	if err != nil {
+		return nil, nil, err
 	}
 	if mapBytes <= 0 {
 		mapBytes = defaultMapBytes
@@ -199,11 +203,11 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	layout := planLayout(hist, in, opts)
-	mp, err := planMemory(tbl, in, layout, in.rowBytes, false, opts)
+	mp, err := planMemory(tbl, in, layout, in.rowBytes, tr != nil, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfgJSON, cfgHash := configOf(opts, nil)
+	cfgJSON, cfgHash := configOf(opts, tr)
 	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
 		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows, Layout: layout}
 	for _, f := range tbl.Files {
@@ -317,6 +321,8 @@ type loadedPlan struct {
 	out  storage.Location
 	opts RunOptions
 	hist *partition.Histogram
+	// tensors is the plan's tensor config (nil: no tensors).
+	tensors *tensorConfig
 }
 
 // planLocation splits a plan URL (<output>/_relayout/plan.json, with the
@@ -373,13 +379,20 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	if p.Packing != nil {
 		opts.MaxItemsPerQuery = p.Packing.MaxItems
 	}
+	if cfg.Tensors != nil {
+		opts.Tensors, opts.ShardBytes, opts.BlockSamples = true, cfg.Tensors.ShardBytes, cfg.Tensors.BlockSamples
+	}
 	if cfg.BoundaryKeys == 0 {
 		opts.BoundaryKeys = -1
 	}
 	if opts, err = opts.withDefaults(); err != nil {
 		return nil, err
 	}
-	if _, h := configOf(opts, nil); h != p.ConfigHash {
+	var tr *tensorRun
+	if cfg.Tensors != nil {
+		tr = &tensorRun{spec: cfg.Tensors.Spec}
+	}
+	if _, h := configOf(opts, tr); h != p.ConfigHash {
 		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(PlanFileName), p.ConfigHash)
 	}
 	slices := make([]partition.Slice, len(p.Slices))
@@ -390,7 +403,15 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		}
 		slices[i] = partition.Slice{Key: key, Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups}
 	}
-	return &loadedPlan{Plan: &p, out: out, opts: opts, hist: partition.NewHistogram(slices)}, nil
+	return &loadedPlan{Plan: &p, out: out, opts: opts, hist: partition.NewHistogram(slices), tensors: cfg.Tensors}, nil
+}
+
+// tensorRun is the plan's tensor run with a profile (nil without tensors).
+func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
+	if lp.tensors == nil {
+		return nil
+	}
+	return &tensorRun{spec: lp.tensors.Spec, prof: prof}
 }
 
 // packCuts is the plan's packed routing.
@@ -502,13 +523,19 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 		}
 	}
 	var fp fingerprint.Sum
+	var observe func(arrow.RecordBatch)
+	var prof *tensors.Profile
+	if lp.tensors != nil { // list lengths fix the tensor shapes: profile every row
+		prof = tensors.NewProfile()
+		observe = prof.Observe
+	}
 	for _, rgi := range pm.RowGroups {
 		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
 			abort()
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
 		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, lp.opts.Parallel, nil, func(u int, part arrow.RecordBatch) error {
+		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, lp.opts.Parallel, observe, func(u int, part arrow.RecordBatch) error {
 			w := writers[u]
 			if w == nil {
 				var err error
@@ -526,6 +553,9 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 		fp.Add(s)
 	}
 	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: []mapPartition{}}
+	if prof != nil {
+		d.Profile = prof.Lengths()
+	}
 	for u := 0; u < len(lp.Partitions); u++ {
 		w := writers[u]
 		if w == nil {
@@ -627,34 +657,36 @@ func (o *ipcObject) abort() {
 // openPartition loads the plan for a detect or reduce task, checks that
 // the partition fits the memory limit, opens the inputs and reads the
 // partition's rows from every map task, sorted as run sorts them.
-func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*source.Table, keyCols, *unitSource, error) {
+func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*source.Table, keyCols, *unitSource, *tensors.Profile, error) {
 	pp := lp.Partitions[task]
 	// The partition is held in memory: its rows twice while a column is
 	// concatenated, once more as gathered chunks, and the runtime.
 	if need := int64(float64(pp.Rows)*lp.RowBytes*3) + runtimeReserve; need > lp.opts.MemoryLimit {
-		return nil, keyCols{}, nil, errs.Usagef("%s task %d: partition %d holds %d rows, about %d MiB in memory, more than --memory-limit %d MiB; raise --memory-limit, or plan again with a smaller --file-bytes",
+		return nil, keyCols{}, nil, nil, errs.Usagef("%s task %d: partition %d holds %d rows, about %d MiB in memory, more than --memory-limit %d MiB; raise --memory-limit, or plan again with a smaller --file-bytes",
 			step, task, task, pp.Rows, need>>20, lp.opts.MemoryLimit>>20)
 	}
 	tbl, err := lp.openInputs(ctx, nil)
 	if err != nil {
-		return nil, keyCols{}, nil, err
+		return nil, keyCols{}, nil, nil, err
 	}
 	keys, err := resolveKeys(tbl, lp.opts)
 	if err != nil {
 		tbl.Close()
-		return nil, keyCols{}, nil, err
+		return nil, keyCols{}, nil, nil, err
 	}
-	src, err := lp.readPartition(ctx, tbl, keys, task)
+	src, prof, err := lp.readPartition(ctx, tbl, keys, task)
 	if err != nil {
 		tbl.Close()
-		return nil, keyCols{}, nil, err
+		return nil, keyCols{}, nil, nil, err
 	}
-	return tbl, keys, src, nil
+	return tbl, keys, src, prof, nil
 }
 
 // readPartition reads partition j from every map task's output, in map
-// order (input order), and sorts it.
-func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys keyCols, task int) (*unitSource, error) {
+// order (input order), and sorts it. It also merges the map tasks'
+// profiles: the whole input's list lengths.
+func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys keyCols, task int) (*unitSource, *tensors.Profile, error) {
+	prof := tensors.NewProfile()
 	var recs []arrow.RecordBatch
 	release := func() {
 		for _, r := range recs {
@@ -665,12 +697,13 @@ func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys
 		d, err := lp.readDone(ctx, mapDoneName(m))
 		if err != nil {
 			release()
-			return nil, err
+			return nil, nil, err
 		}
 		if d == nil {
 			release()
-			return nil, errs.Preconditionf("run every map task first", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
+			return nil, nil, errs.Preconditionf("run every map task first", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
 		}
+		prof.Merge(d.Profile)
 		for _, mp := range d.Partitions {
 			if mp.Partition != task {
 				continue
@@ -678,7 +711,7 @@ func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys
 			got, err := readIPCObject(ctx, lp.out, mp.Path, tbl.Schema)
 			if err != nil {
 				release()
-				return nil, err
+				return nil, nil, err
 			}
 			recs = append(recs, got...)
 		}
@@ -689,14 +722,14 @@ func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys
 	}
 	if err != nil {
 		release()
-		return nil, err
+		return nil, nil, err
 	}
 	src, err := newUnitSource(tbl.Schema, recs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	src.ord = ord
-	return src, nil
+	return src, prof, nil
 }
 
 // partitionUnit is the chunks of partition j, cut as run cuts them.
@@ -721,7 +754,7 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if lp.Packing == nil {
 		return nil, errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
 	}
-	tbl, keys, src, err := lp.openPartition(ctx, task, "detect")
+	tbl, keys, src, _, err := lp.openPartition(ctx, task, "detect")
 	if err != nil {
 		return nil, err
 	}
@@ -780,7 +813,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []writer.FileInfo{}, Seconds: time.Since(t0).Seconds()}
 		return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
 	}
-	tbl, keys, src, err := lp.openPartition(ctx, task, "reduce")
+	tbl, keys, src, prof, err := lp.openPartition(ctx, task, "reduce")
 	if err != nil {
 		return nil, err
 	}
@@ -801,10 +834,31 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		FirstFile:      pp.Files[0],
 	}
 	un := lp.partitionUnit(task)
+	tr := lp.tensorRun(prof)
+	if tr != nil {
+		// The partition's shards are numbered from its file and samples.
+		tr.first.file = pp.Files[0]
+		if lp.Packing == nil {
+			tr.first.row = pp.Start
+		} else {
+			for _, q := range lp.Partitions[:task] {
+				tr.first.row += q.Queries
+			}
+			tr.first.item = pp.Start
+		}
+	}
 	var w *writer.Parquet
-	write := func(rec arrow.RecordBatch) error { return w.Write(rec) }
+	write := func(rec arrow.RecordBatch) error {
+		if err := w.Write(rec); err != nil {
+			return err
+		}
+		return tr.write(rec)
+	}
 	var pk *packRun
 	if lp.Packing == nil {
+		if err := tr.open(ctx, lp.out, tbl.Schema, false, lp.opts, lp.ConfigHash); err != nil {
+			return nil, err
+		}
 		sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
 		for _, f := range pp.Files {
 			sub.Files = append(sub.Files, lp.Layout.Files[f])
@@ -818,6 +872,10 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			return nil, err
 		}
 		pk.packer.MaxItems = lp.Packing.MaxItems
+		if err := tr.open(ctx, lp.out, pk.layout.Packed, true, lp.opts, lp.ConfigHash); err != nil {
+			return nil, err
+		}
+		pk.onPacked = tr.write
 		wopts.SortingColumns = append(append([]string{}, lp.opts.SliceKeys...), lp.opts.QueryKey...)
 		if w, err = writer.NewParquet(ctx, lp.out, pk.layout.Packed, partition.Layout{}, wopts); err != nil {
 			return nil, err
@@ -839,8 +897,12 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if err != nil {
 		return nil, err
 	}
+	shards, err := tr.close()
+	if err != nil {
+		return nil, err
+	}
 	attempt := newAttempt()
-	d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Files: files, Seconds: time.Since(t0).Seconds()}
+	d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Files: files, Shards: shards, Seconds: time.Since(t0).Seconds()}
 	if pk != nil {
 		d.Queries = pk.packer.Queries
 		if d.Queries != pp.Queries {
@@ -891,6 +953,8 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	rep.ConfigHash = lp.ConfigHash
 	var mapSeconds, detectSeconds, reduceSeconds float64
 	var inFP, outFP fingerprint.Sum
+	prof := tensors.NewProfile()
+	var shards []writer.ShardInfo
 	for m := range lp.Maps {
 		d, err := lp.readDone(ctx, mapDoneName(m))
 		if err != nil {
@@ -904,6 +968,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(mapDoneName(m)), err)
 		}
 		inFP.Add(s)
+		prof.Merge(d.Profile)
 		mapSeconds += d.Seconds
 		for _, p := range d.Partitions {
 			rep.SpillBytes += p.Bytes
@@ -938,6 +1003,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		outFP.Add(s)
 		reduceSeconds += d.Seconds
 		files = append(files, d.Files...)
+		shards = append(shards, d.Shards...)
 	}
 	if lp.Packing != nil {
 		// A reduce numbers its packed rows from 0: commit sets the
@@ -958,6 +1024,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	defer tbl.Close()
 	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
 	var queries []int64
+	outSchema, packed := tbl.Schema, false
 	if pg := lp.Packing; pg != nil {
 		// The packed layout as every reduce decided it, and the packing
 		// figures from the plan's key pass (the reduces' query counts
@@ -978,9 +1045,21 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		queries = slices.Clone(pg.PerSlice)
 		pk.queries = queries
 		m = pk.buildManifest(tbl, lp.hist, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
+		outSchema, packed = pk.layout.Packed, true
 		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
 		if m.Totals.Rows != pg.Queries {
 			return nil, fmt.Errorf("the files hold %d queries, the plan counted %d; nothing committed", m.Totals.Rows, pg.Queries)
+		}
+	}
+	if tr := lp.tensorRun(prof); tr != nil {
+		// The tensor schema as every reduce fixed it, from the merged
+		// profile of the map tasks.
+		if err := tr.fix(outSchema, packed, lp.opts); err != nil {
+			return nil, err
+		}
+		m.Tensors = tr.manifest(m, shards, lp.opts)
+		if m.Tensors.Totals.Rows != m.Totals.Rows || (m.Packing != nil && m.Tensors.Totals.Items != m.Packing.Items) {
+			return nil, fmt.Errorf("the shards hold %d samples and %d items, the Parquet files %d; nothing committed", m.Tensors.Totals.Rows, m.Tensors.Totals.Items, m.Totals.Rows)
 		}
 	}
 	vr, err := verifyLocation(ctx, lp.out, m, false, lp.opts.Parallel, nopProgress{})
@@ -1023,7 +1102,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if lp.Packing != nil {
 		maxItems = lp.Packing.MaxItems
 	}
-	if err := fillRunReport(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, nil, lp.Layout, maxItems, lp.opts); err != nil {
+	if err := fillRunReport(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, shards, lp.Layout, maxItems, lp.opts); err != nil {
 		return m, err
 	}
 	rep.Stages = []ReportStage{{Name: "map (all tasks)", Seconds: mapSeconds}}

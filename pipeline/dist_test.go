@@ -79,10 +79,18 @@ func TestDistributedMatchesRun(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 90_000, Files: 3, Seed: 31, RowGroupRows: 8 << 10})
 	base := t.TempDir()
 	ref := filepath.Join(base, "run")
+	distOpts := func(in, out string) RunOptions {
+		o := distOpts(in, out)
+		o.Tensors = true // flat samples: shards cut per file as well
+		return o
+	}
 	if _, err := Run(context.Background(), distOpts(in, ref)); err != nil {
 		t.Fatal(err)
 	}
 	want := readTree(t, ref)
+	if shards := len(readManifest(t, ref).Tensors.Shards); shards < 3 {
+		t.Fatalf("run wrote %d tensor shards; the test wants several", shards)
+	}
 	sch := reportSchema(t)
 	readReport := func(dir string) *Report {
 		data, err := os.ReadFile(filepath.Join(dir, ReportFileName))
@@ -273,11 +281,6 @@ func TestDistributedRefusals(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 1, Seed: 34})
 	ctx := context.Background()
 	out := filepath.Join(t.TempDir(), "o")
-	o := distOpts(in, out)
-	o.Tensors = true
-	if _, _, err := PlanJob(ctx, o, 0); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "--tensors") {
-		t.Fatalf("plan with --tensors: %v", err)
-	}
 	res, _, err := PlanJob(ctx, distOpts(in, out), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -334,6 +337,7 @@ func TestDistributedPacked(t *testing.T) {
 		x.SliceKeys = []string{"country"}
 		x.QueryKey = []string{"query_id"}
 		x.FileBytes = 1 << 20
+		x.Tensors, x.ShardBytes = true, 256<<10 // several shards per file
 		return x
 	}
 	ref := filepath.Join(base, "run")
@@ -365,9 +369,19 @@ func TestDistributedPacked(t *testing.T) {
 			}
 		}
 		rep := runRep(out)
-		if !reflect.DeepEqual(rep.Slices, wantRep.Slices) || !reflect.DeepEqual(rep.Packing, wantRep.Packing) || !reflect.DeepEqual(rep.Warnings, wantRep.Warnings) {
+		if !reflect.DeepEqual(rep.Slices, wantRep.Slices) || !reflect.DeepEqual(rep.Packing, wantRep.Packing) || !reflect.DeepEqual(rep.Warnings, wantRep.Warnings) || rep.Output != wantRep.Output {
 			t.Fatalf("%d workers: commit's report differs from run's", workers)
 		}
+	}
+	// Shards end with their Parquet file: every file has its own.
+	shardFiles := map[string]bool{}
+	for k := range want {
+		if strings.HasPrefix(k, "tensors/") {
+			shardFiles[k[:len("tensors/shard-00000")]] = true
+		}
+	}
+	if mr := readManifest(t, ref); mr.Tensors == nil || len(mr.Tensors.Shards) <= mr.Totals.Files || len(shardFiles) != mr.Totals.Files {
+		t.Fatalf("want several shards per file and shards for every one of the %d files: %d shards, under %d file prefixes", mr.Totals.Files, len(mr.Tensors.Shards), len(shardFiles))
 	}
 	// The hot slice's queries span several files, each a whole query run.
 	m := readManifest(t, ref)

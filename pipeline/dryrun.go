@@ -177,10 +177,15 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 			}
 			tensorData += scaled[i]
 		}
-		shards := int64(1)
-		if tensorData > float64(opts.ShardBytes) {
-			shards = int64(tensorData/float64(opts.ShardBytes)) + 1
+		// Shards end with each Parquet file: each file's share of the
+		// tensor bytes, by its rows, makes its own shards.
+		shards := int64(0)
+		for _, f := range layout.Files {
+			if share := tensorData * float64(f.Rows) / max(N, 1); f.Rows > 0 {
+				shards += int64(share/float64(opts.ShardBytes)) + 1
+			}
 		}
+		shards = max(shards, 1)
 		rep.Output.Shards = int(shards)
 		rep.Output.TensorBytes = int64(tensorData + float64(shards)*est.shardHeader)
 		rep.Transfer = transferOf(est.tensorSchema, scaled, int64(Q), tbl.Rows)

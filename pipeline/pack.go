@@ -38,10 +38,12 @@ type packRun struct {
 	sliceStarts map[int64]bool
 	items       int64
 	total       int64
-	// onPacked, when set, also receives every packed record (tensors).
-	onPacked func(arrow.RecordBatch) error
-	maxItems int64
-	conflict []string // columns moved to the items by --on-query-conflict=items
+	// onPacked, when set, also receives every packed record (tensors), and
+	// onFileEnd every planned file end.
+	onPacked  func(arrow.RecordBatch) error
+	onFileEnd func() error
+	maxItems  int64
+	conflict  []string // columns moved to the items by --on-query-conflict=items
 
 	// Split-query check: the slice of every query seen so far (by a hash of
 	// its key), so a query whose rows fall in two slices is caught.
@@ -215,6 +217,11 @@ func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.
 		}
 	}
 	if p.fileEnds[p.items] {
+		if p.onFileEnd != nil {
+			if err := p.onFileEnd(); err != nil {
+				return err
+			}
+		}
 		return w.EndFile()
 	}
 	if p.rgEnds[p.items] {

@@ -208,7 +208,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if err := tr.open(ctx, out, pk.layout.Packed, true, opts, cfgHash); err != nil {
 			return err
 		}
-		pk.onPacked = tr.write
+		pk.onPacked, pk.onFileEnd = tr.write, tr.endFile
 		return openWriter(pk.layout.Packed, partition.Layout{}, append(append([]string{}, opts.SliceKeys...), opts.QueryKey...))
 	}
 	committed := false
@@ -230,6 +230,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if opts.Check == CheckFull {
 		fpOut = nil // the full check fingerprints the written files instead
 	}
+	// Tensor shards end with each Parquet file (chunks never span two).
+	fileEnds := map[int64]bool{}
+	for _, f := range layout.Files {
+		fileEnds[f.Start+f.Rows] = true
+	}
+	var pos int64
 	write := func(rec arrow.RecordBatch) error {
 		if pk != nil {
 			if err := pk.write(ctx, w, hist, rec); err != nil {
@@ -241,6 +247,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			}
 			if err := tr.write(rec); err != nil {
 				return err
+			}
+			if pos += rec.NumRows(); fileEnds[pos] {
+				if err := tr.endFile(); err != nil {
+					return err
+				}
 			}
 		}
 		opts.Progress.Add(rec.NumRows())

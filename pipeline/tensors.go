@@ -36,6 +36,12 @@ type tensorRun struct {
 	prof *tensors.Profile
 	plan *tensors.Plan
 	sink *writer.Tensors
+	// first numbers the first shard (a distributed reduce task starts at
+	// its partition's file and samples).
+	first struct {
+		file      int
+		row, item int64
+	}
 }
 
 // newTensorRun returns nil unless tensors were asked for.
@@ -73,6 +79,19 @@ func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arro
 	if t == nil {
 		return nil
 	}
+	if err := t.fix(schema, packed, opts); err != nil {
+		return err
+	}
+	t.sink = writer.NewTensors(ctx, out, t.plan, writer.TensorOptions{
+		ShardBytes: opts.ShardBytes,
+		Metadata:   map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
+		FirstFile:  t.first.file, FirstRow: t.first.row, FirstItem: t.first.item,
+	})
+	return nil
+}
+
+// fix fixes the tensor plan for the output schema.
+func (t *tensorRun) fix(schema *arrow.Schema, packed bool, opts RunOptions) error {
 	plan, err := tensors.NewPlan(schema, packed, t.spec, t.prof)
 	if err != nil {
 		var ce *tensors.ConfigError
@@ -87,10 +106,6 @@ func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arro
 	}
 	plan.Parallel = opts.Parallel
 	t.plan = plan
-	t.sink = writer.NewTensors(ctx, out, plan, writer.TensorOptions{
-		ShardBytes: opts.ShardBytes,
-		Metadata:   map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
-	})
 	return nil
 }
 
@@ -107,6 +122,14 @@ func (t *tensorRun) write(rec arrow.RecordBatch) error {
 		return errs.BadInputf("tensors: %v", err)
 	}
 	return nil
+}
+
+// endFile closes the open shard at the end of a Parquet file.
+func (t *tensorRun) endFile() error {
+	if t == nil || t.sink == nil {
+		return nil
+	}
+	return t.sink.EndFile()
 }
 
 func (t *tensorRun) close() ([]writer.ShardInfo, error) {

@@ -85,6 +85,32 @@ func (p *Profile) Observe(rec arrow.RecordBatch) {
 	}
 }
 
+// Lengths returns the profile: per list column, the shortest and longest
+// non-null list seen.
+func (p *Profile) Lengths() map[string][2]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][2]int64, len(p.lists))
+	for k, r := range p.lists {
+		out[k] = *r
+	}
+	return out
+}
+
+// Merge adds lengths observed elsewhere (another process's Lengths): a
+// profile of the union of the rows.
+func (p *Profile) Merge(m map[string][2]int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, v := range m {
+		if r := p.lists[k]; r != nil {
+			r[0], r[1] = min(r[0], v[0]), max(r[1], v[1])
+		} else {
+			p.lists[k] = &[2]int64{v[0], v[1]}
+		}
+	}
+}
+
 func (p *Profile) lengths(name string) (lo, hi int64, ok bool) {
 	if p == nil {
 		return 0, 0, false

@@ -17,8 +17,11 @@ import (
 	"github.com/relayout/relayout/tensors"
 )
 
-// ShardName returns the relative path of tensor shard i.
-func ShardName(i int) string { return fmt.Sprintf("tensors/shard-%05d.safetensors", i) }
+// ShardName returns the relative path of the k-th tensor shard of output
+// file f: a shard never spans two Parquet files, so shards are numbered by
+// the file whose rows they hold (and a distributed reduce task, which writes
+// one file, names its shards without knowing the others').
+func ShardName(f, k int) string { return fmt.Sprintf("tensors/shard-%05d-%04d.safetensors", f, k) }
 
 // DefaultShardBytes is the default target shard size.
 const DefaultShardBytes = 256 << 20
@@ -51,6 +54,10 @@ type TensorOptions struct {
 	ShardBytes int64
 	// Metadata is added to every shard's __metadata__.
 	Metadata map[string]string
+	// FirstFile, FirstRow and FirstItem number the first shard's file and
+	// samples (a distributed reduce task writes from the middle).
+	FirstFile           int
+	FirstRow, FirstItem int64
 }
 
 // Tensors is a sink that converts samples in output order into tensors and
@@ -66,6 +73,8 @@ type Tensors struct {
 	rows   int64 // samples in closed shards
 	items  int64
 	sizes  []int64
+	file   int // the Parquet file the open shard's samples belong to
+	inFile int // shards closed in it
 }
 
 // NewTensors returns a sink writing plan's tensors under out.
@@ -73,7 +82,24 @@ func NewTensors(ctx context.Context, out storage.Location, plan *tensors.Plan, o
 	if opts.ShardBytes <= 0 {
 		opts.ShardBytes = DefaultShardBytes
 	}
-	return &Tensors{ctx: ctx, out: out, plan: plan, opts: opts, buf: plan.NewBuffers()}
+	return &Tensors{ctx: ctx, out: out, plan: plan, opts: opts, buf: plan.NewBuffers(),
+		file: opts.FirstFile, rows: opts.FirstRow, items: opts.FirstItem}
+}
+
+// EndFile closes the open shard at the end of a Parquet file; the next
+// samples start the next file's shards. A file with no samples is skipped,
+// as the Parquet writer skips it.
+func (w *Tensors) EndFile() error {
+	if w.buf.Rows > 0 {
+		if err := w.flush(); err != nil {
+			return err
+		}
+	}
+	if w.inFile > 0 {
+		w.file++
+		w.inFile = 0
+	}
+	return nil
 }
 
 // Write converts rec's samples (flat rows, or packed queries) and closes
@@ -116,11 +142,11 @@ func (w *Tensors) Close() ([]ShardInfo, error) {
 func (w *Tensors) Shards() []ShardInfo { return w.shards }
 
 func (w *Tensors) flush() error {
-	idx := len(w.shards)
-	name := ShardName(idx)
+	name := ShardName(w.file, w.inFile)
 	meta := map[string]string{
 		"format":    "relayout-tensors",
-		"shard":     strconv.Itoa(idx),
+		"file":      strconv.Itoa(w.file),
+		"shard":     strconv.Itoa(w.inFile),
 		"first_row": strconv.FormatInt(w.rows, 10),
 		"rows":      strconv.FormatInt(w.buf.Rows, 10),
 		"sample":    w.plan.Sample(),
@@ -171,6 +197,7 @@ func (w *Tensors) flush() error {
 		HeaderBytes: int64(len(header)), TensorBytes: tb})
 	w.rows += w.buf.Rows
 	w.items += w.buf.Items
+	w.inFile++
 	w.buf = w.plan.NewBuffers()
 	w.acc = 0
 	return nil

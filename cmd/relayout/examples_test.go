@@ -205,7 +205,7 @@ func TestExamplesRunAsWritten(t *testing.T) {
 		t.Fatalf("run: %s", r.stderr)
 	}
 	want := testutil.BucketTree(t, loc.Bucket, "ref/")
-	if r := relayout(t, env, append([]string{"run", "--quiet", "--input", input + params, "--output", "s3://bkt/ref-packed/" + params, "--slice-keys", "country,date", "--query-key", "query_id"}, sizes...)...); r.code != 0 {
+	if r := relayout(t, env, append([]string{"run", "--quiet", "--input", input + params, "--output", "s3://bkt/ref-packed/" + params, "--slice-keys", "country,date", "--query-key", "query_id", "--tensors", "--shard-bytes", "256KiB"}, sizes...)...); r.code != 0 {
 		t.Fatalf("run: %s", r.stderr)
 	}
 	wantPacked := testutil.BucketTree(t, loc.Bucket, "ref-packed/")
@@ -234,8 +234,8 @@ func TestExamplesRunAsWritten(t *testing.T) {
 		prefix := fmt.Sprintf("%s-%d-%v/", r.name, r.workers, r.packed)
 		f := flows[r.name]("s3://bkt/" + prefix)
 		ref := want
-		if r.packed { // the example's query-key parameter, as a user sets it
-			f.plan = setFlag(t, f.plan, "--query-key", "query_id")
+		if r.packed { // the example's query-key parameter, as a user sets it, with tensors
+			f.plan = append(setFlag(t, f.plan, "--query-key", "query_id"), "--tensors", "--shard-bytes", "256KiB")
 			ref = wantPacked
 		}
 		runFlow(t, env, f, r.workers, r.kill)
