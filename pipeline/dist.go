@@ -66,6 +66,10 @@ type Plan struct {
 	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
 	// Packing is set for packed plans (--query-key).
 	Packing *PlanPacking `json:"packing,omitempty"`
+	// SortCuts routes the rows of slices split over files in flat plans
+	// with --sort-keys: slice rank -> the sort key and input position of
+	// the row at each file cut.
+	SortCuts map[string][]queryCut `json:"sort_cuts,omitempty"`
 }
 
 // PlanPacking is what a packed plan adds: exact query counts from the key
@@ -233,8 +237,18 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 			p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
 		}
 	}
-	if len(split) > 0 && len(opts.SortKeys) > 0 {
-		return nil, nil, errs.Usagef("plan: --sort-keys with a slice larger than one output file (%v) is not supported yet; raise --file-bytes or use relayout run", hist.Slices[split[0]].Values)
+	if len(split) > 0 && len(keys.sort) > 0 {
+		// Rows of a split slice are ordered by sort key, not input order:
+		// route them by the sort key (and position) at each file cut.
+		cuts, err := computeSortCuts(ctx, tbl, hist, layout, keys.slice, keys.sort, opts.Parallel)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.SortCuts = map[string][]queryCut{}
+		for rk, c := range cuts {
+			p.SortCuts[strconv.Itoa(int(rk))] = c
+		}
+		split = nil
 	}
 	// Map tasks: consecutive row groups of about mapBytes.
 	refs := tbl.RowGroups()
@@ -414,16 +428,26 @@ func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 	return &tensorRun{spec: lp.tensors.Spec, prof: prof}
 }
 
-// packCuts is the plan's packed routing.
-func (lp *loadedPlan) packCuts() (*packCuts, error) {
-	pc := &packCuts{starts: lp.Packing.Starts, keys: map[int32][]queryCut{}}
-	for k, cuts := range lp.Packing.Cuts {
+// cutsOf parses a plan's cuts, keyed by slice rank.
+func cutsOf(m map[string][]queryCut, slices int) (map[int32][]queryCut, error) {
+	out := map[int32][]queryCut{}
+	for k, cuts := range m {
 		rk, err := strconv.Atoi(k)
-		if err != nil || rk < 0 || rk >= len(lp.Slices) {
+		if err != nil || rk < 0 || rk >= slices {
 			return nil, errs.BadInputf("plan: bad cut slice %q", k)
 		}
-		pc.keys[int32(rk)] = cuts
+		out[int32(rk)] = cuts
 	}
+	return out, nil
+}
+
+// packCuts is the plan's packed routing.
+func (lp *loadedPlan) packCuts() (*packCuts, error) {
+	keys, err := cutsOf(lp.Packing.Cuts, len(lp.Slices))
+	if err != nil {
+		return nil, err
+	}
+	pc := &packCuts{starts: lp.Packing.Starts, keys: keys}
 	if len(pc.starts) != len(lp.Layout.Files)+1 {
 		return nil, errs.BadInputf("plan: %d partition starts for %d files", len(pc.starts), len(lp.Layout.Files))
 	}
@@ -505,7 +529,12 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		rt.packed, rt.queryCols = pc, keys.query
+		rt.cuts, rt.cutCols = pc.keys, keys.query
+	} else if lp.SortCuts != nil {
+		if rt.cuts, err = cutsOf(lp.SortCuts, len(lp.Slices)); err != nil {
+			return nil, err
+		}
+		rt.cutCols = keys.sort
 	}
 	for k, v := range pm.Counters {
 		rk, err := strconv.Atoi(k)

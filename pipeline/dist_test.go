@@ -234,10 +234,20 @@ func TestDistributedOnS3Retries(t *testing.T) {
 // slice index; the output is run's.
 func TestDistributedHotSlice(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 80_000, Files: 2, Seed: 33, Countries: 2, Days: 1, RowGroupRows: 8 << 10})
+	for _, sortKeys := range [][]string{nil, {"user_id"}, {"event_time", "item_id"}} {
+		t.Run(fmt.Sprint(sortKeys), func(t *testing.T) { testHotSlice(t, in, sortKeys) })
+	}
+}
+
+// testHotSlice: a hot slice split over files, with or without sort keys
+// (rows of a split slice are then routed by sort key and input position;
+// user_id has many ties).
+func testHotSlice(t *testing.T, in string, sortKeys []string) {
 	base := t.TempDir()
 	o := func(out string) RunOptions {
 		x := distOpts(in, out)
 		x.SliceKeys = []string{"country"}
+		x.SortKeys = sortKeys
 		x.FileBytes = 1 << 20
 		return x
 	}

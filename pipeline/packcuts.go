@@ -34,21 +34,26 @@ type packCuts struct {
 	queries []int64
 }
 
-// queryCut routes the queries of a split slice: those with a key at or
-// after Key (up to the next cut) go to File.
+// queryCut routes the rows of a slice split over files: rows ordered at or
+// after (Key, Pos) (up to the next cut) go to File. Key is the encoded
+// query key (packed runs; Pos is -1, so a whole query moves) or sort key
+// (Pos is the input position of the cut's row: ties keep input order).
 type queryCut struct {
 	Key  []byte `json:"key"`
+	Pos  int64  `json:"pos"`
 	File int    `json:"file"`
 }
 
-// fileOfQuery returns the file of a query of a split slice, or -1 when the
-// slice is not split.
-func (pc *packCuts) fileOfQuery(rank int32, key []byte) int {
-	cuts, ok := pc.keys[rank]
-	if !ok {
+// fileOfCut returns the file of a row of a split slice with the given key
+// and input position: -1 when the slice has no cuts, -2 before the first.
+func fileOfCut(cuts []queryCut, key []byte, pos int64) int {
+	if len(cuts) == 0 {
 		return -1
 	}
-	i := sort.Search(len(cuts), func(i int) bool { return bytes.Compare(cuts[i].Key, key) > 0 })
+	i := sort.Search(len(cuts), func(i int) bool {
+		c := bytes.Compare(cuts[i].Key, key)
+		return c > 0 || (c == 0 && cuts[i].Pos > pos)
+	})
 	if i == 0 {
 		return -2 // before the first cut: the slice's first file
 	}
@@ -157,7 +162,7 @@ func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.His
 			r := lay.Files[f].Start - 1 - s.Start // rank of the last row before the cut
 			q := sort.Search(len(keys), func(q int) bool { return before[q+1] > r })
 			pc.starts[f] = s.Start + before[q]
-			pc.keys[rk] = append(pc.keys[rk], queryCut{Key: []byte(keys[q]), File: f})
+			pc.keys[rk] = append(pc.keys[rk], queryCut{Key: []byte(keys[q]), Pos: -1, File: f})
 			// Queries qFirst..q-1 belong to the file before f (or earlier).
 			for x := qFirst; x < q; x++ {
 				pc.queries[fileAtItem(pc.starts, s.Start+before[x])]++
@@ -220,4 +225,79 @@ func chunksIn(chunks []partition.RowGroup, lo, hi int64) []partition.RowGroup {
 		}
 	}
 	return out
+}
+
+// computeSortCuts finds, for each slice split over files in a flat run with
+// sort keys, the sort key and input position of the row at each file cut:
+// rows of a slice are ordered by (sort key, input position), so a map task
+// routes a row by comparing it with the cuts. It reads the slice and sort
+// key columns and holds the split slices' sort keys.
+func computeSortCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, lay partition.Layout, sliceCols, sortCols []int, parallel int) (map[int32][]queryCut, error) {
+	split := splitBySlice(hist, lay)
+	if len(split) == 0 || len(sortCols) == 0 {
+		return nil, nil
+	}
+	type row struct {
+		key []byte
+		pos int64
+	}
+	var mu sync.Mutex
+	rows := map[int32][]row{}
+	cols := append(append([]int{}, sliceCols...), sortCols...)
+	refs := tbl.RowGroups()
+	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
+		rec, err := tbl.Read(ctx, refs[i], cols, 1)
+		if err != nil {
+			return err
+		}
+		defer rec.Release()
+		local := map[int32][]row{}
+		var sk []byte
+		for r := 0; r < int(rec.NumRows()); r++ {
+			sk = sk[:0]
+			for c := range sliceCols {
+				sk = partition.AppendKey(sk, rec.Column(c), r)
+			}
+			rk, ok := hist.Rank(sk)
+			if !ok {
+				return errs.BadInputf("%s: a row's slice key was not seen by the key pass (did the input change?)", refs[i].File.Obj.URL)
+			}
+			if _, isSplit := split[rk]; !isSplit {
+				continue
+			}
+			var k []byte
+			for c := len(sliceCols); c < len(cols); c++ {
+				k = partition.AppendKey(k, rec.Column(c), r)
+			}
+			local[rk] = append(local[rk], row{k, refs[i].Offset() + int64(r)})
+		}
+		mu.Lock()
+		for rk, rs := range local {
+			rows[rk] = append(rows[rk], rs...)
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32][]queryCut{}
+	for rk, files := range split {
+		rs := rows[rk]
+		slices.SortFunc(rs, func(a, b row) int {
+			if c := bytes.Compare(a.key, b.key); c != 0 {
+				return c
+			}
+			return int(a.pos - b.pos)
+		})
+		s := hist.Slices[rk]
+		if int64(len(rs)) != s.Rows {
+			return nil, errs.BadInputf("the input changed while it was read: slice %v holds %d rows, the key pass counted %d", s.Values, len(rs), s.Rows)
+		}
+		for _, f := range files {
+			x := rs[lay.Files[f].Start-s.Start]
+			out[rk] = append(out[rk], queryCut{Key: x.key, Pos: x.pos, File: f})
+		}
+	}
+	return out, nil
 }

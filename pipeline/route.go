@@ -25,11 +25,12 @@ type router struct {
 	whole   []int32 // unit of each slice, or -1 when split
 	counter []int64
 	exact   map[int32]*exactRanks
-	// packed, when set, routes the rows of a slice split over units (here:
-	// files) by query key, so each query goes whole to one unit.
-	packed    *packCuts
-	queryCols []int
-	qbuf      []byte
+	// cuts, when set, routes the rows of a slice split over units (here:
+	// files) by key: the query key (so each query goes whole to one unit)
+	// or the sort key with the input position.
+	cuts    map[int32][]queryCut
+	cutCols []int
+	qbuf    []byte
 }
 
 type exactRanks struct {
@@ -67,10 +68,10 @@ func (r *router) split() []int32 {
 	return out
 }
 
-// unitOfRow is unitOf for row i of rec, whose query key routes it when
-// the router is packed.
+// unitOfRow is unitOf for row i of rec, whose key routes it when the
+// router has cuts.
 func (r *router) unitOfRow(key []byte, rec arrow.RecordBatch, i int, pos int64) (int, error) {
-	if r.packed == nil {
+	if r.cuts == nil {
 		return r.unitOf(key, pos)
 	}
 	rk, ok := r.h.Rank(key)
@@ -81,12 +82,12 @@ func (r *router) unitOfRow(key []byte, rec arrow.RecordBatch, i int, pos int64) 
 		return int(u), nil
 	}
 	r.qbuf = r.qbuf[:0]
-	for _, c := range r.queryCols {
+	for _, c := range r.cutCols {
 		r.qbuf = partition.AppendKey(r.qbuf, rec.Column(c), i)
 	}
-	switch f := r.packed.fileOfQuery(rk, r.qbuf); f {
+	switch f := fileOfCut(r.cuts[rk], r.qbuf, pos); f {
 	case -1:
-		return 0, fmt.Errorf("internal: slice %v spans files but the plan has no query cuts for it", r.h.Slices[rk].Values)
+		return 0, fmt.Errorf("internal: slice %v spans files but the plan has no cuts for it", r.h.Slices[rk].Values)
 	case -2:
 		return r.unitAt(r.h.Slices[rk].Start), nil
 	default:
