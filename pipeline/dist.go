@@ -57,6 +57,13 @@ type Plan struct {
 	Rows            int64             `json:"rows"`
 	RowBytes        float64           `json:"row_bytes"` // uncompressed input bytes per row
 	ChunkRows       int64             `json:"chunk_rows"`
+	// UnitRows caps the rows a map task routes to one object and a
+	// reduce task sorts at once: the plan's --memory-limit sizes it as run
+	// sizes its units. Units never span partitions.
+	UnitRows int64 `json:"unit_rows"`
+	// MemoryLimit is the budget UnitRows was sized for: detect and reduce
+	// tasks need at least as much.
+	MemoryLimit int64 `json:"memory_limit"`
 	Layout          partition.Layout  `json:"layout"`
 	Slices          []PlanSlice       `json:"slices"`
 	Partitions      []PlanPartition   `json:"partitions"`
@@ -66,10 +73,12 @@ type Plan struct {
 	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
 	// Packing is set for packed plans (--query-key).
 	Packing *PlanPacking `json:"packing,omitempty"`
-	// SortCuts routes the rows of slices split over files in flat plans
-	// with --sort-keys: slice rank -> the sort key and input position of
-	// the row at each file cut.
-	SortCuts map[string][]queryCut `json:"sort_cuts,omitempty"`
+	// Cuts routes the rows of slices split over units, in plans with sort
+	// keys (packed plans sort by query key): slice rank -> the sort key and
+	// input position of the row at each unit start inside it. Without sort
+	// keys a slice's rows keep input order: map tasks count them
+	// (PlanMap.Counters).
+	Cuts map[string][]queryCut `json:"cuts,omitempty"`
 }
 
 // PlanPacking is what a packed plan adds: exact query counts from the key
@@ -79,11 +88,7 @@ type PlanPacking struct {
 	Items         int64                  `json:"items"`
 	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
 	PerSlice      []int64                `json:"queries_per_slice"`
-	// Cuts maps a slice rank to the query keys where its files start.
-	Cuts map[string][]queryCut `json:"cuts"`
-	// Starts is where each partition starts, in flat rows (items).
-	Starts   []int64 `json:"starts"`
-	MaxItems int64   `json:"max_items_per_query"`
+	MaxItems      int64                  `json:"max_items_per_query"`
 }
 
 // PlanSlice is one histogram entry.
@@ -102,8 +107,11 @@ type PlanSlice struct {
 type PlanPartition struct {
 	Index int   `json:"index"`
 	Files []int `json:"files"`
+	// Start and Rows are the partition's range in the ordered flat rows
+	// (items when packed); Units counts its units.
 	Start int64 `json:"start"`
 	Rows  int64 `json:"rows"`
+	Units int   `json:"units"`
 	// Queries is a packed partition's queries: its file's rows. A packed
 	// partition may be empty (one query covered its whole file range).
 	Queries int64 `json:"queries,omitempty"`
@@ -148,6 +156,7 @@ type TaskManifest struct {
 
 type mapPartition struct {
 	Partition int    `json:"partition"`
+	Unit      int    `json:"unit"`
 	Rows      int64  `json:"rows"`
 	Bytes     int64  `json:"bytes"`
 	Path      string `json:"path"`
@@ -207,13 +216,25 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	layout := planLayout(hist, in, opts)
-	mp, err := planMemory(tbl, in, layout, in.rowBytes, tr != nil, opts)
+	// Units are sized as run sizes them: decoded bytes measured on the
+	// first row group.
+	memRowBytes := in.rowBytes
+	if sample, err := readSample(ctx, tbl); err != nil {
+		return nil, nil, err
+	} else if sample != nil {
+		if sample.NumRows() > 0 {
+			memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
+		}
+		sample.Release()
+	}
+	mp, err := planMemory(tbl, in, layout, memRowBytes, tr != nil, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	cfgJSON, cfgHash := configOf(opts, tr)
 	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
-		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows, Layout: layout}
+		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows,
+		UnitRows: mp.unitRows, MemoryLimit: opts.MemoryLimit, Layout: layout}
 	for _, f := range tbl.Files {
 		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
 	}
@@ -224,29 +245,35 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	p.InputRowGroupsNoStats = before.noStats
 	// One partition per output file: the files are the units every
 	// worker count shares, so the bytes never depend on the workers.
-	units := planUnits(layout, p.ChunkRows)
-	rt := newRouter(hist, units)
-	split := rt.split()
 	if keys.query != nil {
-		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, rt, opts); err != nil {
+		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, opts); err != nil {
 			return nil, nil, err
 		}
-		split = nil // routed by query key, not by counters
 	} else {
 		for k, f := range layout.Files {
 			p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
 		}
 	}
+	units, part := p.units()
+	for _, j := range part {
+		p.Partitions[j].Units++
+	}
+	rt := newRouter(hist, units)
+	split := rt.split()
 	if len(split) > 0 && len(keys.sort) > 0 {
 		// Rows of a split slice are ordered by sort key, not input order:
-		// route them by the sort key (and position) at each file cut.
-		cuts, err := computeSortCuts(ctx, tbl, hist, layout, keys.slice, keys.sort, opts.Parallel)
+		// route them by the sort key (and position) at each unit start.
+		starts := make([]int64, len(units))
+		for u, un := range units {
+			starts[u] = un.Start
+		}
+		cuts, err := computeCuts(ctx, tbl, hist, starts, keys.slice, keys.sort, opts.Parallel)
 		if err != nil {
 			return nil, nil, err
 		}
-		p.SortCuts = map[string][]queryCut{}
+		p.Cuts = map[string][]queryCut{}
 		for rk, c := range cuts {
-			p.SortCuts[strconv.Itoa(int(rk))] = c
+			p.Cuts[strconv.Itoa(int(rk))] = c
 		}
 		split = nil
 	}
@@ -290,16 +317,14 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 // starts at a query boundary (computePackCuts), and a partition whose range
 // is empty writes no file, so the files after it are numbered down, as run
 // numbers them.
-func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys keyCols, qc *partition.QueryCounts, rt *router, opts RunOptions) error {
+func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys keyCols, qc *partition.QueryCounts, opts RunOptions) error {
 	pc, err := computePackCuts(ctx, tbl, hist, layout, keys.slice, keys.query, opts.Parallel)
 	if err != nil {
 		return err
 	}
 	pk := &PlanPacking{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: distributionOf(append([]int64{}, qc.Items...)),
-		PerSlice: qc.PerSlice, Cuts: map[string][]queryCut{}, Starts: pc.starts, MaxItems: opts.MaxItemsPerQuery}
-	for rk, cuts := range pc.keys {
-		pk.Cuts[strconv.Itoa(int(rk))] = cuts
-	}
+		PerSlice: qc.PerSlice, MaxItems: opts.MaxItemsPerQuery}
+	rt := newRouter(hist, planUnits(layout, 1<<62))
 	queries := slices.Clone(pc.queries)
 	for i, s := range hist.Slices {
 		if s.Rows > 0 && rt.whole[i] >= 0 {
@@ -317,6 +342,30 @@ func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partitio
 	}
 	p.Packing = pk
 	return nil
+}
+
+// units returns the plan's units in output order, with each one's
+// partition: the writer's chunks (cut at the partitions' starts), grouped
+// per partition by UnitRows. Run groups its chunks the same way.
+func (p *Plan) units() ([]partition.Unit, []int) {
+	starts := make([]int64, len(p.Partitions))
+	for j, pp := range p.Partitions {
+		starts[j] = pp.Start
+	}
+	chunks := cutChunks(partition.Chunks(p.Layout, p.ChunkRows), starts)
+	var units []partition.Unit
+	var part []int
+	for j, pp := range p.Partitions {
+		in := chunksIn(chunks, pp.Start, pp.Start+pp.Rows)
+		if len(in) == 0 {
+			continue
+		}
+		for _, u := range partition.GroupUnits(in, p.UnitRows) {
+			units = append(units, u)
+			part = append(part, j)
+		}
+	}
+	return units, part
 }
 
 // planUnits is one unit per output file, cut into the writer's chunks.
@@ -441,19 +490,6 @@ func cutsOf(m map[string][]queryCut, slices int) (map[int32][]queryCut, error) {
 	return out, nil
 }
 
-// packCuts is the plan's packed routing.
-func (lp *loadedPlan) packCuts() (*packCuts, error) {
-	keys, err := cutsOf(lp.Packing.Cuts, len(lp.Slices))
-	if err != nil {
-		return nil, err
-	}
-	pc := &packCuts{starts: lp.Packing.Starts, keys: keys}
-	if len(pc.starts) != len(lp.Layout.Files)+1 {
-		return nil, errs.BadInputf("plan: %d partition starts for %d files", len(pc.starts), len(lp.Layout.Files))
-	}
-	return pc, nil
-}
-
 // openInputs opens the plan's inputs, failing if any changed since the plan.
 func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) (*source.Table, error) {
 	objs, err := storage.List(ctx, lp.InputArgs)
@@ -523,15 +559,10 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	rt := newRouter(lp.hist, planUnits(lp.Layout, lp.ChunkRows))
-	if lp.Packing != nil {
-		pc, err := lp.packCuts()
-		if err != nil {
-			return nil, err
-		}
-		rt.cuts, rt.cutCols = pc.keys, keys.query
-	} else if lp.SortCuts != nil {
-		if rt.cuts, err = cutsOf(lp.SortCuts, len(lp.Slices)); err != nil {
+	units, part := lp.units()
+	rt := newRouter(lp.hist, units)
+	if lp.Cuts != nil {
+		if rt.cuts, err = cutsOf(lp.Cuts, len(lp.Slices)); err != nil {
 			return nil, err
 		}
 		rt.cutCols = keys.sort
@@ -568,7 +599,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 			w := writers[u]
 			if w == nil {
 				var err error
-				if w, err = newIPCObject(ctx, lp.out, fmt.Sprintf("%sp-%05d.arrow", prefix, u), part.Schema()); err != nil {
+				if w, err = newIPCObject(ctx, lp.out, fmt.Sprintf("%su-%05d.arrow", prefix, u), part.Schema()); err != nil {
 					return err
 				}
 				writers[u] = w
@@ -585,7 +616,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if prof != nil {
 		d.Profile = prof.Lengths()
 	}
-	for u := 0; u < len(lp.Partitions); u++ {
+	for u := range units {
 		w := writers[u]
 		if w == nil {
 			continue
@@ -594,7 +625,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 			abort()
 			return nil, err
 		}
-		d.Partitions = append(d.Partitions, mapPartition{Partition: u, Rows: w.rows, Bytes: w.n, Path: w.name})
+		d.Partitions = append(d.Partitions, mapPartition{Partition: part[u], Unit: u, Rows: w.rows, Bytes: w.n, Path: w.name})
 	}
 	if fp.Rows != pm.Rows {
 		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
@@ -683,92 +714,100 @@ func (o *ipcObject) abort() {
 	o.bw.Close()
 }
 
-// openPartition loads the plan for a detect or reduce task, checks that
-// the partition fits the memory limit, opens the inputs and reads the
-// partition's rows from every map task, sorted as run sorts them.
-func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*source.Table, keyCols, *unitSource, *tensors.Profile, error) {
-	pp := lp.Partitions[task]
-	// The partition is held in memory: its rows twice while a column is
-	// concatenated, once more as gathered chunks, and the runtime.
-	if need := int64(float64(pp.Rows)*lp.RowBytes*3) + runtimeReserve; need > lp.opts.MemoryLimit {
-		return nil, keyCols{}, nil, nil, errs.Usagef("%s task %d: partition %d holds %d rows, about %d MiB in memory, more than --memory-limit %d MiB; raise --memory-limit, or plan again with a smaller --file-bytes",
-			step, task, task, pp.Rows, need>>20, lp.opts.MemoryLimit>>20)
-	}
-	tbl, err := lp.openInputs(ctx, nil)
-	if err != nil {
-		return nil, keyCols{}, nil, nil, err
-	}
-	keys, err := resolveKeys(tbl, lp.opts)
-	if err != nil {
-		tbl.Close()
-		return nil, keyCols{}, nil, nil, err
-	}
-	src, prof, err := lp.readPartition(ctx, tbl, keys, task)
-	if err != nil {
-		tbl.Close()
-		return nil, keyCols{}, nil, nil, err
-	}
-	return tbl, keys, src, prof, nil
+// partitionReader reads a detect or reduce task's partition one unit at a
+// time: a unit's rows from every map task, in map order (input order),
+// sorted as run sorts a unit. Memory holds one unit, as in run.
+type partitionReader struct {
+	lp    *loadedPlan
+	tbl   *source.Table
+	keys  keyCols
+	prof  *tensors.Profile // the map tasks' merged profile: every input row
+	units []partition.Unit // the partition's units, in order
+	ids   []int            // their indices in the plan
+	objs  map[int][]string // unit index -> map objects, in map order
 }
 
-// readPartition reads partition j from every map task's output, in map
-// order (input order), and sorts it. It also merges the map tasks'
-// profiles: the whole input's list lengths.
-func (lp *loadedPlan) readPartition(ctx context.Context, tbl *source.Table, keys keyCols, task int) (*unitSource, *tensors.Profile, error) {
-	prof := tensors.NewProfile()
-	var recs []arrow.RecordBatch
-	release := func() {
-		for _, r := range recs {
-			r.Release()
+// openPartition checks that the plan's units fit this task's memory
+// limit, opens the inputs and lists the partition's map objects. Every map
+// task must have completed.
+func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*partitionReader, error) {
+	if lp.opts.MemoryLimit < lp.MemoryLimit {
+		return nil, errs.Usagef("%s task %d: the plan sized its units for --memory-limit %d MiB, more than this task's %d MiB; raise --memory-limit, or plan again with --memory-limit %d MiB",
+			step, task, lp.MemoryLimit>>20, lp.opts.MemoryLimit>>20, lp.opts.MemoryLimit>>20)
+	}
+	pr := &partitionReader{lp: lp, prof: tensors.NewProfile(), objs: map[int][]string{}}
+	units, part := lp.units()
+	for u, j := range part {
+		if j == task {
+			pr.units, pr.ids = append(pr.units, units[u]), append(pr.ids, u)
 		}
 	}
 	for m := range lp.Maps {
 		d, err := lp.readDone(ctx, mapDoneName(m))
 		if err != nil {
-			release()
-			return nil, nil, err
+			return nil, err
 		}
 		if d == nil {
-			release()
-			return nil, nil, errs.Preconditionf("run every map task first", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
+			return nil, errs.Preconditionf("run every map task first", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
 		}
-		prof.Merge(d.Profile)
+		pr.prof.Merge(d.Profile)
 		for _, mp := range d.Partitions {
-			if mp.Partition != task {
-				continue
+			if mp.Partition == task {
+				pr.objs[mp.Unit] = append(pr.objs[mp.Unit], mp.Path)
 			}
-			got, err := readIPCObject(ctx, lp.out, mp.Path, tbl.Schema)
+		}
+	}
+	tbl, err := lp.openInputs(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if pr.keys, err = resolveKeys(tbl, lp.opts); err != nil {
+		tbl.Close()
+		return nil, err
+	}
+	pr.tbl = tbl
+	return pr, nil
+}
+
+func (pr *partitionReader) close() { pr.tbl.Close() }
+
+// each reads the partition's units in order and hands each, sorted, to fn.
+func (pr *partitionReader) each(ctx context.Context, fn func(src *unitSource, un partition.Unit) error) error {
+	for k, un := range pr.units {
+		var recs []arrow.RecordBatch
+		release := func() {
+			for _, r := range recs {
+				r.Release()
+			}
+		}
+		for _, name := range pr.objs[pr.ids[k]] {
+			got, err := readIPCObject(ctx, pr.lp.out, name, pr.tbl.Schema)
 			if err != nil {
 				release()
-				return nil, nil, err
+				return err
 			}
 			recs = append(recs, got...)
 		}
+		ord, err := partition.Sort(pr.lp.hist, recs, pr.keys.slice, pr.keys.sort)
+		if err == nil && int64(len(ord)) != un.Rows {
+			err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.ids[k], len(ord), un.Rows)
+		}
+		if err != nil {
+			release()
+			return err
+		}
+		src, err := newUnitSource(pr.tbl.Schema, recs)
+		if err != nil {
+			return err
+		}
+		src.ord = ord
+		err = fn(src, un)
+		src.release()
+		if err != nil {
+			return err
+		}
 	}
-	ord, err := partition.Sort(lp.hist, recs, keys.slice, keys.sort)
-	if want := lp.Partitions[task].Rows; err == nil && int64(len(ord)) != want {
-		err = fmt.Errorf("internal: partition %d holds %d rows from the map tasks, the plan says %d", task, len(ord), want)
-	}
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	src, err := newUnitSource(tbl.Schema, recs)
-	if err != nil {
-		return nil, nil, err
-	}
-	src.ord = ord
-	return src, prof, nil
-}
-
-// partitionUnit is the chunks of partition j, cut as run cuts them.
-func (lp *loadedPlan) partitionUnit(j int) partition.Unit {
-	if lp.Packing == nil {
-		return planUnits(lp.Layout, lp.ChunkRows)[j]
-	}
-	pp := lp.Partitions[j]
-	chunks := chunksIn(cutChunks(partition.Chunks(lp.Layout, lp.ChunkRows), lp.Packing.Starts), pp.Start, pp.Start+pp.Rows)
-	return partition.Unit{Start: pp.Start, Rows: pp.Rows, Chunks: chunks}
+	return nil
 }
 
 // DetectTask is `relayout detect --task j` (packed plans): it reads
@@ -783,19 +822,22 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if lp.Packing == nil {
 		return nil, errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
 	}
-	tbl, keys, src, _, err := lp.openPartition(ctx, task, "detect")
+	pr, err := lp.openPartition(ctx, task, "detect")
 	if err != nil {
 		return nil, err
 	}
-	defer tbl.Close()
-	defer src.release()
-	pk := &packRun{qk: keys.query, det: dedupe.NewDetector(tbl.Schema, keys.query)}
-	if err := pk.detectColumns(src, tbl.Schema); err != nil {
+	defer pr.close()
+	pk := &packRun{qk: pr.keys.query, det: dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)}
+	var rows int64
+	if err := pr.each(ctx, func(src *unitSource, _ partition.Unit) error {
+		rows += int64(len(src.ord))
+		return pk.detectColumns(src, pr.tbl.Schema)
+	}); err != nil {
 		return nil, err
 	}
 	det := detectionOf(pk.det)
 	attempt := newAttempt()
-	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: int64(len(src.ord)), Detection: &det, Seconds: time.Since(t0).Seconds()}
+	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det, Seconds: time.Since(t0).Seconds()}
 	return d, writeDone(ctx, lp.out, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", WorkPrefix, task, attempt), detectDoneName(task), d)
 }
 
@@ -842,12 +884,12 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []writer.FileInfo{}, Seconds: time.Since(t0).Seconds()}
 		return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
 	}
-	tbl, keys, src, prof, err := lp.openPartition(ctx, task, "reduce")
+	pr, err := lp.openPartition(ctx, task, "reduce")
 	if err != nil {
 		return nil, err
 	}
-	defer tbl.Close()
-	defer src.release()
+	defer pr.close()
+	tbl, keys := pr.tbl, pr.keys
 	sample, err := readSample(ctx, tbl)
 	if err != nil {
 		return nil, err
@@ -862,8 +904,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		CreatedBy:      "relayout version " + version.Version,
 		FirstFile:      pp.Files[0],
 	}
-	un := lp.partitionUnit(task)
-	tr := lp.tensorRun(prof)
+	tr := lp.tensorRun(pr.prof)
 	if tr != nil {
 		// The partition's shards are numbered from its file and samples.
 		tr.first.file = pp.Files[0]
@@ -912,7 +953,9 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, lp.hist, rec) }
 	}
 	var fp fingerprint.Sum
-	if err := writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, write); err != nil {
+	if err := pr.each(ctx, func(src *unitSource, un partition.Unit) error {
+		return writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, write)
+	}); err != nil {
 		w.Abort()
 		return nil, err
 	}

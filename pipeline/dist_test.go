@@ -235,19 +235,23 @@ func TestDistributedOnS3Retries(t *testing.T) {
 func TestDistributedHotSlice(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 80_000, Files: 2, Seed: 33, Countries: 2, Days: 1, RowGroupRows: 8 << 10})
 	for _, sortKeys := range [][]string{nil, {"user_id"}, {"event_time", "item_id"}} {
-		t.Run(fmt.Sprint(sortKeys), func(t *testing.T) { testHotSlice(t, in, sortKeys) })
+		for _, unitRows := range []int64{0, 7_000} {
+			t.Run(fmt.Sprint(sortKeys, unitRows), func(t *testing.T) { testHotSlice(t, in, sortKeys, unitRows) })
+		}
 	}
 }
 
 // testHotSlice: a hot slice split over files, with or without sort keys
 // (rows of a split slice are then routed by sort key and input position;
-// user_id has many ties).
-func testHotSlice(t *testing.T, in string, sortKeys []string) {
+// user_id has many ties), and with units smaller than a file (the plan's
+// units split slices inside files; run spills into units of its own).
+func testHotSlice(t *testing.T, in string, sortKeys []string, unitRows int64) {
 	base := t.TempDir()
 	o := func(out string) RunOptions {
 		x := distOpts(in, out)
 		x.SliceKeys = []string{"country"}
 		x.SortKeys = sortKeys
+		x.UnitRows = unitRows
 		x.FileBytes = 1 << 20
 		return x
 	}
@@ -313,7 +317,7 @@ func TestDistributedRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ReduceTask(ctx, res.Plan, 0, RunOptions{Parallel: 2, MemoryLimit: 48 << 20}); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "--file-bytes") {
+	if _, err := ReduceTask(ctx, res.Plan, 0, RunOptions{Parallel: 2, MemoryLimit: 48 << 20}); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "plan again with --memory-limit") {
 		t.Fatalf("reduce over the memory limit: %v", err)
 	}
 	for j := 0; j < res.ReduceTasks; j++ {
@@ -341,6 +345,12 @@ func TestDistributedRefusals(t *testing.T) {
 // every detect task, and a column conflict fails as run fails.
 func TestDistributedPacked(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 80_000, Files: 2, Seed: 35, Countries: 2, Days: 1, RowGroupRows: 8 << 10})
+	for _, unitRows := range []int64{0, 6_000} {
+		t.Run(fmt.Sprint(unitRows), func(t *testing.T) { testPacked(t, in, unitRows) })
+	}
+}
+
+func testPacked(t *testing.T, in string, unitRows int64) {
 	base := t.TempDir()
 	o := func(out string) RunOptions {
 		x := distOpts(in, out)
@@ -348,6 +358,7 @@ func TestDistributedPacked(t *testing.T) {
 		x.QueryKey = []string{"query_id"}
 		x.FileBytes = 1 << 20
 		x.Tensors, x.ShardBytes = true, 256<<10 // several shards per file
+		x.UnitRows = unitRows
 		return x
 	}
 	ref := filepath.Join(base, "run")
@@ -417,14 +428,21 @@ func TestDistributedPacked(t *testing.T) {
 	}
 	moved := 0 // file cuts that fell inside a query and moved back
 	for f, file := range plan.Layout.Files {
-		if plan.Packing.Starts[f] < file.Start {
+		if plan.Partitions[f].Start < file.Start {
 			moved++
 		}
 	}
-	if moved == 0 || len(plan.Packing.Cuts) == 0 {
-		t.Fatalf("no file cut fell inside a query (%d split slices); the test wants some", len(plan.Packing.Cuts))
+	if moved == 0 || len(plan.Cuts) == 0 {
+		t.Fatalf("no file cut fell inside a query (%d split slices); the test wants some", len(plan.Cuts))
 	}
-	t.Logf("%d partitions, %d starts moved back to a query boundary", len(plan.Partitions), moved)
+	units := 0
+	for _, pp := range plan.Partitions {
+		units += pp.Units
+	}
+	if unitRows > 0 && units <= len(plan.Partitions) {
+		t.Fatalf("unit rows %d: %d units for %d partitions; want several per partition", unitRows, units, len(plan.Partitions))
+	}
+	t.Logf("%d partitions, %d units, %d starts moved back to a query boundary", len(plan.Partitions), units, moved)
 	if _, err := DetectTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "map task 0") {
 		t.Fatalf("detect before the maps: %v", err)
 	}

@@ -20,6 +20,9 @@ import (
 // so it is computed once here, from the key columns of the slices that a
 // file cut splits. The run cuts its chunks there, and the distributed plan
 // makes it a partition boundary, so both hand the packer the same records.
+//
+// Rows of a slice that a unit boundary splits are routed by cuts: the sort
+// key and input position of the row at each boundary (computeCuts).
 
 // packCuts says where each packed output file starts, in flat (item) rows.
 type packCuts struct {
@@ -27,21 +30,18 @@ type packCuts struct {
 	// starts[len(files)] the table's rows; a file with starts[f] ==
 	// starts[f+1] is empty (a query covered it whole).
 	starts []int64
-	// keys holds, for each slice split over files, the query key at each of
-	// its cuts with the file that key starts, ascending.
-	keys map[int32][]queryCut
 	// queries counts, per flat file, the queries of split slices in it.
 	queries []int64
 }
 
-// queryCut routes the rows of a slice split over files: rows ordered at or
-// after (Key, Pos) (up to the next cut) go to File. Key is the encoded
-// query key (packed runs; Pos is -1, so a whole query moves) or sort key
-// (Pos is the input position of the cut's row: ties keep input order).
+// queryCut routes the rows of a slice split over units: rows ordered at or
+// after (Key, Pos) (up to the next cut) go to Unit. Key is the encoded sort
+// key (packed runs: query key, then item order) and Pos the input position
+// of the row at the unit's start: rows of a slice are ordered by both.
 type queryCut struct {
 	Key  []byte `json:"key"`
 	Pos  int64  `json:"pos"`
-	File int    `json:"file"`
+	Unit int    `json:"unit"`
 }
 
 // fileOfCut returns the file of a row of a split slice with the given key
@@ -57,21 +57,37 @@ func fileOfCut(cuts []queryCut, key []byte, pos int64) int {
 	if i == 0 {
 		return -2 // before the first cut: the slice's first file
 	}
-	return cuts[i-1].File
+	return cuts[i-1].Unit
 }
 
-// splitBySlice lists the slices that a file cut falls strictly inside, with
-// those cuts.
-func splitBySlice(hist *partition.Histogram, lay partition.Layout) map[int32][]int {
+// splitAt lists the slices that a cut position falls strictly inside, with
+// the indices of those positions (ascending).
+func splitAt(hist *partition.Histogram, at []int64) map[int32][]int {
 	out := map[int32][]int{}
-	for f := 1; f < len(lay.Files); f++ {
-		c := lay.Files[f].Start
+	for i, c := range at {
 		rk := hist.Locate(c)
 		if rk < 0 || rk >= len(hist.Slices) {
 			continue
 		}
 		if s := hist.Slices[rk]; s.Start < c && c < s.Start+s.Rows {
-			out[int32(rk)] = append(out[int32(rk)], f)
+			out[int32(rk)] = append(out[int32(rk)], i)
+		}
+	}
+	return out
+}
+
+// splitBySlice lists the slices that a file cut falls strictly inside, with
+// those files.
+func splitBySlice(hist *partition.Histogram, lay partition.Layout) map[int32][]int {
+	starts := make([]int64, len(lay.Files))
+	for f, file := range lay.Files {
+		starts[f] = file.Start
+	}
+	out := splitAt(hist, starts)
+	for rk, fs := range out {
+		out[rk] = slices.DeleteFunc(fs, func(f int) bool { return f == 0 })
+		if len(out[rk]) == 0 {
+			delete(out, rk)
 		}
 	}
 	return out
@@ -80,7 +96,7 @@ func splitBySlice(hist *partition.Histogram, lay partition.Layout) map[int32][]i
 // computePackCuts reads the slice and query key columns of the input (only
 // when a file cut falls inside a slice) and places every packed file start.
 func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, lay partition.Layout, sliceCols, queryCols []int, parallel int) (*packCuts, error) {
-	pc := &packCuts{starts: make([]int64, len(lay.Files)+1), keys: map[int32][]queryCut{}, queries: make([]int64, len(lay.Files))}
+	pc := &packCuts{starts: make([]int64, len(lay.Files)+1), queries: make([]int64, len(lay.Files))}
 	for f, file := range lay.Files {
 		pc.starts[f] = file.Start
 	}
@@ -162,7 +178,6 @@ func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.His
 			r := lay.Files[f].Start - 1 - s.Start // rank of the last row before the cut
 			q := sort.Search(len(keys), func(q int) bool { return before[q+1] > r })
 			pc.starts[f] = s.Start + before[q]
-			pc.keys[rk] = append(pc.keys[rk], queryCut{Key: []byte(keys[q]), Pos: -1, File: f})
 			// Queries qFirst..q-1 belong to the file before f (or earlier).
 			for x := qFirst; x < q; x++ {
 				pc.queries[fileAtItem(pc.starts, s.Start+before[x])]++
@@ -227,14 +242,14 @@ func chunksIn(chunks []partition.RowGroup, lo, hi int64) []partition.RowGroup {
 	return out
 }
 
-// computeSortCuts finds, for each slice split over files in a flat run with
-// sort keys, the sort key and input position of the row at each file cut:
-// rows of a slice are ordered by (sort key, input position), so a map task
-// routes a row by comparing it with the cuts. It reads the slice and sort
-// key columns and holds the split slices' sort keys.
-func computeSortCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, lay partition.Layout, sliceCols, sortCols []int, parallel int) (map[int32][]queryCut, error) {
-	split := splitBySlice(hist, lay)
-	if len(split) == 0 || len(sortCols) == 0 {
+// computeCuts finds, for each slice that a unit start falls inside, the
+// sort key and input position of the row at that start: rows of a slice are
+// ordered by (sort key, input position), so a map task routes a row by
+// comparing it with the cuts. It reads the slice and sort key columns and
+// holds the split slices' sort keys.
+func computeCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, unitStarts []int64, sliceCols, sortCols []int, parallel int) (map[int32][]queryCut, error) {
+	split := splitAt(hist, unitStarts)
+	if len(split) == 0 {
 		return nil, nil
 	}
 	type row struct {
@@ -294,9 +309,9 @@ func computeSortCuts(ctx context.Context, tbl *source.Table, hist *partition.His
 		if int64(len(rs)) != s.Rows {
 			return nil, errs.BadInputf("the input changed while it was read: slice %v holds %d rows, the key pass counted %d", s.Values, len(rs), s.Rows)
 		}
-		for _, f := range files {
-			x := rs[lay.Files[f].Start-s.Start]
-			out[rk] = append(out[rk], queryCut{Key: x.key, Pos: x.pos, File: f})
+		for _, u := range files {
+			x := rs[unitStarts[u]-s.Start]
+			out[rk] = append(out[rk], queryCut{Key: x.key, Pos: x.pos, Unit: u})
 		}
 	}
 	return out, nil

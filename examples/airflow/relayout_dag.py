@@ -19,7 +19,9 @@ PLAN = OUTPUT + "_relayout/plan.json"
 QUERY_KEY = ""  # e.g. "query_id" to pack queries
 
 PLAN_ARGS = ["plan", "--input", INPUT, "--output", OUTPUT, "--slice-keys", "country,date",
-             "--query-key", QUERY_KEY, "--overwrite", "--report-json", "/airflow/xcom/return.json"]
+             "--query-key", QUERY_KEY,
+             "--memory-limit", "6GiB",  # units sized for the detect and reduce pods
+             "--overwrite", "--report-json", "/airflow/xcom/return.json"]
 MAP_ARGS = ["map", "--plan", PLAN, "--memory-limit", "3GiB", "--task"]
 DETECT_ARGS = ["detect", "--plan", PLAN, "--memory-limit", "6GiB", "--task"]
 REDUCE_ARGS = ["reduce", "--plan", PLAN, "--memory-limit", "6GiB", "--task"]
