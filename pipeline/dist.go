@@ -63,11 +63,11 @@ type Plan struct {
 	UnitRows int64 `json:"unit_rows"`
 	// MemoryLimit is the budget UnitRows was sized for: detect and reduce
 	// tasks need at least as much.
-	MemoryLimit int64 `json:"memory_limit"`
-	Layout          partition.Layout  `json:"layout"`
-	Slices          []PlanSlice       `json:"slices"`
-	Partitions      []PlanPartition   `json:"partitions"`
-	Maps            []PlanMap         `json:"maps"`
+	MemoryLimit int64            `json:"memory_limit"`
+	Layout      partition.Layout `json:"layout"`
+	Slices      []PlanSlice      `json:"slices"`
+	Partitions  []PlanPartition  `json:"partitions"`
+	Maps        []PlanMap        `json:"maps"`
 	// InputRowGroupsNoStats counts input row groups without slice-key
 	// statistics (for the report's warnings).
 	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
