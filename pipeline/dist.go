@@ -17,7 +17,6 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
-	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
@@ -207,98 +206,16 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	defer tbl.Close()
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true, Vectors: len(keys.slice) > 0, QueryCols: keys.query}, opts.Parallel)
+	ks, err := keyPass(ctx, tbl, keys, in, tr != nil, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
+	p, err := buildPlan(ctx, tbl, keys, ks, tr, opts, mapBytes)
 	if err != nil {
 		return nil, nil, err
 	}
-	layout := planLayout(hist, in, opts)
-	// Units are sized as run sizes them: decoded bytes measured on the
-	// first row group.
-	memRowBytes := in.rowBytes
-	if sample, err := readSample(ctx, tbl); err != nil {
-		return nil, nil, err
-	} else if sample != nil {
-		if sample.NumRows() > 0 {
-			memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
+	if ks.sample != nil {
 		}
-		sample.Release()
-	}
-	mp, err := planMemory(tbl, in, layout, memRowBytes, tr != nil, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfgJSON, cfgHash := configOf(opts, tr)
-	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
-		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows,
-		UnitRows: mp.unitRows, MemoryLimit: opts.MemoryLimit, Layout: layout}
-	for _, f := range tbl.Files {
-		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
-	}
-	for i, s := range hist.Slices {
-		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
-			ReadBytesBefore: before.bytes[i], RowGroupsBefore: before.rgs[i]})
-	}
-	p.InputRowGroupsNoStats = before.noStats
-	// One partition per output file: the files are the units every
-	// worker count shares, so the bytes never depend on the workers.
-	if keys.query != nil {
-		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, opts); err != nil {
-			return nil, nil, err
-		}
-	} else {
-		for k, f := range layout.Files {
-			p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
-		}
-	}
-	units, part := p.units()
-	for _, j := range part {
-		p.Partitions[j].Units++
-	}
-	rt := newRouter(hist, units)
-	split := rt.split()
-	if len(split) > 0 && len(keys.sort) > 0 {
-		// Rows of a split slice are ordered by sort key, not input order:
-		// route them by the sort key (and position) at each unit start.
-		starts := make([]int64, len(units))
-		for u, un := range units {
-			starts[u] = un.Start
-		}
-		cuts, err := computeCuts(ctx, tbl, hist, starts, keys.slice, keys.sort, opts.Parallel)
-		if err != nil {
-			return nil, nil, err
-		}
-		p.Cuts = map[string][]queryCut{}
-		for rk, c := range cuts {
-			p.Cuts[strconv.Itoa(int(rk))] = c
-		}
-		split = nil
-	}
-	// Map tasks: consecutive row groups of about mapBytes.
-	refs := tbl.RowGroups()
-	rowsBefore := map[int32]int64{}
-	var cur *PlanMap
-	for i, ref := range refs {
-		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
-			p.Maps = append(p.Maps, PlanMap{Index: len(p.Maps), Counters: map[string]int64{}})
-			cur = &p.Maps[len(p.Maps)-1]
-			for _, rk := range split {
-				cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
-			}
-		}
-		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
-		cur.Rows += ref.Rows()
-		cur.Bytes += rowGroupBytes(ref)
-		for _, rk := range split {
-			rowsBefore[rk] += ex.Counts[i][rk]
-		}
-	}
-	if len(p.Maps) == 0 {
-		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
-	}
 	data, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
 		return nil, nil, err
@@ -386,6 +303,9 @@ type loadedPlan struct {
 	hist *partition.Histogram
 	// tensors is the plan's tensor config (nil: no tensors).
 	tensors *tensorConfig
+	// work holds the work prefix (_relayout/): the output for distributed
+	// runs, a local temporary folder when run executes the plan.
+	work storage.Location
 }
 
 // planLocation splits a plan URL (<output>/_relayout/plan.json, with the
@@ -466,7 +386,7 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		}
 		slices[i] = partition.Slice{Key: key, Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups}
 	}
-	return &loadedPlan{Plan: &p, out: out, opts: opts, hist: partition.NewHistogram(slices), tensors: cfg.Tensors}, nil
+	return &loadedPlan{Plan: &p, out: out, work: out, opts: opts, hist: partition.NewHistogram(slices), tensors: cfg.Tensors}, nil
 }
 
 // tensorRun is the plan's tensor run with a profile (nil without tensors).
@@ -510,19 +430,19 @@ func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) 
 }
 
 func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {
-	data, err := lp.out.Bucket.ReadAll(ctx, lp.out.Key(name))
+	data, err := lp.work.Bucket.ReadAll(ctx, lp.work.Key(name))
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
 			return nil, nil
 		}
-		return nil, storage.Classify(fmt.Errorf("read %s: %w", lp.out.URL(name), err))
+		return nil, storage.Classify(fmt.Errorf("read %s: %w", lp.work.URL(name), err))
 	}
 	var d TaskManifest
 	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, errs.BadInputf("%s: %v", lp.out.URL(name), err)
+		return nil, errs.BadInputf("%s: %v", lp.work.URL(name), err)
 	}
 	if d.ConfigHash != lp.ConfigHash {
-		return nil, errs.Preconditionf("re-run the task under the current plan", "%s belongs to another plan (config %s, the plan's %s)", lp.out.URL(name), d.ConfigHash, lp.ConfigHash)
+		return nil, errs.Preconditionf("re-run the task under the current plan", "%s belongs to another plan (config %s, the plan's %s)", lp.work.URL(name), d.ConfigHash, lp.ConfigHash)
 	}
 	return &d, nil
 }
@@ -541,15 +461,13 @@ func loadTask(ctx context.Context, planURL string, local RunOptions, step string
 }
 
 // MapTask is `relayout map --task i`: it reads the task's row groups once
-// and writes their rows, routed to the partitions, as one Arrow IPC object
-// per partition, then its task manifest.
+// and writes their rows, routed to the plan's units, as one Arrow IPC object
+// per unit, then its task manifest.
 func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
-	t0 := time.Now()
 	lp, err := loadTask(ctx, planURL, local, "map", task, func(p *Plan) int { return len(p.Maps) })
 	if err != nil {
 		return nil, err
 	}
-	pm := lp.Maps[task]
 	tbl, err := lp.openInputs(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -559,79 +477,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	units, part := lp.units()
-	rt := newRouter(lp.hist, units)
-	if lp.Cuts != nil {
-		if rt.cuts, err = cutsOf(lp.Cuts, len(lp.Slices)); err != nil {
-			return nil, err
-		}
-		rt.cutCols = keys.sort
-	}
-	for k, v := range pm.Counters {
-		rk, err := strconv.Atoi(k)
-		if err != nil || rk < 0 || rk >= len(rt.counter) {
-			return nil, errs.BadInputf("plan: map %d: bad counter slice %q", task, k)
-		}
-		rt.counter[rk] = v
-	}
-	attempt := newAttempt()
-	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", WorkPrefix, task, attempt)
-	writers := map[int]*ipcObject{}
-	abort := func() {
-		for _, w := range writers {
-			w.abort()
-		}
-	}
-	var fp fingerprint.Sum
-	var observe func(arrow.RecordBatch)
-	var prof *tensors.Profile
-	if lp.tensors != nil { // list lengths fix the tensor shapes: profile every row
-		prof = tensors.NewProfile()
-		observe = prof.Observe
-	}
-	for _, rgi := range pm.RowGroups {
-		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
-			abort()
-			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
-		}
-		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, lp.opts.Parallel, observe, func(u int, part arrow.RecordBatch) error {
-			w := writers[u]
-			if w == nil {
-				var err error
-				if w, err = newIPCObject(ctx, lp.out, fmt.Sprintf("%su-%05d.arrow", prefix, u), part.Schema()); err != nil {
-					return err
-				}
-				writers[u] = w
-			}
-			return w.write(part)
-		})
-		if err != nil {
-			abort()
-			return nil, err
-		}
-		fp.Add(s)
-	}
-	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: []mapPartition{}}
-	if prof != nil {
-		d.Profile = prof.Lengths()
-	}
-	for u := range units {
-		w := writers[u]
-		if w == nil {
-			continue
-		}
-		if err := w.close(); err != nil {
-			abort()
-			return nil, err
-		}
-		d.Partitions = append(d.Partitions, mapPartition{Partition: part[u], Unit: u, Rows: w.rows, Bytes: w.n, Path: w.name})
-	}
-	if fp.Rows != pm.Rows {
-		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
-	}
-	d.Seconds = time.Since(t0).Seconds()
-	return d, writeDone(ctx, lp.out, prefix+"_task.json", mapDoneName(task), d)
+	return lp.mapRows(ctx, tbl, keys, task, lp.opts.Parallel)
 }
 
 // writeDone writes a task manifest at its attempt path, then at the task's
@@ -714,102 +560,6 @@ func (o *ipcObject) abort() {
 	o.bw.Close()
 }
 
-// partitionReader reads a detect or reduce task's partition one unit at a
-// time: a unit's rows from every map task, in map order (input order),
-// sorted as run sorts a unit. Memory holds one unit, as in run.
-type partitionReader struct {
-	lp    *loadedPlan
-	tbl   *source.Table
-	keys  keyCols
-	prof  *tensors.Profile // the map tasks' merged profile: every input row
-	units []partition.Unit // the partition's units, in order
-	ids   []int            // their indices in the plan
-	objs  map[int][]string // unit index -> map objects, in map order
-}
-
-// openPartition checks that the plan's units fit this task's memory
-// limit, opens the inputs and lists the partition's map objects. Every map
-// task must have completed.
-func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*partitionReader, error) {
-	if lp.opts.MemoryLimit < lp.MemoryLimit {
-		return nil, errs.Usagef("%s task %d: the plan sized its units for --memory-limit %d MiB, more than this task's %d MiB; raise --memory-limit, or plan again with --memory-limit %d MiB",
-			step, task, lp.MemoryLimit>>20, lp.opts.MemoryLimit>>20, lp.opts.MemoryLimit>>20)
-	}
-	pr := &partitionReader{lp: lp, prof: tensors.NewProfile(), objs: map[int][]string{}}
-	units, part := lp.units()
-	for u, j := range part {
-		if j == task {
-			pr.units, pr.ids = append(pr.units, units[u]), append(pr.ids, u)
-		}
-	}
-	for m := range lp.Maps {
-		d, err := lp.readDone(ctx, mapDoneName(m))
-		if err != nil {
-			return nil, err
-		}
-		if d == nil {
-			return nil, errs.Preconditionf("run every map task first", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
-		}
-		pr.prof.Merge(d.Profile)
-		for _, mp := range d.Partitions {
-			if mp.Partition == task {
-				pr.objs[mp.Unit] = append(pr.objs[mp.Unit], mp.Path)
-			}
-		}
-	}
-	tbl, err := lp.openInputs(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	if pr.keys, err = resolveKeys(tbl, lp.opts); err != nil {
-		tbl.Close()
-		return nil, err
-	}
-	pr.tbl = tbl
-	return pr, nil
-}
-
-func (pr *partitionReader) close() { pr.tbl.Close() }
-
-// each reads the partition's units in order and hands each, sorted, to fn.
-func (pr *partitionReader) each(ctx context.Context, fn func(src *unitSource, un partition.Unit) error) error {
-	for k, un := range pr.units {
-		var recs []arrow.RecordBatch
-		release := func() {
-			for _, r := range recs {
-				r.Release()
-			}
-		}
-		for _, name := range pr.objs[pr.ids[k]] {
-			got, err := readIPCObject(ctx, pr.lp.out, name, pr.tbl.Schema)
-			if err != nil {
-				release()
-				return err
-			}
-			recs = append(recs, got...)
-		}
-		ord, err := partition.Sort(pr.lp.hist, recs, pr.keys.slice, pr.keys.sort)
-		if err == nil && int64(len(ord)) != un.Rows {
-			err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.ids[k], len(ord), un.Rows)
-		}
-		if err != nil {
-			release()
-			return err
-		}
-		src, err := newUnitSource(pr.tbl.Schema, recs)
-		if err != nil {
-			return err
-		}
-		src.ord = ord
-		err = fn(src, un)
-		src.release()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // DetectTask is `relayout detect --task j` (packed plans): it reads
 // partition j, sorted, and records which columns vary inside a query, so
 // that every reduce task decides the query-level columns over all rows.
@@ -827,18 +577,13 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 		return nil, err
 	}
 	defer pr.close()
-	pk := &packRun{qk: pr.keys.query, det: dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)}
-	var rows int64
-	if err := pr.each(ctx, func(src *unitSource, _ partition.Unit) error {
-		rows += int64(len(src.ord))
-		return pk.detectColumns(src, pr.tbl.Schema)
-	}); err != nil {
+	det, rows, err := pr.detect(ctx)
+	if err != nil {
 		return nil, err
 	}
-	det := detectionOf(pk.det)
 	attempt := newAttempt()
 	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det, Seconds: time.Since(t0).Seconds()}
-	return d, writeDone(ctx, lp.out, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", WorkPrefix, task, attempt), detectDoneName(task), d)
+	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", WorkPrefix, task, attempt), detectDoneName(task), d)
 }
 
 // detection merges every detect task's result, in partition order.
@@ -852,7 +597,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (detection, float64, error)
 			return det, 0, err
 		}
 		if d == nil || d.Detection == nil {
-			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d has not completed (no %s)", j, lp.out.URL(detectDoneName(j)))
+			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d has not completed (no %s)", j, lp.work.URL(detectDoneName(j)))
 		}
 		det.merge(*d.Detection)
 		secs += d.Seconds
@@ -876,112 +621,32 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			return nil, err
 		}
 	}
-	pp := lp.Partitions[task]
-	if lp.Packing != nil && len(pp.Files) == 0 {
-		// One query covers this partition's whole file range: it writes
-		// no file (run writes none either).
-		attempt := newAttempt()
-		d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []writer.FileInfo{}, Seconds: time.Since(t0).Seconds()}
-		return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
-	}
-	pr, err := lp.openPartition(ctx, task, "reduce")
-	if err != nil {
-		return nil, err
-	}
-	defer pr.close()
-	tbl, keys := pr.tbl, pr.keys
-	sample, err := readSample(ctx, tbl)
-	if err != nil {
-		return nil, err
-	}
-	if sample != nil {
-		defer sample.Release()
-	}
-	wopts := writer.ParquetOptions{
-		Sample: sample, Parallel: lp.opts.Parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
-		SortingColumns: append(append([]string{}, lp.opts.SliceKeys...), lp.opts.SortKeys...),
-		Metadata:       [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", lp.ConfigHash}},
-		CreatedBy:      "relayout version " + version.Version,
-		FirstFile:      pp.Files[0],
-	}
-	tr := lp.tensorRun(pr.prof)
-	if tr != nil {
-		// The partition's shards are numbered from its file and samples.
-		tr.first.file = pp.Files[0]
-		if lp.Packing == nil {
-			tr.first.row = pp.Start
-		} else {
-			for _, q := range lp.Partitions[:task] {
-				tr.first.row += q.Queries
-			}
-			tr.first.item = pp.Start
-		}
-	}
-	var w *writer.Parquet
-	write := func(rec arrow.RecordBatch) error {
-		if err := w.Write(rec); err != nil {
-			return err
-		}
-		return tr.write(rec)
-	}
-	var pk *packRun
-	if lp.Packing == nil {
-		if err := tr.open(ctx, lp.out, tbl.Schema, false, lp.opts, lp.ConfigHash); err != nil {
-			return nil, err
-		}
-		sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
-		for _, f := range pp.Files {
-			sub.Files = append(sub.Files, lp.Layout.Files[f])
-		}
-		if w, err = writer.NewParquet(ctx, lp.out, tbl.Schema, sub, wopts); err != nil {
-			return nil, err
-		}
+	var d *TaskManifest
+	if lp.Packing != nil && len(lp.Partitions[task].Files) == 0 {
+		d, err = lp.writePartition(ctx, nil, det, nil)
 	} else {
-		pk = lp.partitionPackRun(tbl, keys, task)
-		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
+		pr, err := lp.openPartition(ctx, task, "reduce")
+		if err != nil {
 			return nil, err
 		}
-		pk.packer.MaxItems = lp.Packing.MaxItems
-		if err := tr.open(ctx, lp.out, pk.layout.Packed, true, lp.opts, lp.ConfigHash); err != nil {
+		defer pr.close()
+		sample, err := readSample(ctx, pr.tbl)
+		if err != nil {
 			return nil, err
 		}
-		pk.onPacked = tr.write
-		wopts.SortingColumns = append(append([]string{}, lp.opts.SliceKeys...), lp.opts.QueryKey...)
-		if w, err = writer.NewParquet(ctx, lp.out, pk.layout.Packed, partition.Layout{}, wopts); err != nil {
-			return nil, err
+		if sample != nil {
+			defer sample.Release()
 		}
-		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, lp.hist, rec) }
-	}
-	var fp fingerprint.Sum
-	if err := pr.each(ctx, func(src *unitSource, un partition.Unit) error {
-		return writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, write)
-	}); err != nil {
-		w.Abort()
-		return nil, err
-	}
-	if pk != nil {
-		if err := pk.finish(ctx, w, lp.hist); err != nil {
-			w.Abort()
+		d, err = lp.writePartition(ctx, pr, det, sample)
+		if err != nil {
 			return nil, err
 		}
 	}
-	files, err := w.Close()
 	if err != nil {
 		return nil, err
 	}
-	shards, err := tr.close()
-	if err != nil {
-		return nil, err
-	}
-	attempt := newAttempt()
-	d := &TaskManifest{Kind: "reduce", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Files: files, Shards: shards, Seconds: time.Since(t0).Seconds()}
-	if pk != nil {
-		d.Queries = pk.packer.Queries
-		if d.Queries != pp.Queries {
-			return nil, fmt.Errorf("internal: reduce %d packed %d queries, the plan counted %d", task, d.Queries, pp.Queries)
-		}
-	}
-	return d, writeDone(ctx, lp.out, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, attempt), reduceDoneName(task), d)
+	d.Task, d.Attempt, d.Seconds = task, newAttempt(), time.Since(t0).Seconds()
+	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, d.Attempt), reduceDoneName(task), d)
 }
 
 // partitionPackRun is the packing state of partition j: it starts at the
@@ -1024,115 +689,42 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	rep := newReport("commit", lp.opts)
 	rep.ConfigHash = lp.ConfigHash
 	var mapSeconds, detectSeconds, reduceSeconds float64
-	var inFP, outFP fingerprint.Sum
-	prof := tensors.NewProfile()
-	var shards []writer.ShardInfo
-	for m := range lp.Maps {
-		d, err := lp.readDone(ctx, mapDoneName(m))
-		if err != nil {
-			return nil, err
-		}
-		if d == nil {
-			return nil, errs.Preconditionf("run the missing task, then commit again", "map task %d has not completed (no %s)", m, lp.out.URL(mapDoneName(m)))
-		}
-		s, err := d.sum()
-		if err != nil {
-			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(mapDoneName(m)), err)
-		}
-		inFP.Add(s)
-		prof.Merge(d.Profile)
+	maps, err := lp.mapDones(ctx, "run the missing task, then commit again")
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range maps {
 		mapSeconds += d.Seconds
 		for _, p := range d.Partitions {
 			rep.SpillBytes += p.Bytes
 		}
 	}
-	var files []writer.FileInfo
-	for j, pp := range lp.Partitions {
+	var reduces []*TaskManifest
+	for j := range lp.Partitions {
 		d, err := lp.readDone(ctx, reduceDoneName(j))
 		if err != nil {
 			return nil, err
 		}
 		if d == nil {
-			return nil, errs.Preconditionf("run the missing task, then commit again", "reduce task %d (partition %d of %d) has not completed (no %s)", j, j, len(lp.Partitions), lp.out.URL(reduceDoneName(j)))
+			return nil, errs.Preconditionf("run the missing task, then commit again", "reduce task %d (partition %d of %d) has not completed (no %s)", j, j, len(lp.Partitions), lp.work.URL(reduceDoneName(j)))
 		}
-		if len(d.Files) != len(pp.Files) {
-			return nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %d files, the plan has %d", j, len(d.Files), len(pp.Files))
-		}
-		for k, f := range d.Files {
-			want := pp.Queries // a packed file's rows are its queries
-			if lp.Packing == nil {
-				want = lp.Layout.Files[pp.Files[k]].Rows
-			}
-			if f.Path != writer.FileName(pp.Files[k]) || f.Rows != want {
-				return nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %s with %d rows, the plan has %s with %d",
-					j, f.Path, f.Rows, writer.FileName(pp.Files[k]), want)
-			}
-		}
-		s, err := d.sum()
-		if err != nil {
-			return nil, errs.BadInputf("%s: fingerprint: %v", lp.out.URL(reduceDoneName(j)), err)
-		}
-		outFP.Add(s)
 		reduceSeconds += d.Seconds
-		files = append(files, d.Files...)
-		shards = append(shards, d.Shards...)
+		reduces = append(reduces, d)
 	}
+	var det detection
 	if lp.Packing != nil {
-		// A reduce numbers its packed rows from 0: commit sets the
-		// global first rows (prefix sums of the files' queries).
-		var next int64
-		for k := range files {
-			files[k].Start = next
-			next += files[k].Rows
+		if det, detectSeconds, err = lp.detection(ctx); err != nil {
+			return nil, err
 		}
-	}
-	if inFP.Rows != lp.Rows || outFP != inFP {
-		return nil, fmt.Errorf("the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
 	}
 	tbl, err := lp.openInputs(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tbl.Close()
-	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
-	var queries []int64
-	outSchema, packed := tbl.Schema, false
-	if pg := lp.Packing; pg != nil {
-		// The packed layout as every reduce decided it, and the packing
-		// figures from the plan's key pass (the reduces' query counts
-		// were checked against it).
-		det, secs, err := lp.detection(ctx)
-		if err != nil {
-			return nil, err
-		}
-		detectSeconds = secs
-		keys, err := resolveKeys(tbl, lp.opts)
-		if err != nil {
-			return nil, err
-		}
-		pk := newPackRun(tbl, keys.query, keys.slice, lp.hist, partition.Layout{})
-		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
-			return nil, err
-		}
-		queries = slices.Clone(pg.PerSlice)
-		pk.queries = queries
-		m = pk.buildManifest(tbl, lp.hist, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
-		outSchema, packed = pk.layout.Packed, true
-		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
-		if m.Totals.Rows != pg.Queries {
-			return nil, fmt.Errorf("the files hold %d queries, the plan counted %d; nothing committed", m.Totals.Rows, pg.Queries)
-		}
-	}
-	if tr := lp.tensorRun(prof); tr != nil {
-		// The tensor schema as every reduce fixed it, from the merged
-		// profile of the map tasks.
-		if err := tr.fix(outSchema, packed, lp.opts); err != nil {
-			return nil, err
-		}
-		m.Tensors = tr.manifest(m, shards, lp.opts)
-		if m.Tensors.Totals.Rows != m.Totals.Rows || (m.Packing != nil && m.Tensors.Totals.Items != m.Packing.Items) {
-			return nil, fmt.Errorf("the shards hold %d samples and %d items, the Parquet files %d; nothing committed", m.Tensors.Totals.Rows, m.Tensors.Totals.Items, m.Totals.Rows)
-		}
+	m, queries, shards, err := lp.assemble(tbl, maps, reduces, det)
+	if err != nil {
+		return nil, err
 	}
 	vr, err := verifyLocation(ctx, lp.out, m, false, lp.opts.Parallel, nopProgress{})
 	if err != nil {
@@ -1158,7 +750,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			return nil, err
 		}
 	}
-	if err := removePrefix(ctx, lp.out, WorkPrefix); err != nil {
+	if err := removePrefix(ctx, lp.work, WorkPrefix); err != nil {
 		return m, err
 	}
 	// The report: the run's figures from the plan's key pass (before) and
@@ -1190,4 +782,134 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		}
 	}
 	return m, nil
+}
+
+// keyPassResult is what the key pass and the footers fix before a plan:
+// the histogram, per-row-group counts and query counts, each slice's read
+// cost on the input, the layout and the memory plan.
+type keyPassResult struct {
+	hist   *partition.Histogram
+	ex     *partition.BuildExtra
+	before beforeCosts
+	layout partition.Layout
+	mp     memoryPlan
+	sample arrow.RecordBatch // the first row group: encodings and decoded size
+	in     inputSizes
+}
+
+// keyPass reads the key columns (slice keys, query key) of every row group
+// and fixes the layout and the memory plan, as run and plan both start.
+func keyPass(ctx context.Context, tbl *source.Table, keys keyCols, in inputSizes, tensors bool, opts RunOptions) (*keyPassResult, error) {
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true, Vectors: len(keys.slice) > 0, QueryCols: keys.query}, opts.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	// What reading each slice costs on the input, for the report; the
+	// per-row-group vectors are dropped here, before the rows are read.
+	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
+	if err != nil {
+		return nil, err
+	}
+	ex.Vectors = nil
+	layout := planLayout(hist, in, opts)
+	// Units are sized with decoded bytes measured on the first row group
+	// (dictionary-encoded columns decode larger than Parquet says).
+	sample, err := readSample(ctx, tbl)
+	if err != nil {
+		return nil, err
+	}
+	memRowBytes := in.rowBytes
+	if sample != nil && sample.NumRows() > 0 {
+		memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
+	}
+	mp, err := planMemory(tbl, in, layout, memRowBytes, tensors, opts)
+	if err != nil {
+		if sample != nil {
+			sample.Release()
+		}
+		return nil, err
+	}
+	return &keyPassResult{hist: hist, ex: ex, before: before, layout: layout, mp: mp, sample: sample, in: in}, nil
+}
+
+// buildPlan fixes the partitions (one per output file), the units, the
+// cuts that route split slices and the map tasks (runs of input row groups
+// of about mapBytes): plan.json's content, and what run executes.
+func buildPlan(ctx context.Context, tbl *source.Table, keys keyCols, ks *keyPassResult, tr *tensorRun, opts RunOptions, mapBytes int64) (*Plan, error) {
+	hist, ex, before, layout, mp, in := ks.hist, ks.ex, ks.before, ks.layout, ks.mp, ks.in
+	cfgJSON, cfgHash := configOf(opts, tr)
+	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
+		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows,
+		UnitRows: mp.unitRows, MemoryLimit: opts.MemoryLimit, Layout: layout}
+	for _, f := range tbl.Files {
+		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+	}
+	for i, s := range hist.Slices {
+		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
+			ReadBytesBefore: before.bytes[i], RowGroupsBefore: before.rgs[i]})
+	}
+	p.InputRowGroupsNoStats = before.noStats
+	// One partition per output file: the files are the units every
+	// worker count shares, so the bytes never depend on the workers.
+	if keys.query != nil {
+		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, opts); err != nil {
+			return nil, err
+		}
+	} else {
+		for k, f := range layout.Files {
+			p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
+		}
+	}
+	if p.Packing != nil && p.Packing.MaxItems == 0 {
+		p.Packing.MaxItems = mp.unitRows // a query must fit a unit
+	}
+	units, part := p.units()
+	for _, j := range part {
+		p.Partitions[j].Units++
+	}
+	rt := newRouter(hist, units)
+	split := rt.split()
+	if len(split) > 0 && len(keys.sort) > 0 {
+		// Rows of a split slice are ordered by sort key, not input order:
+		// route them by the sort key (and position) at each unit start.
+		starts := make([]int64, len(units))
+		for u, un := range units {
+			starts[u] = un.Start
+		}
+		cuts, err := computeCuts(ctx, tbl, hist, starts, keys.slice, keys.sort, opts.Parallel)
+		if err != nil {
+			return nil, err
+		}
+		p.Cuts = map[string][]queryCut{}
+		for rk, c := range cuts {
+			p.Cuts[strconv.Itoa(int(rk))] = c
+		}
+		split = nil
+	}
+	// Map tasks: consecutive row groups of about mapBytes.
+	refs := tbl.RowGroups()
+	rowsBefore := map[int32]int64{}
+	var cur *PlanMap
+	for i, ref := range refs {
+		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
+			p.Maps = append(p.Maps, PlanMap{Index: len(p.Maps), Counters: map[string]int64{}})
+			cur = &p.Maps[len(p.Maps)-1]
+			for _, rk := range split {
+				cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
+			}
+		}
+		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
+		cur.Rows += ref.Rows()
+		cur.Bytes += rowGroupBytes(ref)
+		for _, rk := range split {
+			rowsBefore[rk] += ex.Counts[i][rk]
+		}
+	}
+	if len(p.Maps) == 0 {
+		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
+	}
+	if len(p.Maps) == 0 {
+		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
+	}
+	return p, nil
 }

@@ -1,0 +1,453 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/relayout/relayout/dedupe"
+	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/version"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/tensors"
+	"github.com/relayout/relayout/writer"
+)
+
+// The plan's tasks, as both the distributed steps and run execute them:
+// mapRows routes a map task's row groups to the units; a partitionReader
+// hands a partition's units, sorted, to detect and writePartition; assemble
+// checks the tasks' results and builds the manifest.
+
+// mapRows is map task i: it reads the task's row groups once and writes
+// their rows, routed to the plan's units, as one Arrow IPC object per unit
+// under the work prefix, then its task manifest.
+func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCols, task, parallel int) (*TaskManifest, error) {
+	t0 := time.Now()
+	pm := lp.Maps[task]
+	units, part := lp.units()
+	rt := newRouter(lp.hist, units)
+	if lp.Cuts != nil {
+		var err error
+		if rt.cuts, err = cutsOf(lp.Cuts, len(lp.Slices)); err != nil {
+			return nil, err
+		}
+		rt.cutCols = keys.sort
+	}
+	for k, v := range pm.Counters {
+		rk, err := strconv.Atoi(k)
+		if err != nil || rk < 0 || rk >= len(rt.counter) {
+			return nil, errs.BadInputf("plan: map %d: bad counter slice %q", task, k)
+		}
+		rt.counter[rk] = v
+	}
+	attempt := newAttempt()
+	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", WorkPrefix, task, attempt)
+	writers := map[int]*ipcObject{}
+	abort := func() {
+		for _, w := range writers {
+			w.abort()
+		}
+	}
+	var fp fingerprint.Sum
+	var observe func(arrow.RecordBatch)
+	var prof *tensors.Profile
+	if lp.tensors != nil { // list lengths fix the tensor shapes: profile every row
+		prof = tensors.NewProfile()
+		observe = prof.Observe
+	}
+	for _, rgi := range pm.RowGroups {
+		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
+			abort()
+			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
+		}
+		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
+		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, parallel, observe, func(u int, rows arrow.RecordBatch) error {
+			w := writers[u]
+			if w == nil {
+				var err error
+				if w, err = newIPCObject(ctx, lp.work, fmt.Sprintf("%su-%05d.arrow", prefix, u), rows.Schema()); err != nil {
+					return err
+				}
+				writers[u] = w
+			}
+			return w.write(rows)
+		})
+		if err != nil {
+			abort()
+			return nil, err
+		}
+		fp.Add(s)
+		lp.opts.Progress.Add(ref.Rows())
+	}
+	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: []mapPartition{}}
+	if prof != nil {
+		d.Profile = prof.Lengths()
+	}
+	for u := range units {
+		w := writers[u]
+		if w == nil {
+			continue
+		}
+		if err := w.close(); err != nil {
+			abort()
+			return nil, err
+		}
+		d.Partitions = append(d.Partitions, mapPartition{Partition: part[u], Unit: u, Rows: w.rows, Bytes: w.n, Path: w.name})
+	}
+	if fp.Rows != pm.Rows {
+		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
+	}
+	d.Seconds = time.Since(t0).Seconds()
+	return d, writeDone(ctx, lp.work, prefix+"_task.json", mapDoneName(task), d)
+}
+
+// mapDones reads every map task's manifest; a missing one is an error
+// (with hint: what to do).
+func (lp *loadedPlan) mapDones(ctx context.Context, hint string) ([]*TaskManifest, error) {
+	out := make([]*TaskManifest, len(lp.Maps))
+	for m := range lp.Maps {
+		d, err := lp.readDone(ctx, mapDoneName(m))
+		if err != nil {
+			return nil, err
+		}
+		if d == nil {
+			return nil, errs.Preconditionf(hint, "map task %d has not completed (no %s)", m, lp.work.URL(mapDoneName(m)))
+		}
+		out[m] = d
+	}
+	return out, nil
+}
+
+// partitionReader hands a detect or reduce task its partition one unit at
+// a time: a unit's rows from every map task, in map order (input order),
+// sorted as run sorts a unit. Memory holds one unit.
+type partitionReader struct {
+	lp    *loadedPlan
+	tbl   *source.Table
+	own   bool // tbl is closed with the reader
+	keys  keyCols
+	task  int
+	prof  *tensors.Profile // the map tasks' merged profile: every input row
+	units []partition.Unit // the partition's units, in order
+	ids   []int            // their indices in the plan
+	objs  map[int][]string // unit index -> map objects, in map order
+	// sorted, when set, replaces reading: run's in-memory path hands the
+	// whole table sorted once, and each partition is a range of it.
+	sorted *unitSource
+}
+
+// openPartition checks that the plan's units fit this task's memory
+// limit, opens the inputs and lists the partition's map objects. Every map
+// task must have completed.
+func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*partitionReader, error) {
+	if lp.opts.MemoryLimit < lp.MemoryLimit {
+		return nil, errs.Usagef("%s task %d: the plan sized its units for --memory-limit %d MiB, more than this task's %d MiB; raise --memory-limit, or plan again with --memory-limit %d MiB",
+			step, task, lp.MemoryLimit>>20, lp.opts.MemoryLimit>>20, lp.opts.MemoryLimit>>20)
+	}
+	dones, err := lp.mapDones(ctx, "run every map task first")
+	if err != nil {
+		return nil, err
+	}
+	tbl, err := lp.openInputs(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := resolveKeys(tbl, lp.opts)
+	if err != nil {
+		tbl.Close()
+		return nil, err
+	}
+	pr := lp.partitionReader(tbl, keys, task, dones)
+	pr.own = true
+	return pr, nil
+}
+
+// partitionReader reads partition task from the map tasks' objects.
+func (lp *loadedPlan) partitionReader(tbl *source.Table, keys keyCols, task int, dones []*TaskManifest) *partitionReader {
+	pr := &partitionReader{lp: lp, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile(), objs: map[int][]string{}}
+	units, part := lp.units()
+	for u, j := range part {
+		if j == task {
+			pr.units, pr.ids = append(pr.units, units[u]), append(pr.ids, u)
+		}
+	}
+	for _, d := range dones {
+		pr.prof.Merge(d.Profile)
+		for _, mp := range d.Partitions {
+			if mp.Partition == task {
+				pr.objs[mp.Unit] = append(pr.objs[mp.Unit], mp.Path)
+			}
+		}
+	}
+	return pr
+}
+
+func (pr *partitionReader) close() {
+	if pr.own {
+		pr.tbl.Close()
+	}
+}
+
+// each reads the partition's units in order and hands each, sorted, to fn.
+func (pr *partitionReader) each(ctx context.Context, fn func(src *unitSource, un partition.Unit) error) error {
+	if pr.sorted != nil {
+		pp := pr.lp.Partitions[pr.task]
+		if pp.Rows == 0 {
+			return nil
+		}
+		view := &unitSource{cols: pr.sorted.cols, ord: pr.sorted.ord[pp.Start : pp.Start+pp.Rows]}
+		un := partition.Unit{Start: pp.Start, Rows: pp.Rows}
+		for _, u := range pr.units {
+			un.Chunks = append(un.Chunks, u.Chunks...)
+		}
+		return fn(view, un)
+	}
+	for k, un := range pr.units {
+		var recs []arrow.RecordBatch
+		release := func() {
+			for _, r := range recs {
+				r.Release()
+			}
+		}
+		for _, name := range pr.objs[pr.ids[k]] {
+			got, err := readIPCObject(ctx, pr.lp.work, name, pr.tbl.Schema)
+			if err != nil {
+				release()
+				return err
+			}
+			recs = append(recs, got...)
+		}
+		ord, err := partition.Sort(pr.lp.hist, recs, pr.keys.slice, pr.keys.sort)
+		if err == nil && int64(len(ord)) != un.Rows {
+			err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.ids[k], len(ord), un.Rows)
+		}
+		if err != nil {
+			release()
+			return err
+		}
+		src, err := newUnitSource(pr.tbl.Schema, recs)
+		if err != nil {
+			return err
+		}
+		src.ord = ord
+		err = fn(src, un)
+		src.release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// detect finds the columns that vary inside a query in the partition.
+func (pr *partitionReader) detect(ctx context.Context) (detection, int64, error) {
+	pk := &packRun{qk: pr.keys.query, det: dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)}
+	var rows int64
+	err := pr.each(ctx, func(src *unitSource, _ partition.Unit) error {
+		rows += int64(len(src.ord))
+		return pk.detectColumns(src, pr.tbl.Schema)
+	})
+	return detectionOf(pk.det), rows, err
+}
+
+// writePartition is reduce task j: it writes the partition's Parquet
+// files and tensor shards from its sorted units (packing them with the
+// query-level columns det decided). pr is nil for an empty packed
+// partition, which writes nothing. The manifest it returns is not written.
+func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, det detection, sample arrow.RecordBatch) (*TaskManifest, error) {
+	d := &TaskManifest{Kind: "reduce", ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []writer.FileInfo{}}
+	if pr == nil {
+		return d, nil
+	}
+	task, tbl, keys := pr.task, pr.tbl, pr.keys
+	pp := lp.Partitions[task]
+	wopts := writer.ParquetOptions{
+		Sample: sample, Parallel: lp.opts.Parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
+		SortingColumns: append(append([]string{}, lp.opts.SliceKeys...), lp.opts.SortKeys...),
+		Metadata:       [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", lp.ConfigHash}},
+		CreatedBy:      "relayout version " + version.Version,
+		FirstFile:      pp.Files[0],
+	}
+	tr := lp.tensorRun(pr.prof)
+	if tr != nil {
+		// The partition's shards are numbered from its file and samples.
+		tr.first.file = pp.Files[0]
+		if lp.Packing == nil {
+			tr.first.row = pp.Start
+		} else {
+			for _, q := range lp.Partitions[:task] {
+				tr.first.row += q.Queries
+			}
+			tr.first.item = pp.Start
+		}
+	}
+	var w *writer.Parquet
+	write := func(rec arrow.RecordBatch) error {
+		if err := w.Write(rec); err != nil {
+			return err
+		}
+		return tr.write(rec)
+	}
+	var pk *packRun
+	var err error
+	if lp.Packing == nil {
+		if err := tr.open(ctx, lp.out, tbl.Schema, false, lp.opts, lp.ConfigHash); err != nil {
+			return nil, err
+		}
+		sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
+		for _, f := range pp.Files {
+			sub.Files = append(sub.Files, lp.Layout.Files[f])
+		}
+		if w, err = writer.NewParquet(ctx, lp.out, tbl.Schema, sub, wopts); err != nil {
+			return nil, err
+		}
+	} else {
+		pk = lp.partitionPackRun(tbl, keys, task)
+		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
+			return nil, err
+		}
+		pk.packer.MaxItems = lp.Packing.MaxItems
+		if err := tr.open(ctx, lp.out, pk.layout.Packed, true, lp.opts, lp.ConfigHash); err != nil {
+			return nil, err
+		}
+		pk.onPacked = tr.write
+		wopts.SortingColumns = append(append([]string{}, lp.opts.SliceKeys...), lp.opts.QueryKey...)
+		if w, err = writer.NewParquet(ctx, lp.out, pk.layout.Packed, partition.Layout{}, wopts); err != nil {
+			return nil, err
+		}
+		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, lp.hist, rec) }
+	}
+	progress := func(rec arrow.RecordBatch) error {
+		if err := write(rec); err != nil {
+			return err
+		}
+		lp.opts.Progress.Add(rec.NumRows())
+		return nil
+	}
+	var fp fingerprint.Sum
+	if err := pr.each(ctx, func(src *unitSource, un partition.Unit) error {
+		return writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, progress)
+	}); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	if pk != nil {
+		if err := pk.finish(ctx, w, lp.hist); err != nil {
+			w.Abort()
+			return nil, err
+		}
+	}
+	files, err := w.Close()
+	if err != nil {
+		return nil, err
+	}
+	shards, err := tr.close()
+	if err != nil {
+		return nil, err
+	}
+	d.Rows, d.Hash, d.Files, d.Shards = fp.Rows, fp.String(), files, shards
+	if pk != nil {
+		d.Queries = pk.packer.Queries
+		if d.Queries != pp.Queries {
+			return nil, fmt.Errorf("internal: reduce %d packed %d queries, the plan counted %d", task, d.Queries, pp.Queries)
+		}
+	}
+	return d, nil
+}
+
+// assemble checks the map and reduce tasks' results against the plan and
+// each other (files, rows, fingerprints) and builds the manifest as run
+// builds it. It returns the manifest, the queries per slice (packed) and
+// the shards.
+func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest, det detection) (*manifests.Manifest, []int64, []writer.ShardInfo, error) {
+	var inFP, outFP fingerprint.Sum
+	prof := tensors.NewProfile()
+	for m, d := range maps {
+		s, err := d.sum()
+		if err != nil {
+			return nil, nil, nil, errs.BadInputf("%s: fingerprint: %v", lp.work.URL(mapDoneName(m)), err)
+		}
+		inFP.Add(s)
+		prof.Merge(d.Profile)
+	}
+	var files []writer.FileInfo
+	var shards []writer.ShardInfo
+	for j, d := range reduces {
+		pp := lp.Partitions[j]
+		if len(d.Files) != len(pp.Files) {
+			return nil, nil, nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %d files, the plan has %d", j, len(d.Files), len(pp.Files))
+		}
+		for k, f := range d.Files {
+			want := pp.Queries // a packed file's rows are its queries
+			if lp.Packing == nil {
+				want = lp.Layout.Files[pp.Files[k]].Rows
+			}
+			if f.Path != writer.FileName(pp.Files[k]) || f.Rows != want {
+				return nil, nil, nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %s with %d rows, the plan has %s with %d",
+					j, f.Path, f.Rows, writer.FileName(pp.Files[k]), want)
+			}
+		}
+		s, err := d.sum()
+		if err != nil {
+			return nil, nil, nil, errs.BadInputf("%s: fingerprint: %v", lp.work.URL(reduceDoneName(j)), err)
+		}
+		outFP.Add(s)
+		files = append(files, d.Files...)
+		shards = append(shards, d.Shards...)
+	}
+	if lp.Packing != nil {
+		// A reduce numbers its packed rows from 0: the global first rows
+		// are prefix sums of the files' queries.
+		var next int64
+		for k := range files {
+			files[k].Start = next
+			next += files[k].Rows
+		}
+	}
+	if inFP.Rows != lp.Rows || outFP != inFP {
+		return nil, nil, nil, fmt.Errorf("the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
+	}
+	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
+	var queries []int64
+	outSchema, packed := tbl.Schema, false
+	if pg := lp.Packing; pg != nil {
+		// The packed layout as every reduce decided it, and the packing
+		// figures from the plan's key pass (the reduces' query counts
+		// were checked against it).
+		keys, err := resolveKeys(tbl, lp.opts)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		pk := newPackRun(tbl, keys.query, keys.slice, lp.hist, partition.Layout{})
+		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
+			return nil, nil, nil, err
+		}
+		queries = slices.Clone(pg.PerSlice)
+		pk.queries = queries
+		m = pk.buildManifest(tbl, lp.hist, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
+		outSchema, packed = pk.layout.Packed, true
+		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
+		if m.Totals.Rows != pg.Queries || m.Packing.Items != tbl.Rows {
+			return nil, nil, nil, fmt.Errorf("the files hold %d queries, the plan counted %d; nothing committed", m.Totals.Rows, pg.Queries)
+		}
+	}
+	if tr := lp.tensorRun(prof); tr != nil {
+		// The tensor schema as every reduce fixed it, from the merged
+		// profile of the map tasks.
+		if err := tr.fix(outSchema, packed, lp.opts); err != nil {
+			return nil, nil, nil, err
+		}
+		m.Tensors = tr.manifest(m, shards, lp.opts)
+		if m.Tensors.Totals.Rows != m.Totals.Rows || (m.Packing != nil && m.Tensors.Totals.Items != m.Packing.Items) {
+			return nil, nil, nil, fmt.Errorf("the shards hold %d samples and %d items, the Parquet files %d; nothing committed", m.Tensors.Totals.Rows, m.Tensors.Totals.Items, m.Totals.Rows)
+		}
+	}
+	return m, queries, shards, nil
+}
