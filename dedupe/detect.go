@@ -43,9 +43,13 @@ func NewDetector(schema *arrow.Schema, keyCols []int) *Detector {
 		conflicts: map[int]Conflict{}, lastHash: make([]uint64, schema.NumFields())}
 }
 
-// Add checks rows of rec, in the order given by ord (nil: as stored).
+// Add checks rows of rec, in the order given by ord (nil: every row, as
+// stored; else only the rows ord names).
 func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
 	n := int(rec.NumRows())
+	if ord != nil {
+		n = len(ord)
+	}
 	if n == 0 {
 		return nil
 	}

@@ -215,7 +215,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	if ks.sample != nil {
-		}
+	}
 	data, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
 		return nil, nil, err
@@ -653,7 +653,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 // partition's first item, cuts row groups where run cuts them inside the
 // partition's file, and finishes at the partition's end.
 func (lp *loadedPlan) partitionPackRun(tbl *source.Table, keys keyCols, j int) *packRun {
-	pk := newPackRun(tbl, keys.query, keys.slice, lp.hist, partition.Layout{})
+	pk := newPackRun(tbl, keys.query, lp.hist)
 	pp := lp.Partitions[j]
 	f := lp.Layout.Files[j]
 	for _, g := range f.RowGroups {

@@ -425,7 +425,7 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		pk := newPackRun(tbl, keys.query, keys.slice, lp.hist, partition.Layout{})
+		pk := newPackRun(tbl, keys.query, lp.hist)
 		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
 			return nil, nil, nil, err
 		}

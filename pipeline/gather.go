@@ -3,8 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -261,72 +259,6 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress, 
 	return recs, total, nil
 }
 
-// spill routes every input row to its unit's spill file (Arrow IPC, LZ4),
-// in input order, and returns the files and the input fingerprint.
-func spill(ctx context.Context, t *source.Table, rt *router, sliceCols []int, dir string, parallel int, prog Progress, observe func(arrow.RecordBatch)) ([]string, fingerprint.Sum, int64, error) {
-	var fp fingerprint.Sum
-	n := len(rt.units)
-	paths := make([]string, n)
-	files := make([]*os.File, n)
-	writers := make([]*ipc.FileWriter, n)
-	closeAll := func() error {
-		var first error
-		for i, w := range writers {
-			if w != nil {
-				if err := w.Close(); err != nil && first == nil {
-					first = err
-				}
-				if err := files[i].Close(); err != nil && first == nil {
-					first = err
-				}
-				writers[i] = nil
-			}
-		}
-		return first
-	}
-	fail := func(err error) ([]string, fingerprint.Sum, int64, error) {
-		closeAll()
-		return nil, fp, 0, err
-	}
-	for _, ref := range t.RowGroups() {
-		s, err := routeRowGroup(ctx, t, ref, rt, sliceCols, parallel, observe, func(u int, part arrow.RecordBatch) error {
-			var err error
-			if writers[u] == nil {
-				paths[u] = filepath.Join(dir, fmt.Sprintf("unit-%05d.arrow", u))
-				var f *os.File
-				if f, err = os.Create(paths[u]); err == nil {
-					files[u] = f
-					writers[u], err = ipc.NewFileWriter(f, ipc.WithSchema(part.Schema()), ipc.WithLZ4())
-				}
-			}
-			if err == nil {
-				err = writers[u].Write(part)
-			}
-			if err != nil {
-				return errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
-			}
-			return nil
-		})
-		if err != nil {
-			return fail(err)
-		}
-		fp.Add(s)
-		prog.Add(ref.Rows())
-	}
-	if err := closeAll(); err != nil {
-		return nil, fp, 0, errs.TransientErr(fmt.Errorf("spill to %s: %w", dir, err))
-	}
-	var spilled int64
-	for _, p := range paths {
-		if p != "" {
-			if st, err := os.Stat(p); err == nil {
-				spilled += st.Size()
-			}
-		}
-	}
-	return paths, fp, spilled, nil
-}
-
 // routeRowGroup reads one input row group, fingerprints it, hands it to
 // observe (may be nil), and passes each unit's rows of it, in input order, to
 // emit, unit by unit in unit order. Row groups must be routed in input order
@@ -381,23 +313,6 @@ func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 		}
 	}
 	return sum, nil
-}
-
-// loadUnit reads a unit's spill file.
-func loadUnit(path string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	if path == "" { // a unit with no rows
-		return nil, nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, errs.TransientErr(err)
-	}
-	defer f.Close()
-	recs, err := readIPC(f, schema)
-	if err != nil {
-		return nil, errs.TransientErr(fmt.Errorf("read spill %s: %w", path, err))
-	}
-	return recs, nil
 }
 
 // readIPC reads every record of an Arrow IPC file.

@@ -1,13 +1,10 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/compute"
@@ -21,10 +18,12 @@ import (
 	"github.com/relayout/relayout/writer"
 )
 
-// packRun is the state of a run with --query-key: detection of the
-// query-level columns over all rows, then packing of the ordered rows with
-// row-group and file cuts moved to the query boundary at or before each
-// planned cut; cuts at a slice boundary stay there (slices are query-level).
+// packRun is the packing state of one partition (one packed file): the
+// query-level columns decided over all rows (detection), then packing of
+// the partition's ordered rows with row-group cuts moved to the query
+// boundary at or before each planned cut; cuts at a slice boundary stay
+// there (slices are query-level). The partition itself starts and ends at
+// query boundaries (computePackCuts).
 type packRun struct {
 	qk       []int
 	det      *dedupe.Detector
@@ -33,56 +32,28 @@ type packRun struct {
 	sliceIdx []int   // slice key positions in the packed schema
 	queries  []int64 // per slice rank
 	rgEnds   map[int64]bool
-	fileEnds map[int64]bool
 	// sliceStarts holds the output position of every slice's first row.
 	sliceStarts map[int64]bool
-	items       int64
-	total       int64
-	// onPacked, when set, also receives every packed record (tensors), and
-	// onFileEnd every planned file end.
-	onPacked  func(arrow.RecordBatch) error
-	onFileEnd func() error
-	maxItems  int64
-	conflict  []string // columns moved to the items by --on-query-conflict=items
-
-	// Split-query check: the slice of every query seen so far (by a hash of
-	// its key), so a query whose rows fall in two slices is caught.
-	sliceCols  []int
-	hist       *partition.Histogram
-	querySlice map[uint64]int32
+	// items is the position of the next flat row; total the partition's
+	// end.
+	items, total int64
+	// onPacked, when set, also receives every packed record (tensors).
+	onPacked func(arrow.RecordBatch) error
+	conflict []string // columns moved to the items by --on-query-conflict=items
 }
 
-func newPackRun(tbl *source.Table, qk, sliceCols []int, hist *partition.Histogram, lay partition.Layout) *packRun {
+func newPackRun(tbl *source.Table, qk []int, hist *partition.Histogram) *packRun {
 	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), queries: make([]int64, len(hist.Slices)), total: tbl.Rows,
-		sliceCols: sliceCols, hist: hist, querySlice: map[uint64]int32{},
-		rgEnds: map[int64]bool{}, fileEnds: map[int64]bool{}, sliceStarts: map[int64]bool{}}
+		rgEnds: map[int64]bool{}, sliceStarts: map[int64]bool{}}
 	for _, s := range hist.Slices {
 		if s.Rows > 0 {
 			p.sliceStarts[s.Start] = true
 		}
 	}
-	for _, f := range lay.Files {
-		for _, g := range f.RowGroups {
-			p.rgEnds[g.Start+g.Rows] = true
-		}
-		p.fileEnds[f.Start+f.Rows] = true
-	}
 	return p
 }
 
-// detect feeds a sorted unit to the detector.
-func (p *packRun) detect(src *unitSource, schema *arrow.Schema) error {
-	// The split check and the detector only read the unit: run them side
-	// by side.
-	split := make(chan error, 1)
-	go func() { split <- p.checkSplit(src, schema) }()
-	err := p.detectColumns(src, schema)
-	if serr := <-split; serr != nil {
-		return serr // a split query explains any column conflict too
-	}
-	return err
-}
-
+// detectColumns feeds a sorted unit to the detector.
 func (p *packRun) detectColumns(src *unitSource, schema *arrow.Schema) error {
 	arrs := make([]arrow.Array, len(src.cols))
 	for i, c := range src.cols {
@@ -142,12 +113,6 @@ func (d detection) constant() []bool {
 
 func (d detection) conflict(c int) string { return d.Conflicts[strconv.Itoa(c)] }
 
-// decide fixes the query-level columns and the packed layout from this
-// run's detector.
-func (p *packRun) decide(tbl *source.Table, opts RunOptions, sliceCols []int) error {
-	return p.decideFrom(tbl, opts, sliceCols, detectionOf(p.det))
-}
-
 // decideFrom fixes the query-level columns and the packed layout from a
 // detection.
 func (p *packRun) decideFrom(tbl *source.Table, opts RunOptions, sliceCols []int, det detection) error {
@@ -195,7 +160,7 @@ func (p *packRun) decideFrom(tbl *source.Table, opts RunOptions, sliceCols []int
 }
 
 // write packs ordered flat rows and appends complete queries, cutting row
-// groups and files at the planned boundaries.
+// groups at the planned boundaries.
 func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.Histogram, rec arrow.RecordBatch) error {
 	packed, err := p.packer.Add(ctx, rec)
 	if err != nil {
@@ -210,21 +175,13 @@ func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.
 	// The held-back query is complete at the end and at a slice boundary
 	// (queries never span slices): pack it before the cut, so row groups
 	// end where slices end and their statistics stay tight.
-	cut := p.fileEnds[p.items] || p.rgEnds[p.items]
+	cut := p.rgEnds[p.items]
 	if p.items == p.total || (cut && p.sliceStarts[p.items]) {
 		if err := p.finish(ctx, w, hist); err != nil {
 			return err
 		}
 	}
-	if p.fileEnds[p.items] {
-		if p.onFileEnd != nil {
-			if err := p.onFileEnd(); err != nil {
-				return err
-			}
-		}
-		return w.EndFile()
-	}
-	if p.rgEnds[p.items] {
+	if cut {
 		return w.EndRowGroup()
 	}
 	return nil
@@ -311,57 +268,6 @@ func allCols(n int) []int {
 		out[i] = i
 	}
 	return out
-}
-
-// checkSplit finds a query whose rows lie in more than one slice: slice keys
-// must be constant within a query, or its rows would not be contiguous.
-func (p *packRun) checkSplit(src *unitSource, schema *arrow.Schema) error {
-	if len(p.sliceCols) == 0 {
-		return nil
-	}
-	cols := make([]arrow.Array, len(src.cols))
-	for i, c := range src.cols {
-		cols[i] = c.(*compute.ArrayDatum).MakeArray()
-		defer cols[i].Release()
-	}
-	var qk, prevQK, sk []byte
-	for j, i64 := range src.ord {
-		i := int(i64)
-		qk = qk[:0]
-		for _, c := range p.qk {
-			qk = partition.AppendKey(qk, cols[c], i)
-		}
-		if j > 0 && bytes.Equal(qk, prevQK) {
-			continue
-		}
-		prevQK = append(prevQK[:0], qk...)
-		sk = sk[:0]
-		for _, c := range p.sliceCols {
-			sk = partition.AppendKey(sk, cols[c], i)
-		}
-		rk, _ := p.hist.Rank(sk)
-		h := xxhash.Sum64(qk)
-		prev, seen := p.querySlice[h]
-		if !seen {
-			p.querySlice[h] = rk
-			continue
-		}
-		if prev == rk {
-			continue
-		}
-		// Name the slice key that differs, with both values.
-		ps := p.hist.Slices[prev]
-		var q []any
-		for _, c := range p.qk {
-			q = append(q, partition.Value(cols[c], i))
-		}
-		for k, c := range p.sliceCols {
-			if !bytes.Equal(ps.Parts[k], partition.AppendKey(nil, cols[c], i)) {
-				return errs.BadInputf("slice key %q must be query-level but varies within query %v: %v then %v", schema.Field(c).Name, q, ps.Values[k], partition.Value(cols[c], i))
-			}
-		}
-	}
-	return nil
 }
 
 // distributionOf summarises counts (and sorts them).

@@ -1,16 +1,12 @@
 package pipeline
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/relayout/relayout/partition"
-	"github.com/relayout/relayout/source"
 )
 
 // router sends an input row to the unit that holds its output position,
@@ -24,18 +20,12 @@ type router struct {
 	units   []partition.Unit
 	whole   []int32 // unit of each slice, or -1 when split
 	counter []int64
-	exact   map[int32]*exactRanks
 	// cuts, when set, routes the rows of a slice split over units (here:
 	// files) by key: the query key (so each query goes whole to one unit)
 	// or the sort key with the input position.
 	cuts    map[int32][]queryCut
 	cutCols []int
 	qbuf    []byte
-}
-
-type exactRanks struct {
-	positions []int64 // ascending
-	ranks     []int64 // rank within the slice of positions[i]
 }
 
 func newRouter(h *partition.Histogram, units []partition.Unit) *router {
@@ -105,75 +95,7 @@ func (r *router) unitOf(key []byte, pos int64) (int, error) {
 	if u := r.whole[rk]; u >= 0 {
 		return int(u), nil
 	}
-	var within int64
-	if ex := r.exact[rk]; ex != nil {
-		i, found := slices.BinarySearch(ex.positions, pos)
-		if !found {
-			return 0, fmt.Errorf("internal: position %d has no rank", pos)
-		}
-		within = ex.ranks[i]
-	} else {
-		within = r.counter[rk]
-		r.counter[rk]++
-	}
+	within := r.counter[rk]
+	r.counter[rk]++
 	return r.unitAt(r.h.Slices[rk].Start + within), nil
-}
-
-// rankSplitSlices computes the exact within-slice rank, by (sort key, input
-// position), of every row of a split slice. It reads only key columns and
-// holds the sort keys of those slices' rows.
-func (r *router) rankSplitSlices(ctx context.Context, t *source.Table, sliceCols, sortCols []int) error {
-	split := r.split()
-	if len(split) == 0 || len(sortCols) == 0 {
-		return nil
-	}
-	isSplit := map[int32]bool{}
-	for _, s := range split {
-		isSplit[s] = true
-	}
-	type row struct {
-		key []byte
-		pos int64
-	}
-	rows := map[int32][]row{}
-	cols := append(append([]int{}, sliceCols...), sortCols...)
-	var buf []byte
-	for _, ref := range t.RowGroups() {
-		rec, err := t.Read(ctx, ref, cols, 2)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < int(rec.NumRows()); i++ {
-			buf = buf[:0]
-			for c := range sliceCols {
-				buf = partition.AppendKey(buf, rec.Column(c), i)
-			}
-			rk, ok := r.h.Rank(buf)
-			if !ok || !isSplit[rk] {
-				continue
-			}
-			var k []byte
-			for c := len(sliceCols); c < len(cols); c++ {
-				k = partition.AppendKey(k, rec.Column(c), i)
-			}
-			rows[rk] = append(rows[rk], row{k, ref.Offset() + int64(i)})
-		}
-		rec.Release()
-	}
-	r.exact = map[int32]*exactRanks{}
-	for rk, rs := range rows {
-		slices.SortStableFunc(rs, func(a, b row) int { return bytes.Compare(a.key, b.key) })
-		ex := &exactRanks{positions: make([]int64, len(rs)), ranks: make([]int64, len(rs))}
-		type pr struct{ pos, rank int64 }
-		prs := make([]pr, len(rs))
-		for i, x := range rs {
-			prs[i] = pr{x.pos, int64(i)}
-		}
-		slices.SortFunc(prs, func(a, b pr) int { return int(a.pos - b.pos) })
-		for i, p := range prs {
-			ex.positions[i], ex.ranks[i] = p.pos, p.rank
-		}
-		r.exact[rk] = ex
-	}
-	return nil
 }

@@ -13,13 +13,16 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"gocloud.dev/blob"
 
+	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/writer"
 )
 
@@ -59,7 +62,12 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// Run re-lays the input table out under the output location.
+// Run re-lays the input table out under the output location. It is the
+// distributed plan (docs/distributed.md) executed in one process: the same
+// plan, the same map routing, detect and reduce code, in goroutines, with
+// the shuffle in a local temporary folder; when the whole table fits one
+// unit in memory, the shuffle is skipped and every partition is a range of
+// the table sorted once.
 func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	opts, err = opts.withDefaults()
 	if err != nil {
@@ -94,7 +102,6 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if s := opts.sampleOf; s != nil {
 		in.rowBytes, in.fileRowBytes = s.rowBytes, s.fileRowBytes
 	}
-	sliceCols, sortCols, qkCols := keys.slice, keys.sort, keys.query
 	inBytes := in.bytes
 	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
@@ -112,161 +119,58 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 	}
 
-	// 1. Plan.
+	// 1. Plan: the key pass, the layout, the partitions and units.
 	opts.Progress.Start("plan", int64(tbl.NumRowGroups()))
-	hist, ex, err := partition.BuildWith(ctx, tbl, sliceCols, partition.BuildOptions{Vectors: len(sliceCols) > 0}, opts.Parallel)
+	ks, err := keyPass(ctx, tbl, keys, in, tr != nil, opts)
 	opts.Progress.Finish()
 	if err != nil {
 		return nil, err
 	}
-	// What reading each slice costs on the input, for the report; the
-	// per-row-group vectors are dropped here, before the rows are read.
-	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
+	if ks.sample != nil {
+		defer ks.sample.Release()
+	}
+	// In-process map tasks: one per core, over consecutive row groups.
+	mapBytes := max(inBytes/int64(max(opts.Parallel, 1)), 1)
+	p, err := buildPlan(ctx, tbl, keys, ks, tr, opts, mapBytes)
 	if err != nil {
 		return nil, err
 	}
-	ex = nil
-	rep.stage("plan", t0)
-	layout := planLayout(hist, in, opts)
-	// The sample from which column encodings are chosen.
-	sample, err := readSample(ctx, tbl)
-	if err != nil {
-		return nil, err
-	}
-	// Decoded Arrow data is larger than Parquet's uncompressed size when
-	// columns are dictionary-encoded; budget with the sample's real size.
-	memRowBytes := in.rowBytes
-	if sample != nil && sample.NumRows() > 0 {
-		memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
-	}
-	mp, err := planMemory(tbl, in, layout, memRowBytes, tr != nil, opts)
-	if err != nil {
-		if sample != nil {
-			sample.Release()
-		}
-		return nil, err
-	}
-	if qkCols != nil && len(splitBySlice(hist, layout)) > 0 {
-		// Packed files start at query boundaries; where a file cut falls
-		// inside a slice, chunks are cut at the query boundary too, so the
-		// packer sees the records a distributed reduce sees.
-		pc, err := computePackCuts(ctx, tbl, hist, layout, sliceCols, qkCols, opts.Parallel)
-		if err != nil {
-			if sample != nil {
-				sample.Release()
-			}
-			return nil, err
-		}
-		mp.units = partition.GroupUnits(cutChunks(partition.Chunks(layout, mp.chunkRows), pc.starts), mp.unitRows)
-	}
-	maxUnitRows, units := mp.unitRows, mp.units
+	ks.ex = nil
+	lp := &loadedPlan{Plan: p, out: out, work: out, opts: opts, hist: ks.hist, tensors: tr.config(opts)}
+	units, _ := p.units()
 	rep.Units = len(units)
-	log.Info("planned", "slices", len(hist.Slices), "files", len(layout.Files), "row_group_rows", layout.TargetRows, "units", len(units), "unit_rows", maxUnitRows, "chunk_rows", mp.chunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(mp.memRowBytes), "fixed_mib", mp.fixed>>20)
+	rep.ConfigHash = p.ConfigHash
+	rep.stage("plan", t0)
+	whole := len(ks.mp.units) == 1 // the table fits one unit: no shuffle
+	log.Info("planned", "slices", len(ks.hist.Slices), "files", len(ks.layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.layout.TargetRows,
+		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(ks.mp.memRowBytes), "fixed_mib", ks.mp.fixed>>20)
 
-	cfgJSON, cfgHash := configOf(opts, tr)
-	rep.ConfigHash = cfgHash
-
-	var w *writer.Parquet
-	defer func() {
-		if sample != nil {
-			sample.Release()
-		}
-	}()
-	// openWriter creates the sink: flat runs write the table's schema cut
-	// as planned; packed runs write the packed schema, cut by packRun.
-	openWriter := func(schema *arrow.Schema, lay partition.Layout, sorting []string) error {
-		var err error
-		w, err = writer.NewParquet(ctx, out, schema, lay, writer.ParquetOptions{
-			Sample:    sample,
-			Parallel:  opts.Parallel,
-			ZstdLevel: opts.ZstdLevel, PageBytes: opts.PageBytes,
-			SortingColumns: sorting,
-			Metadata: [][2]string{
-				{"relayout.version", version.Version},
-				{"relayout.config_hash", cfgHash},
-			},
-			CreatedBy: "relayout version " + version.Version,
-		})
-		return err
-	}
-	var pk *packRun
-	if qkCols != nil {
-		pk = newPackRun(tbl, qkCols, sliceCols, hist, layout)
-		if opts.MaxItemsPerQuery > 0 {
-			pk.maxItems = opts.MaxItemsPerQuery
-		} else {
-			pk.maxItems = maxUnitRows
-		}
-	} else if err := openWriter(tbl.Schema, layout, append(append([]string{}, opts.SliceKeys...), opts.SortKeys...)); err != nil {
-		return nil, err
-	}
-	openPacked := func() error {
-		if err := pk.decide(tbl, opts, sliceCols); err != nil {
-			return err
-		}
-		pk.packer.MaxItems = pk.maxItems
-		if err := tr.open(ctx, out, pk.layout.Packed, true, opts, cfgHash); err != nil {
-			return err
-		}
-		pk.onPacked, pk.onFileEnd = tr.write, tr.endFile
-		return openWriter(pk.layout.Packed, partition.Layout{}, append(append([]string{}, opts.SliceKeys...), opts.QueryKey...))
-	}
 	committed := false
 	defer func() {
-		if !committed && w != nil {
-			w.Abort()
-			writer.Remove(ctx, out, w.Files())
-		}
-		if !committed {
-			tr.remove(ctx, out)
+		if !committed { // what this run wrote: prepareOutput emptied both
+			_ = removePrefix(context.WithoutCancel(ctx), out, "parquet/")
+			_ = removePrefix(context.WithoutCancel(ctx), out, "tensors/")
 		}
 	}()
 
-	// 2-3. Gather and write.
+	// 2. Map: route every row to its unit.
 	t1 := time.Now()
-	written := 0
-	var outFP fingerprint.Sum // of the rows handed to the encoder
-	fpOut := &outFP
-	if opts.Check == CheckFull {
-		fpOut = nil // the full check fingerprints the written files instead
-	}
-	// Tensor shards end with each Parquet file (chunks never span two).
-	fileEnds := map[int64]bool{}
-	for _, f := range layout.Files {
-		fileEnds[f.Start+f.Rows] = true
-	}
-	var pos int64
-	write := func(rec arrow.RecordBatch) error {
-		if pk != nil {
-			if err := pk.write(ctx, w, hist, rec); err != nil {
-				return err
-			}
-		} else {
-			if err := w.Write(rec); err != nil {
-				return err
-			}
-			if err := tr.write(rec); err != nil {
-				return err
-			}
-			if pos += rec.NumRows(); fileEnds[pos] {
-				if err := tr.endFile(); err != nil {
-					return err
-				}
-			}
+	var maps []*TaskManifest
+	var sorted *unitSource
+	if whole {
+		opts.Progress.Start("read", tbl.Rows)
+		prof := tensors.NewProfile()
+		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress, prof.Observe)
+		opts.Progress.Finish()
+		if err != nil {
+			return nil, err
 		}
-		opts.Progress.Add(rec.NumRows())
-		if opts.FailAfterFiles > 0 && len(w.Files()) >= opts.FailAfterFiles && len(w.Files()) > written {
-			return errs.TransientErr(fmt.Errorf("injected failure after %d files", len(w.Files())))
-		}
-		written = len(w.Files())
-		return nil
-	}
-	workers := max(opts.Parallel-1, 1)
-	var inFP fingerprint.Sum
-	sortUnit := func(recs []arrow.RecordBatch, un partition.Unit) (*unitSource, error) {
-		ord, err := partition.Sort(hist, recs, sliceCols, sortCols)
-		if err == nil && int64(len(ord)) != un.Rows {
-			err = fmt.Errorf("internal: unit at row %d holds %d rows, the plan says %d", un.Start, len(ord), un.Rows)
+		maps = []*TaskManifest{{Kind: "map", Rows: fp.Rows, Hash: fp.String(), Profile: prof.Lengths()}}
+		rep.stage("read", t1)
+		t1 = time.Now()
+		ord, err := partition.Sort(ks.hist, recs, keys.slice, keys.sort)
+		if err == nil && int64(len(ord)) != tbl.Rows {
+			err = fmt.Errorf("internal: read %d rows, the footers say %d", len(ord), tbl.Rows)
 		}
 		if err != nil {
 			for _, r := range recs {
@@ -274,161 +178,94 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			}
 			return nil, err
 		}
-		src, err := newUnitSource(tbl.Schema, recs)
-		if err != nil {
+		if sorted, err = newUnitSource(tbl.Schema, recs); err != nil {
 			return nil, err
 		}
-		src.ord = ord
-		return src, nil // recs are now owned by src
-	}
-	if len(units) == 1 {
-		opts.Progress.Start("read", tbl.Rows)
-		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress, tr.observe)
-		opts.Progress.Finish()
-		if err != nil {
-			return nil, err
-		}
-		inFP = fp
-		rep.stage("read", t1)
-		t1 = time.Now()
-		src, err := sortUnit(recs, units[0])
-		if err != nil {
-			return nil, err
-		}
-		if pk == nil {
-			if err := tr.open(ctx, out, tbl.Schema, false, opts, cfgHash); err != nil {
-				src.release()
-				return nil, err
-			}
-		}
-		if pk != nil {
-			if err := pk.detect(src, tbl.Schema); err != nil {
-				src.release()
-				return nil, err
-			}
-			if err := openPacked(); err != nil {
-				src.release()
-				return nil, err
-			}
-			rep.stage("detect", t1)
-			t1 = time.Now()
-		}
-		opts.Progress.Start("write", tbl.Rows)
-		err = writeUnit(ctx, tbl.Schema, src, units[0], workers, fpOut, write)
-		opts.Progress.Finish()
-		src.release()
-		if err != nil {
-			return nil, err
-		}
+		sorted.ord = ord
+		defer sorted.release()
 	} else {
 		dir, err := newSpillDir(opts.TmpDir)
 		if err != nil {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		rt := newRouter(hist, units)
-		if err := rt.rankSplitSlices(ctx, tbl, sliceCols, sortCols); err != nil {
+		if lp.work, err = storage.OpenDir(ctx, dir, true); err != nil {
 			return nil, err
 		}
-		opts.Progress.Start("spill", tbl.Rows)
-		paths, fp, spilled, err := spill(ctx, tbl, rt, sliceCols, dir, opts.Parallel, opts.Progress, tr.observe)
+		opts.Progress.Start("map", tbl.Rows)
+		maps = make([]*TaskManifest, len(p.Maps))
+		err = par.ForEach(ctx, len(p.Maps), opts.Parallel, func(i int) error {
+			var err error
+			maps[i], err = lp.mapRows(ctx, tbl, keys, i, 1)
+			return err
+		})
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
 		}
-		inFP = fp
-		rep.SpillBytes = spilled
-		rep.stage("spill", t1)
-		t1 = time.Now()
-		if pk == nil {
-			if err := tr.open(ctx, out, tbl.Schema, false, opts, cfgHash); err != nil {
-				return nil, err
+		for _, d := range maps {
+			for _, mp := range d.Partitions {
+				rep.SpillBytes += mp.Bytes
 			}
 		}
-		if pk != nil {
-			// Query-level columns are decided over all rows: a pass over
-			// the sorted units before anything is written.
-			for u, un := range units {
-				recs, err := loadUnit(paths[u], tbl.Schema)
-				if err != nil {
-					return nil, err
-				}
-				src, err := sortUnit(recs, un)
-				if err != nil {
-					return nil, err
-				}
-				err = pk.detect(src, tbl.Schema)
-				src.release()
-				if err != nil {
-					return nil, err
-				}
-			}
-			if err := openPacked(); err != nil {
-				return nil, err
-			}
-			rep.stage("detect", t1)
-			t1 = time.Now()
-		}
-		opts.Progress.Start("write", tbl.Rows)
-		for u, un := range units {
-			recs, err := loadUnit(paths[u], tbl.Schema)
-			if err != nil {
-				return nil, err
-			}
-			if paths[u] != "" {
-				os.Remove(paths[u])
-			}
-			src, err := sortUnit(recs, un)
-			if err != nil {
-				return nil, err
-			}
-			err = writeUnit(ctx, tbl.Schema, src, un, workers, fpOut, write)
-			src.release()
-			if err != nil {
-				return nil, err
-			}
-		}
-		opts.Progress.Finish()
+		rep.stage("map", t1)
 	}
-	if pk != nil {
-		if err := pk.finish(ctx, w, hist); err != nil {
+	t1 = time.Now()
+	reader := func(j int) *partitionReader {
+		pr := lp.partitionReader(tbl, keys, j, maps)
+		pr.sorted = sorted
+		return pr
+	}
+
+	// 3. Detect (packed): which columns are query-level, over all rows.
+	var det detection
+	if p.Packing != nil {
+		if sorted != nil { // every row in order at once
+			pk := &packRun{qk: keys.query, det: dedupe.NewDetector(tbl.Schema, keys.query)}
+			if err := pk.detectColumns(sorted, tbl.Schema); err != nil {
+				return nil, err
+			}
+			det = detectionOf(pk.det)
+		}
+		for j := range p.Partitions {
+			if sorted != nil {
+				break
+			}
+			d, _, err := reader(j).detect(ctx)
+			if err != nil {
+				return nil, err
+			}
+			det.merge(d)
+		}
+		rep.stage("detect", t1)
+		t1 = time.Now()
+	}
+
+	// 4. Reduce: each partition's files and shards, in order.
+	opts.Progress.Start("write", tbl.Rows)
+	var reduces []*TaskManifest
+	files := 0
+	for j, pp := range p.Partitions {
+		pr := reader(j)
+		if p.Packing != nil && len(pp.Files) == 0 {
+			pr = nil // a query covers the whole range: no file
+		}
+		d, err := lp.writePartition(ctx, pr, det, ks.sample)
+		if err != nil {
 			return nil, err
 		}
+		reduces = append(reduces, d)
+		if files += len(d.Files); opts.FailAfterFiles > 0 && files >= opts.FailAfterFiles && j < len(p.Partitions)-1 {
+			return nil, errs.TransientErr(fmt.Errorf("injected failure after %d files", files))
+		}
 	}
-	files, err := w.Close()
-	if err != nil {
-		return nil, err
-	}
-	shards, err := tr.close()
-	if err != nil {
-		return nil, err
-	}
+	opts.Progress.Finish()
 	rep.stage("write", t1)
-	if inFP.Rows != tbl.Rows {
-		return nil, fmt.Errorf("internal: read %d rows, footers say %d", inFP.Rows, tbl.Rows)
-	}
 
-	var m *manifests.Manifest
-	if pk != nil {
-		m = pk.buildManifest(tbl, hist, files, cfgJSON, cfgHash, opts, inFP, inBytes)
-		if m.Packing.Items != tbl.Rows {
-			return nil, fmt.Errorf("internal: packed %d items, the input has %d rows", m.Packing.Items, tbl.Rows)
-		}
-	} else {
-		m = buildManifest(tbl, tbl.Schema, hist.Slices, files, cfgJSON, cfgHash, opts, inFP)
-	}
-
-	if tr != nil {
-		m.Tensors = tr.manifest(m, shards, opts)
-		want := m.Totals.Rows
-		if m.Tensors.Totals.Rows != want || (m.Packing != nil && m.Tensors.Totals.Items != m.Packing.Items) {
-			return nil, fmt.Errorf("internal: shards hold %d samples and %d items, the Parquet files %d", m.Tensors.Totals.Rows, m.Tensors.Totals.Items, want)
-		}
-	}
-
-	// 4. Check what was written against the manifest and the input.
-	if opts.Check != CheckFull && (outFP.Rows != inFP.Rows || outFP.Hash != inFP.Hash) {
-		return nil, fmt.Errorf("internal: the rows written (fingerprint %s, %d rows) differ from the input (%s, %d rows); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows)
+	// 5. Check what was written against the plan and the input.
+	m, queries, shards, err := lp.assemble(tbl, maps, reduces, det)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Check != CheckNone {
 		t2 := time.Now()
@@ -444,7 +281,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.stage("check", t2)
 	}
 
-	// 5. Commit.
+	// 6. Commit.
 	if err := commitManifest(ctx, out, m); err != nil {
 		return nil, err
 	}
@@ -453,14 +290,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.finish(t0, m)
 		return &Result{Manifest: m, Report: rep}, nil
 	}
-	var queries []int64
 	maxItems := int64(0)
-	if pk != nil {
-		queries, maxItems = pk.queries, pk.maxItems
+	if p.Packing != nil {
+		maxItems = p.Packing.MaxItems
 	}
 	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
 	t3 := time.Now()
-	if err := fillRunReport(ctx, rep, tbl, out, m, hist, before, queries, shards, layout, maxItems, opts); err != nil {
+	if err := fillRunReport(ctx, rep, tbl, out, m, ks.hist, ks.before, queries, shards, ks.layout, maxItems, opts); err != nil {
 		log.Warn("could not complete the report", "err", err)
 	}
 	rep.stage("report", t3)
@@ -470,7 +306,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			log.Warn("could not write report", "err", err)
 		}
 	}
-	log.Info("committed", "manifest", out.URL(manifests.FileName), "files", len(files), "rows", m.Totals.Rows, "bytes", m.Totals.Bytes)
+	log.Info("committed", "manifest", out.URL(manifests.FileName), "files", m.Totals.Files, "rows", m.Totals.Rows, "bytes", m.Totals.Bytes)
 	return &Result{Manifest: m, Report: rep}, nil
 }
 

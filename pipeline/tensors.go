@@ -124,14 +124,6 @@ func (t *tensorRun) write(rec arrow.RecordBatch) error {
 	return nil
 }
 
-// endFile closes the open shard at the end of a Parquet file.
-func (t *tensorRun) endFile() error {
-	if t == nil || t.sink == nil {
-		return nil
-	}
-	return t.sink.EndFile()
-}
-
 func (t *tensorRun) close() ([]writer.ShardInfo, error) {
 	if t == nil || t.sink == nil {
 		return nil, nil

@@ -54,8 +54,9 @@ type TensorOptions struct {
 	ShardBytes int64
 	// Metadata is added to every shard's __metadata__.
 	Metadata map[string]string
-	// FirstFile, FirstRow and FirstItem number the first shard's file and
-	// samples (a distributed reduce task writes from the middle).
+	// FirstFile is the Parquet file whose samples the sink converts (a
+	// shard never spans two files: each file's samples get their own
+	// sink); FirstRow and FirstItem number its first sample and item.
 	FirstFile           int
 	FirstRow, FirstItem int64
 }
@@ -73,8 +74,8 @@ type Tensors struct {
 	rows   int64 // samples in closed shards
 	items  int64
 	sizes  []int64
-	file   int // the Parquet file the open shard's samples belong to
-	inFile int // shards closed in it
+	file   int // the Parquet file whose samples this sink converts
+	inFile int // shards closed
 }
 
 // NewTensors returns a sink writing plan's tensors under out.
@@ -84,22 +85,6 @@ func NewTensors(ctx context.Context, out storage.Location, plan *tensors.Plan, o
 	}
 	return &Tensors{ctx: ctx, out: out, plan: plan, opts: opts, buf: plan.NewBuffers(),
 		file: opts.FirstFile, rows: opts.FirstRow, items: opts.FirstItem}
-}
-
-// EndFile closes the open shard at the end of a Parquet file; the next
-// samples start the next file's shards. A file with no samples is skipped,
-// as the Parquet writer skips it.
-func (w *Tensors) EndFile() error {
-	if w.buf.Rows > 0 {
-		if err := w.flush(); err != nil {
-			return err
-		}
-	}
-	if w.inFile > 0 {
-		w.file++
-		w.inFile = 0
-	}
-	return nil
 }
 
 // Write converts rec's samples (flat rows, or packed queries) and closes
