@@ -72,6 +72,9 @@ type Plan struct {
 	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
 	// Packing is set for packed plans (--query-key).
 	Packing *PlanPacking `json:"packing,omitempty"`
+
+	unitsOf  []partition.Unit // units(), once computed
+	unitPart []int
 	// Cuts routes the rows of slices split over units, in plans with sort
 	// keys (packed plans sort by query key): slice rank -> the sort key and
 	// input position of the row at each unit start inside it. Without sort
@@ -265,6 +268,9 @@ func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partitio
 // partition: the writer's chunks (cut at the partitions' starts), grouped
 // per partition by UnitRows. Run groups its chunks the same way.
 func (p *Plan) units() ([]partition.Unit, []int) {
+	if p.unitsOf != nil {
+		return p.unitsOf, p.unitPart
+	}
 	starts := make([]int64, len(p.Partitions))
 	for j, pp := range p.Partitions {
 		starts[j] = pp.Start
@@ -282,6 +288,7 @@ func (p *Plan) units() ([]partition.Unit, []int) {
 			part = append(part, j)
 		}
 	}
+	p.unitsOf, p.unitPart = units, part
 	return units, part
 }
 

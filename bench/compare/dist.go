@@ -19,6 +19,7 @@ type taskOut struct {
 	Partitions []struct {
 		Bytes int64 `json:"bytes"`
 	} `json:"partitions"`
+	rss int64 // peak RSS of the task's process (/usr/bin/time)
 }
 
 // makespan is the wall time of tasks on w workers taking the next task in
@@ -38,14 +39,28 @@ func makespan(times []float64, w int) float64 {
 // 2 and 4 local worker processes against relayout run, and a projection to
 // 16 and 64 workers from the measured task times.
 func distBench(dir, in string, inBytes int64, res map[string]any) {
-	sizes := []string{"--slice-keys", "country,date", "--file-bytes", "8MiB", "--row-group-bytes", "8MiB"}
-	fmt.Printf("\n== distributed run: plan, map, reduce, commit as separate processes (--file-bytes 8MiB, --map-bytes 8MiB)\n")
+	all := map[string]any{}
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{{"flat", nil}, {"packed+tensors", []string{"--query-key", "query_id", "--tensors"}}} {
+		all[c.name] = distCase(dir, in, inBytes, c.name, c.extra)
+	}
+	res["distributed"] = all
+}
+
+// distCase is one configuration of the distributed benchmark.
+func distCase(dir, in string, inBytes int64, name string, extra []string) map[string]any {
+	sizes := append([]string{"--slice-keys", "country,date", "--file-bytes", "8MiB", "--row-group-bytes", "8MiB"}, extra...)
+	fmt.Printf("\n== distributed run (%s): plan, map, detect, reduce, commit as separate processes (--file-bytes 8MiB, --map-bytes 8MiB)\n", name)
+	dir = filepath.Join(dir, strings.ReplaceAll(name, "+", "-"))
+	os.MkdirAll(dir, 0o755)
 	runOut := filepath.Join(dir, "dist-run")
 	m, _ := timed("bin/relayout", append([]string{"run", "--quiet", "--overwrite", "--input", in, "--output", runOut}, sizes...)...)
 	fmt.Printf("relayout run (one process): %.2f s\n", m.Seconds)
-	fmt.Printf("%-8s %8s %8s %8s %8s %8s %9s %9s\n", "workers", "plan", "map", "reduce", "commit", "total", "vs run", "identical")
-	out := map[string]any{"run_seconds": m.Seconds}
-	var mapTimes, reduceTimes []float64
+	fmt.Printf("%-8s %8s %8s %8s %8s %8s %8s %9s %9s\n", "workers", "plan", "map", "detect", "reduce", "commit", "total", "vs run", "identical")
+	out := map[string]any{"run_seconds": m.Seconds, "run_peak_rss": m.RSS}
+	var mapTimes, detectTimes, reduceTimes []float64
 	var planS, commitS float64
 	for _, w := range []int{1, 2, 4} {
 		dst := filepath.Join(dir, fmt.Sprintf("dist-%d", w))
@@ -61,6 +76,7 @@ func distBench(dir, in string, inBytes int64, res map[string]any) {
 		var counts struct {
 			Plan        string `json:"plan"`
 			MapTasks    int    `json:"map_tasks"`
+			DetectTasks int    `json:"detect_tasks"`
 			ReduceTasks int    `json:"reduce_tasks"`
 		}
 		json.Unmarshal(pout, &counts)
@@ -75,18 +91,16 @@ func distBench(dir, in string, inBytes int64, res map[string]any) {
 				go func(i int) {
 					defer wg.Done()
 					defer func() { <-sem }()
-					o, err := exec.Command("bin/relayout", name, "--quiet", "--plan", counts.Plan, "--task", fmt.Sprint(i)).Output()
-					if err != nil {
-						fmt.Fprintf(os.Stderr, "%s %d: %v\n", name, i, err)
-						os.Exit(1)
-					}
-					json.Unmarshal(o, &outs[i])
+					tm, o := timed("bin/relayout", name, "--quiet", "--plan", counts.Plan, "--task", fmt.Sprint(i))
+					json.Unmarshal([]byte(o), &outs[i])
+					outs[i].rss = tm.RSS
 				}(i)
 			}
 			wg.Wait()
 			return time.Since(t0).Seconds(), outs
 		}
 		tMap, maps := step("map", counts.MapTasks)
+		tDetect, detects := step("detect", counts.DetectTasks)
 		tReduce, reduces := step("reduce", counts.ReduceTasks)
 		t1 := time.Now()
 		if err := exec.Command("bin/relayout", "commit", "--quiet", "--plan", counts.Plan).Run(); err != nil {
@@ -94,9 +108,9 @@ func distBench(dir, in string, inBytes int64, res map[string]any) {
 			os.Exit(1)
 		}
 		tCommit := time.Since(t1).Seconds()
-		total := tPlan + tMap + tReduce + tCommit
+		total := tPlan + tMap + tDetect + tReduce + tCommit
 		same := sameTree(runOut, dst)
-		fmt.Printf("%-8d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v\n", w, tPlan, tMap, tReduce, tCommit, total, m.Seconds/total, same)
+		fmt.Printf("%-8d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v\n", w, tPlan, tMap, tDetect, tReduce, tCommit, total, m.Seconds/total, same)
 		var shuffle int64
 		for _, mo := range maps {
 			for _, p := range mo.Partitions {
@@ -108,16 +122,26 @@ func distBench(dir, in string, inBytes int64, res map[string]any) {
 			for _, x := range maps {
 				mapTimes = append(mapTimes, x.Seconds)
 			}
+			for _, x := range detects {
+				detectTimes = append(detectTimes, x.Seconds)
+			}
+			var peak int64
 			for _, x := range reduces {
 				reduceTimes = append(reduceTimes, x.Seconds)
+				peak = max(peak, x.rss)
 			}
+			for _, x := range append(maps, detects...) {
+				peak = max(peak, x.rss)
+			}
+			fmt.Printf("         largest task peak RSS %.0f MB (relayout run: %.0f MB)\n", float64(peak)/1e6, float64(m.RSS)/1e6)
+			out["task_peak_rss"] = peak
 			fmt.Printf("         %d map tasks, %d reduce tasks; shuffle %.1f MB written and read = %.2f bytes per input byte\n",
 				counts.MapTasks, counts.ReduceTasks, float64(shuffle)/1e6, float64(shuffle)/float64(inBytes))
 			out["shuffle_bytes"] = shuffle
 			out["shuffle_per_input_byte"] = float64(shuffle) / float64(inBytes)
 			out["map_tasks"], out["reduce_tasks"] = counts.MapTasks, counts.ReduceTasks
 		}
-		out[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tPlan, "map": tMap, "reduce": tReduce, "commit": tCommit, "total": total, "identical_to_run": same}
+		out[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tPlan, "map": tMap, "detect": tDetect, "reduce": tReduce, "commit": tCommit, "total": total, "identical_to_run": same}
 	}
 	// Projection: plan + makespan(map tasks) + makespan(reduce tasks) +
 	// commit, with the task times measured alone (1 worker), each worker on
@@ -125,22 +149,22 @@ func distBench(dir, in string, inBytes int64, res map[string]any) {
 	// the step; a larger table has more tasks of the same size.
 	var proj []string
 	for _, w := range []int{1, 2, 4, 16, 64} {
-		t := planS + makespan(mapTimes, w) + makespan(reduceTimes, w) + commitS
+		t := planS + makespan(mapTimes, w) + makespan(detectTimes, w) + makespan(reduceTimes, w) + commitS
 		proj = append(proj, fmt.Sprintf("%d: %.2f s", w, t))
 		out[fmt.Sprintf("projected_%d", w)] = t
 	}
 	fmt.Printf("projected wall time from per-task times (one machine per worker): %s\n", strings.Join(proj, ", "))
 	scaled := func(w, copies int) float64 {
-		var mt, rt []float64
+		var mt, dt, rt []float64
 		for c := 0; c < copies; c++ {
-			mt, rt = append(mt, mapTimes...), append(rt, reduceTimes...)
+			mt, dt, rt = append(mt, mapTimes...), append(dt, detectTimes...), append(rt, reduceTimes...)
 		}
-		return planS*float64(copies) + makespan(mt, w) + makespan(rt, w) + commitS
+		return planS*float64(copies) + makespan(mt, w) + makespan(dt, w) + makespan(rt, w) + commitS
 	}
 	fmt.Printf("a 64x larger table (64x the tasks, plan scaled 64x): 1 worker %.0f s, 16 workers %.0f s (%.1fx), 64 workers %.0f s (%.1fx)\n",
 		scaled(1, 64), scaled(16, 64), scaled(1, 64)/scaled(16, 64), scaled(64, 64), scaled(1, 64)/scaled(64, 64))
-	out["map_task_seconds"], out["reduce_task_seconds"] = mapTimes, reduceTimes
-	res["distributed"] = out
+	out["map_task_seconds"], out["detect_task_seconds"], out["reduce_task_seconds"] = mapTimes, detectTimes, reduceTimes
+	return out
 }
 
 // sameTree reports whether two outputs hold the same files with the same
