@@ -11,6 +11,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
@@ -483,5 +489,81 @@ func testPacked(t *testing.T, in string, unitRows int64) {
 	_, err = ReduceTask(ctx, res.Plan, res.ReduceTasks-1, local)
 	if !errs.Is(err, errs.BadInput) || err.Error() != runErr.Error() {
 		t.Fatalf("reduce with a varying declared query column:\n%v\nrun said:\n%v", err, runErr)
+	}
+}
+
+// TestDistributedQueryCoversFiles: a query larger than several files makes
+// the files its range covers empty: run writes none of them and numbers the
+// rest down; the distributed steps give the same bytes, with empty reduce
+// tasks.
+func TestDistributedQueryCoversFiles(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "q.parquet")
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "country", Type: arrow.BinaryTypes.String},
+		{Name: "query_id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "score", Type: arrow.PrimitiveTypes.Float64},
+	}, nil)
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(8<<10)), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	// One country; queries 1..40 of 200 items, query 41 of 60,000 items
+	// (several files), then queries 42..80 of 200 items; rows shuffled
+	// by query so input order differs from output order.
+	sizes := map[int64]int{41: 60_000}
+	for q := int64(1); q <= 80; q++ {
+		if sizes[q] == 0 {
+			sizes[q] = 200
+		}
+	}
+	for i := 0; i < 60_000; i++ {
+		for q := int64(80); q >= 1; q-- {
+			if i < sizes[q] {
+				b.Field(0).(*array.StringBuilder).Append("DE")
+				b.Field(1).(*array.Int64Builder).Append(q)
+				b.Field(2).(*array.Int64Builder).Append(int64(i))
+				b.Field(3).(*array.Float64Builder).Append(float64(i%89) / 7)
+			}
+		}
+	}
+	rec := b.NewRecordBatch()
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	w.Close()
+
+	base := t.TempDir()
+	o := func(out string) RunOptions {
+		return RunOptions{Inputs: []string{p}, Output: out, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
+			RowGroupBytes: 128 << 10, MinRowGroupBytes: 32 << 10, FileBytes: 256 << 10, Tensors: true, ShardBytes: 64 << 10}
+	}
+	ref := filepath.Join(base, "run")
+	if _, err := Run(context.Background(), o(ref)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(base, "dist")
+	res := runDistributed(t, o(out), 256<<10, 2)
+	m := readManifest(t, ref)
+	if m.Totals.Files >= res.ReduceTasks || m.Totals.Rows != 80 {
+		t.Fatalf("%d files for %d reduce tasks (%d queries); want the huge query to leave some partitions empty", m.Totals.Files, res.ReduceTasks, m.Totals.Rows)
+	}
+	want, got := readTree(t, ref), readTree(t, out)
+	if len(got) != len(want) {
+		t.Fatalf("%d files, run wrote %d (%v vs %v)", len(got), len(want), keysOf(got), keysOf(want))
+	}
+	for k, v := range want {
+		if !bytes.Equal(got[k], v) {
+			t.Fatalf("%s differs from run's", k)
+		}
+	}
+	if r, err := Verify(context.Background(), out, true, 2); err != nil || !r.OK {
+		t.Fatalf("verify --deep: %+v %v", r, err)
 	}
 }
