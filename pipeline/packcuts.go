@@ -106,52 +106,14 @@ func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.His
 		return pc, nil
 	}
 	// Items per query key, for the split slices' rows only.
-	var mu sync.Mutex
 	counts := map[int32]map[string]int64{}
 	for rk := range split {
 		counts[rk] = map[string]int64{}
 	}
-	cols := append(append([]int{}, sliceCols...), queryCols...)
-	refs := tbl.RowGroups()
-	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
-		rec, err := tbl.Read(ctx, refs[i], cols, 1)
-		if err != nil {
-			return err
+	err := scanSplit(ctx, tbl, hist, split, sliceCols, queryCols, parallel, func(rows []splitRow) {
+		for _, r := range rows {
+			counts[r.rank][string(r.key)]++
 		}
-		defer rec.Release()
-		local := map[int32]map[string]int64{}
-		var sk, qk []byte
-		for r := 0; r < int(rec.NumRows()); r++ {
-			sk = sk[:0]
-			for c := range sliceCols {
-				sk = partition.AppendKey(sk, rec.Column(c), r)
-			}
-			rk, ok := hist.Rank(sk)
-			if !ok {
-				return errs.BadInputf("%s: a row's slice key was not seen by the key pass (did the input change?)", refs[i].File.Obj.URL)
-			}
-			if _, isSplit := split[rk]; !isSplit {
-				continue
-			}
-			qk = qk[:0]
-			for c := len(sliceCols); c < len(cols); c++ {
-				qk = partition.AppendKey(qk, rec.Column(c), r)
-			}
-			m := local[rk]
-			if m == nil {
-				m = map[string]int64{}
-				local[rk] = m
-			}
-			m[string(qk)]++
-		}
-		mu.Lock()
-		for rk, m := range local {
-			for k, n := range m {
-				counts[rk][k] += n
-			}
-		}
-		mu.Unlock()
-		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -252,21 +214,58 @@ func computeCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogr
 	if len(split) == 0 {
 		return nil, nil
 	}
-	type row struct {
-		key []byte
-		pos int64
+	rows := map[int32][]splitRow{}
+	err := scanSplit(ctx, tbl, hist, split, sliceCols, sortCols, parallel, func(rs []splitRow) {
+		for _, r := range rs {
+			rows[r.rank] = append(rows[r.rank], r)
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	out := map[int32][]queryCut{}
+	for rk, files := range split {
+		rs := rows[rk]
+		slices.SortFunc(rs, func(a, b splitRow) int {
+			if c := bytes.Compare(a.key, b.key); c != 0 {
+				return c
+			}
+			return int(a.pos - b.pos)
+		})
+		s := hist.Slices[rk]
+		if int64(len(rs)) != s.Rows {
+			return nil, errs.BadInputf("the input changed while it was read: slice %v holds %d rows, the key pass counted %d", s.Values, len(rs), s.Rows)
+		}
+		for _, u := range files {
+			x := rs[unitStarts[u]-s.Start]
+			out[rk] = append(out[rk], queryCut{Key: x.key, Pos: x.pos, Unit: u})
+		}
+	}
+	return out, nil
+}
+
+// splitRow is a row of a split slice: its slice rank, encoded key (query or
+// sort key) and input position.
+type splitRow struct {
+	rank int32
+	key  []byte
+	pos  int64
+}
+
+// scanSplit reads the slice and key columns of every row group, in
+// parallel, and hands the rows of the split slices to add, one row group
+// at a time (add is never called concurrently).
+func scanSplit(ctx context.Context, tbl *source.Table, hist *partition.Histogram, split map[int32][]int, sliceCols, keyCols []int, parallel int, add func([]splitRow)) error {
 	var mu sync.Mutex
-	rows := map[int32][]row{}
-	cols := append(append([]int{}, sliceCols...), sortCols...)
+	cols := append(append([]int{}, sliceCols...), keyCols...)
 	refs := tbl.RowGroups()
-	err := par.ForEach(ctx, len(refs), parallel, func(i int) error {
+	return par.ForEach(ctx, len(refs), parallel, func(i int) error {
 		rec, err := tbl.Read(ctx, refs[i], cols, 1)
 		if err != nil {
 			return err
 		}
 		defer rec.Release()
-		local := map[int32][]row{}
+		var rows []splitRow
 		var sk []byte
 		for r := 0; r < int(rec.NumRows()); r++ {
 			sk = sk[:0]
@@ -284,35 +283,11 @@ func computeCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogr
 			for c := len(sliceCols); c < len(cols); c++ {
 				k = partition.AppendKey(k, rec.Column(c), r)
 			}
-			local[rk] = append(local[rk], row{k, refs[i].Offset() + int64(r)})
+			rows = append(rows, splitRow{rank: rk, key: k, pos: refs[i].Offset() + int64(r)})
 		}
 		mu.Lock()
-		for rk, rs := range local {
-			rows[rk] = append(rows[rk], rs...)
-		}
+		add(rows)
 		mu.Unlock()
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	out := map[int32][]queryCut{}
-	for rk, files := range split {
-		rs := rows[rk]
-		slices.SortFunc(rs, func(a, b row) int {
-			if c := bytes.Compare(a.key, b.key); c != 0 {
-				return c
-			}
-			return int(a.pos - b.pos)
-		})
-		s := hist.Slices[rk]
-		if int64(len(rs)) != s.Rows {
-			return nil, errs.BadInputf("the input changed while it was read: slice %v holds %d rows, the key pass counted %d", s.Values, len(rs), s.Rows)
-		}
-		for _, u := range files {
-			x := rs[unitStarts[u]-s.Start]
-			out[rk] = append(out[rk], queryCut{Key: x.key, Pos: x.pos, Unit: u})
-		}
-	}
-	return out, nil
 }
