@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -672,7 +674,21 @@ func (lp *loadedPlan) partitionPackRun(tbl *source.Table, keys keyCols, j int) *
 	return pk
 }
 
+// readIPCObject reads every record of an Arrow IPC object. A local one is
+// read from its file (buffer by buffer, not whole into memory first).
 func readIPCObject(ctx context.Context, out storage.Location, name string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+	if out.Local != "" {
+		f, err := os.Open(filepath.Join(out.Local, filepath.FromSlash(name)))
+		if err != nil {
+			return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(name), err))
+		}
+		defer f.Close()
+		recs, err := readIPC(f, schema)
+		if err != nil {
+			return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
+		}
+		return recs, nil
+	}
 	data, err := out.Bucket.ReadAll(ctx, out.Key(name))
 	if err != nil {
 		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(name), err))
