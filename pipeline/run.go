@@ -142,6 +142,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	rep.ConfigHash = p.ConfigHash
 	rep.stage("plan", t0)
 	whole := len(ks.mp.units) == 1 // the table fits one unit: no shuffle
+	if whole {
+		rep.Units = 1
+	}
 	log.Info("planned", "slices", len(ks.hist.Slices), "files", len(ks.layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.layout.TargetRows,
 		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(ks.mp.memRowBytes), "fixed_mib", ks.mp.fixed>>20)
 
