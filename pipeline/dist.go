@@ -200,10 +200,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := prepareOutput(ctx, out, opts.Overwrite); err != nil {
-		return nil, nil, err
-	}
-	if err := removePrefix(ctx, out, WorkPrefix); err != nil {
+	if err := prepareOutput(ctx, out, opts.Overwrite); err != nil { // and an old work prefix
 		return nil, nil, err
 	}
 	tbl, keys, in, _, err := openTable(ctx, opts)

@@ -317,7 +317,8 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 // set; then it removes the old manifest first (so no reader trusts it while
 // files change). Whatever is under parquet/ without a manifest is debris of
 // a failed or killed run, never committed data, so it is removed too, with
-// the old report and, in local outputs, writers' stray *.tmp files.
+// the old report, a distributed run's work prefix and, in local outputs,
+// writers' stray *.tmp files.
 func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) error {
 	key := out.Key(manifests.FileName)
 	exists, err := checkOutput(ctx, out, overwrite)
@@ -336,7 +337,7 @@ func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) er
 			os.Remove(p)
 		}
 	}
-	for _, prefix := range []string{"parquet/", "tensors/"} {
+	for _, prefix := range []string{"parquet/", "tensors/", WorkPrefix} {
 		if err := removePrefix(ctx, out, prefix); err != nil {
 			return err
 		}
