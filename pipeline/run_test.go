@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/parquet-go/parquet-go"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -581,5 +582,44 @@ func TestReorderedColumnsAndNullSlices(t *testing.T) {
 	}
 	if fmt.Sprint(xs) != "[2 4 3 1 5]" {
 		t.Fatalf("x in output order %v, want [2 4 3 1 5]", xs)
+	}
+}
+
+// TestVerifyDeepRederivesShards: verify --deep converts the Parquet rows
+// again and requires the shards to equal the conversion, flat and packed
+// over several files; a shard altered together with its manifest entry
+// passes the shallow check and fails the deep one.
+func TestVerifyDeepRederivesShards(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 2, Seed: 6})
+	for _, packed := range []bool{false, true} {
+		out := filepath.Join(t.TempDir(), "out")
+		smallRun(t, in, out, func(o *RunOptions) {
+			o.Tensors, o.ShardBytes, o.FileBytes = true, 256<<10, 1<<20
+			if packed {
+				o.QueryKey = []string{"query_id"}
+			}
+		})
+		res, err := Verify(context.Background(), out, true, 2)
+		if err != nil || !res.OK || !res.Rederived || res.Shards < 3 || res.Files < 2 {
+			t.Fatalf("packed %v: deep verify of a good output: %+v %v", packed, res, err)
+		}
+		// Alter a data byte of the last shard, and its manifest entry's
+		// hash to match.
+		m := readManifest(t, out)
+		last := m.Tensors.Shards[len(m.Tensors.Shards)-1]
+		p := filepath.Join(out, last.Path)
+		data, _ := os.ReadFile(p)
+		data[len(data)-1] ^= 0x01
+		os.WriteFile(p, data, 0o644)
+		raw, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+		raw = bytes.Replace(raw, []byte(`"`+last.XXHash64+`"`), []byte(fmt.Sprintf(`"%016x"`, xxhash.Sum64(data))), 1)
+		os.WriteFile(filepath.Join(out, "manifest.json"), raw, 0o644)
+		if res, err := Verify(context.Background(), out, false, 2); err != nil || !res.OK {
+			t.Fatalf("packed %v: the altered shard should pass the shallow check: %+v %v", packed, res, err)
+		}
+		res, err = Verify(context.Background(), out, true, 2)
+		if err != nil || res.OK || !strings.Contains(res.Problem, last.Path) || !strings.Contains(res.Problem, "not the conversion") {
+			t.Fatalf("packed %v: deep verify of an altered shard: %+v %v", packed, res, err)
+		}
 	}
 }

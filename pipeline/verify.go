@@ -30,8 +30,11 @@ type VerifyResult struct {
 	Rows    int64  `json:"rows"`
 	Bytes   int64  `json:"bytes"`
 	Deep    bool   `json:"deep"`
-	// Shards is the number of tensor shards checked.
-	Shards int `json:"shards,omitempty"`
+	// Shards is the number of tensor shards checked; Rederived says that
+	// deep verification converted the Parquet rows again and found every
+	// shard equal (skipped for outputs of another relayout version).
+	Shards    int  `json:"shards,omitempty"`
+	Rederived bool `json:"rederived,omitempty"`
 }
 
 // Verify checks an output folder against its manifest: every file exists with
@@ -176,6 +179,16 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 		}
 		res.Shards = len(m.Tensors.Shards)
 		res.Bytes += m.Tensors.Totals.Bytes
+		if deep {
+			problem, skipped, err := rederiveShards(ctx, out, m, parallel)
+			if err != nil {
+				return nil, err
+			}
+			if problem != "" {
+				return fail("%s", problem)
+			}
+			res.Rederived = !skipped
+		}
 	}
 	res.OK = true
 	return res, nil

@@ -43,6 +43,9 @@ func verifyCommand() *cli.Command {
 				if res.Deep {
 					mode = "deep"
 				}
+				if res.Rederived {
+					mode += "; shards re-derived from the Parquet rows"
+				}
 				fmt.Fprintf(c.App.Writer, "ok: %d files, %d shards, %d rows, %s verified (%s)\n", res.Files, res.Shards, res.Rows, human(res.Bytes), mode)
 			}
 			if !res.OK {
