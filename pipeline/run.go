@@ -163,7 +163,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if whole {
 		opts.Progress.Start("read", tbl.Rows)
 		prof := tensors.NewProfile()
-		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress, prof.Observe)
+		observe := func(arrow.RecordBatch) {}
+		if tr != nil { // list lengths fix the tensor shapes
+			observe = prof.Observe
+		}
+		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress, observe)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err

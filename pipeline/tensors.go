@@ -67,13 +67,6 @@ func (t *tensorRun) config(opts RunOptions) *tensorConfig {
 	return &tensorConfig{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples}
 }
 
-// observe profiles a flat input record.
-func (t *tensorRun) observe(rec arrow.RecordBatch) {
-	if t != nil {
-		t.prof.Observe(rec)
-	}
-}
-
 // open fixes the plan for the output schema and creates the sink.
 func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arrow.Schema, packed bool, opts RunOptions, cfgHash string) error {
 	if t == nil {
@@ -129,18 +122,6 @@ func (t *tensorRun) close() ([]writer.ShardInfo, error) {
 		return nil, nil
 	}
 	return t.sink.Close()
-}
-
-// remove deletes the shards of a run that did not commit.
-func (t *tensorRun) remove(ctx context.Context, out storage.Location) {
-	if t == nil || t.sink == nil {
-		return
-	}
-	var files []writer.FileInfo
-	for _, s := range t.sink.Shards() {
-		files = append(files, writer.FileInfo{Path: s.Path})
-	}
-	writer.Remove(ctx, out, files)
 }
 
 // manifest describes the shards and indexes each slice's rows in them.
