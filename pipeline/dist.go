@@ -7,15 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -161,6 +158,8 @@ type TaskManifest struct {
 type mapPartition struct {
 	Partition int    `json:"partition"`
 	Unit      int    `json:"unit"`
+	Offset    int64  `json:"offset"` // the unit's byte range in Path
+	Length    int64  `json:"length"`
 	Rows      int64  `json:"rows"`
 	Bytes     int64  `json:"bytes"`
 	Path      string `json:"path"`
@@ -499,73 +498,6 @@ func writeDone(ctx context.Context, out storage.Location, attemptName, doneName 
 	return putObject(ctx, out, doneName, data)
 }
 
-// ipcObject streams an Arrow IPC file (LZ4) into an object.
-type ipcObject struct {
-	name   string
-	bw     *blob.Writer
-	cancel context.CancelFunc
-	cw     *countWriter
-	w      *ipc.FileWriter
-	rows   int64
-	n      int64
-	url    string
-}
-
-type countWriter struct {
-	w interface{ Write([]byte) (int, error) }
-	n int64
-}
-
-func (c *countWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
-}
-
-func newIPCObject(ctx context.Context, out storage.Location, name string, schema *arrow.Schema) (*ipcObject, error) {
-	cctx, cancel := context.WithCancel(ctx)
-	bw, err := out.Bucket.NewWriter(cctx, out.Key(name), nil)
-	if err != nil {
-		cancel()
-		return nil, storage.Classify(fmt.Errorf("create %s: %w", out.URL(name), err))
-	}
-	cw := &countWriter{w: bw}
-	w, err := ipc.NewFileWriter(cw, ipc.WithSchema(schema), ipc.WithLZ4())
-	if err != nil {
-		cancel()
-		bw.Close()
-		return nil, err
-	}
-	return &ipcObject{name: name, bw: bw, cancel: cancel, cw: cw, w: w, url: out.URL(name)}, nil
-}
-
-func (o *ipcObject) write(rec arrow.RecordBatch) error {
-	if err := o.w.Write(rec); err != nil {
-		return storage.Classify(fmt.Errorf("write %s: %w", o.url, err))
-	}
-	o.rows += rec.NumRows()
-	return nil
-}
-
-func (o *ipcObject) close() error {
-	if err := o.w.Close(); err != nil {
-		o.abort()
-		return storage.Classify(fmt.Errorf("write %s: %w", o.url, err))
-	}
-	err := o.bw.Close()
-	o.cancel()
-	o.n = o.cw.n
-	if err != nil {
-		return storage.Classify(fmt.Errorf("write %s: %w", o.url, err))
-	}
-	return nil
-}
-
-func (o *ipcObject) abort() {
-	o.cancel()
-	o.bw.Close()
-}
-
 // DetectTask is `relayout detect --task j` (packed plans): it reads
 // partition j, sorted, and records which columns vary inside a query, so
 // that every reduce task decides the query-level columns over all rows.
@@ -669,32 +601,6 @@ func (lp *loadedPlan) partitionPackRun(tbl *source.Table, keys keyCols, j int) *
 	}
 	pk.items, pk.total = pp.Start, pp.Start+pp.Rows
 	return pk
-}
-
-// readIPCObject reads every record of an Arrow IPC object. A local one is
-// read from its file (buffer by buffer, not whole into memory first).
-func readIPCObject(ctx context.Context, out storage.Location, name string, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	if out.Local != "" {
-		f, err := os.Open(filepath.Join(out.Local, filepath.FromSlash(name)))
-		if err != nil {
-			return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(name), err))
-		}
-		defer f.Close()
-		recs, err := readIPC(f, schema)
-		if err != nil {
-			return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
-		}
-		return recs, nil
-	}
-	data, err := out.Bucket.ReadAll(ctx, out.Key(name))
-	if err != nil {
-		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(name), err))
-	}
-	recs, err := readIPC(bytes.NewReader(data), schema)
-	if err != nil {
-		return nil, errs.BadInputf("read %s: %v", out.URL(name), err)
-	}
-	return recs, nil
 }
 
 // CommitJob is `relayout commit`: it requires every task manifest, checks

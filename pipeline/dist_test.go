@@ -180,8 +180,15 @@ func TestDistributedOnS3Retries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := MapTask(ctx, plan, 0, local); err != nil { // twice: harmless
+	d, err := MapTask(ctx, plan, 0, local) // twice: harmless
+	if err != nil {
 		t.Fatal(err)
+	}
+	// On an object store a map attempt writes one shuffle object, every
+	// unit a byte range of it.
+	objs := testutil.BucketTree(t, loc.Bucket, "relaid/_relayout/map/m-00000/a-"+d.Attempt+"/")
+	if len(objs) != 2 || len(d.Partitions) < 2 || d.Partitions[0].Path != d.Partitions[1].Path || d.Partitions[1].Offset == 0 {
+		t.Fatalf("map attempt wrote %v with segments %+v; want one shuffle object and its task manifest", keysOf(objs), d.Partitions)
 	}
 	for j := 0; j < res.ReduceTasks; j++ {
 		if j == 1 {

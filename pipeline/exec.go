@@ -49,12 +49,11 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 	}
 	attempt := newAttempt()
 	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", WorkPrefix, task, attempt)
-	writers := map[int]*ipcObject{}
-	abort := func() {
-		for _, w := range writers {
-			w.abort()
-		}
+	sw, err := newShuffleWriter(lp.work, prefix, lp.opts.TmpDir)
+	if err != nil {
+		return nil, err
 	}
+	defer sw.abort()
 	var fp fingerprint.Sum
 	var observe func(arrow.RecordBatch)
 	var prof *tensors.Profile
@@ -64,45 +63,26 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 	}
 	for _, rgi := range pm.RowGroups {
 		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
-			abort()
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
 		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, parallel, observe, func(u int, rows arrow.RecordBatch) error {
-			w := writers[u]
-			if w == nil {
-				var err error
-				if w, err = newIPCObject(ctx, lp.work, fmt.Sprintf("%su-%05d.arrow", prefix, u), rows.Schema()); err != nil {
-					return err
-				}
-				writers[u] = w
-			}
-			return w.write(rows)
-		})
+		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, parallel, observe, sw.write)
 		if err != nil {
-			abort()
 			return nil, err
 		}
 		fp.Add(s)
 		lp.opts.Progress.Add(ref.Rows())
 	}
-	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: []mapPartition{}}
-	if prof != nil {
-		d.Profile = prof.Lengths()
-	}
-	for u := range units {
-		w := writers[u]
-		if w == nil {
-			continue
-		}
-		if err := w.close(); err != nil {
-			abort()
-			return nil, err
-		}
-		d.Partitions = append(d.Partitions, mapPartition{Partition: part[u], Unit: u, Rows: w.rows, Bytes: w.n, Path: w.name})
-	}
 	if fp.Rows != pm.Rows {
 		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
+	}
+	segs, err := sw.publish(ctx, part)
+	if err != nil {
+		return nil, err
+	}
+	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: segs}
+	if prof != nil {
+		d.Profile = prof.Lengths()
 	}
 	d.Seconds = time.Since(t0).Seconds()
 	return d, writeDone(ctx, lp.work, prefix+"_task.json", mapDoneName(task), d)
@@ -134,10 +114,10 @@ type partitionReader struct {
 	own   bool // tbl is closed with the reader
 	keys  keyCols
 	task  int
-	prof  *tensors.Profile // the map tasks' merged profile: every input row
-	units []partition.Unit // the partition's units, in order
-	ids   []int            // their indices in the plan
-	objs  map[int][]string // unit index -> map objects, in map order
+	prof  *tensors.Profile       // the map tasks' merged profile: every input row
+	units []partition.Unit       // the partition's units, in order
+	ids   []int                  // their indices in the plan
+	segs  map[int][]mapPartition // unit index -> map segments, in map order
 	// sorted, when set, replaces reading: run's in-memory path hands the
 	// whole table sorted once, and each partition is a range of it.
 	sorted *unitSource
@@ -171,7 +151,7 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 
 // partitionReader reads partition task from the map tasks' objects.
 func (lp *loadedPlan) partitionReader(tbl *source.Table, keys keyCols, task int, dones []*TaskManifest) *partitionReader {
-	pr := &partitionReader{lp: lp, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile(), objs: map[int][]string{}}
+	pr := &partitionReader{lp: lp, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile(), segs: map[int][]mapPartition{}}
 	units, part := lp.units()
 	for u, j := range part {
 		if j == task {
@@ -182,7 +162,7 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys keyCols, task int,
 		pr.prof.Merge(d.Profile)
 		for _, mp := range d.Partitions {
 			if mp.Partition == task {
-				pr.objs[mp.Unit] = append(pr.objs[mp.Unit], mp.Path)
+				pr.segs[mp.Unit] = append(pr.segs[mp.Unit], mp)
 			}
 		}
 	}
@@ -216,8 +196,8 @@ func (pr *partitionReader) each(ctx context.Context, fn func(src *unitSource, un
 				r.Release()
 			}
 		}
-		for _, name := range pr.objs[pr.ids[k]] {
-			got, err := readIPCObject(ctx, pr.lp.work, name, pr.tbl.Schema)
+		for _, seg := range pr.segs[pr.ids[k]] {
+			got, err := readSegment(ctx, pr.lp.work, seg, pr.tbl.Schema)
 			if err != nil {
 				release()
 				return err

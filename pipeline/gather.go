@@ -9,7 +9,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/fingerprint"
@@ -313,28 +312,6 @@ func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 		}
 	}
 	return sum, nil
-}
-
-// readIPC reads every record of an Arrow IPC file.
-func readIPC(ra ipc.ReadAtSeeker, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	r, err := ipc.NewFileReader(ra, ipc.WithSchema(schema))
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	var recs []arrow.RecordBatch
-	for i := 0; i < r.NumRecords(); i++ {
-		rec, err := r.RecordBatch(i)
-		if err != nil {
-			for _, x := range recs {
-				x.Release()
-			}
-			return nil, err
-		}
-		rec.Retain()
-		recs = append(recs, rec)
-	}
-	return recs, nil
 }
 
 // arrowRecord makes a record from arrays it takes ownership of.
