@@ -28,12 +28,14 @@ import (
 )
 
 // The distributed run (docs/distributed.md): plan fixes the layout and cuts
-// it into partitions (one per output file) and the input into map tasks;
-// each map task routes its rows to the partitions through the object store;
-// each reduce task orders one partition and writes its files; commit checks
+// it into partitions (one per output file) of memory-sized units, and the
+// input into map tasks; each map task routes its rows to the units through
+// the object store; in packed plans each detect task finds the columns that
+// vary inside a query in one partition; each reduce task orders (and packs)
+// one partition, unit by unit, and writes its file and shards; commit checks
 // every task and writes the manifest. Tasks write under the work prefix,
 // attempt-specific, with a small task manifest last, so a retried or
-// duplicated task is harmless.
+// duplicated task is harmless. run executes the same plan in one process.
 const (
 	PlanFormat        = "relayout-plan"
 	PlanFormatVersion = 1
@@ -119,7 +121,8 @@ type PlanPartition struct {
 }
 
 // PlanMap is one map task: a run of input row groups in input order, and,
-// for every slice split over partitions, how many of its rows come before.
+// for every slice split over units that keeps input order (no sort keys),
+// how many of its rows come before.
 type PlanMap struct {
 	Index     int              `json:"index"`
 	RowGroups [][2]int         `json:"row_groups"` // (input file, row group)
@@ -146,7 +149,7 @@ type TaskManifest struct {
 	ConfigHash string              `json:"config_hash"`
 	Rows       int64               `json:"rows"`
 	Hash       string              `json:"fingerprint"`
-	Partitions []mapPartition      `json:"partitions,omitempty"` // map
+	Partitions []mapPartition      `json:"partitions,omitempty"` // map: its unit segments
 	Files      []writer.FileInfo   `json:"files,omitempty"`      // reduce
 	Detection  *detection          `json:"detection,omitempty"`  // detect
 	Profile    map[string][2]int64 `json:"profile,omitempty"`    // map with tensors: list lengths seen
