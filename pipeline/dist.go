@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -40,8 +41,11 @@ const (
 	PlanFormat        = "relayout-plan"
 	PlanFormatVersion = 1
 	// WorkPrefix holds the plan and the tasks' outputs until commit.
-	WorkPrefix      = "_relayout/"
-	PlanFileName    = WorkPrefix + "plan.json"
+	WorkPrefix   = "_relayout/"
+	PlanFileName = WorkPrefix + "plan.json"
+	// SampleFileName holds the first input row group (Arrow IPC), from
+	// which every reduce task chooses column encodings as run does.
+	SampleFileName  = WorkPrefix + "sample.arrows"
 	defaultMapBytes = 256 << 20
 )
 
@@ -219,6 +223,13 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	if ks.sample != nil {
+		// Stored once, so reduce tasks need not each read the input's
+		// first row group again.
+		err := putSample(ctx, out, ks.sample)
+		ks.sample.Release()
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	data, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
@@ -571,7 +582,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			return nil, err
 		}
 		defer pr.close()
-		sample, err := readSample(ctx, pr.tbl)
+		sample, err := lp.sample(ctx, pr.tbl.Schema)
 		if err != nil {
 			return nil, err
 		}
@@ -841,4 +852,45 @@ func buildPlan(ctx context.Context, tbl *source.Table, keys keyCols, ks *keyPass
 		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
 	}
 	return p, nil
+}
+
+// putSample stores the encoding sample under the work prefix.
+func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBatch) error {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(sample.Schema()), ipc.WithLZ4())
+	if err := w.Write(sample); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := work.Bucket.WriteAll(ctx, work.Key(SampleFileName), buf.Bytes(), nil); err != nil {
+		return storage.Classify(fmt.Errorf("write %s: %w", work.URL(SampleFileName), err))
+	}
+	return nil
+}
+
+// sample reads the encoding sample plan stored (nil for an empty input).
+func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.RecordBatch, error) {
+	data, err := lp.work.Bucket.ReadAll(ctx, lp.work.Key(SampleFileName))
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		if lp.Rows > 0 {
+			return nil, errs.Preconditionf("re-run relayout plan", "the plan's encoding sample %s is missing", lp.work.URL(SampleFileName))
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storage.Classify(fmt.Errorf("read %s: %w", lp.work.URL(SampleFileName), err))
+	}
+	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithSchema(schema))
+	if err != nil {
+		return nil, errs.BadInputf("read %s: %v", lp.work.URL(SampleFileName), err)
+	}
+	defer rd.Release()
+	if !rd.Next() {
+		return nil, errs.BadInputf("read %s: no record (%v)", lp.work.URL(SampleFileName), rd.Err())
+	}
+	rec := rd.RecordBatch()
+	rec.Retain()
+	return rec, nil
 }
