@@ -302,7 +302,7 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 		if w, err = writer.NewParquet(ctx, lp.out, pk.layout.Packed, partition.Layout{}, wopts); err != nil {
 			return nil, err
 		}
-		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, lp.hist, rec) }
+		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, rec) }
 	}
 	progress := func(rec arrow.RecordBatch) error {
 		if err := write(rec); err != nil {
@@ -319,7 +319,7 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 		return nil, err
 	}
 	if pk != nil {
-		if err := pk.finish(ctx, w, lp.hist); err != nil {
+		if err := pk.finish(ctx, w); err != nil {
 			w.Abort()
 			return nil, err
 		}
@@ -410,8 +410,7 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 			return nil, nil, nil, err
 		}
 		queries = slices.Clone(pg.PerSlice)
-		pk.queries = queries
-		m = pk.buildManifest(tbl, lp.hist, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
+		m = pk.buildManifest(tbl, lp.hist, queries, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
 		outSchema, packed = pk.layout.Packed, true
 		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
 		if m.Totals.Rows != pg.Queries || m.Packing.Items != tbl.Rows {

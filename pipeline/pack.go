@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 
@@ -25,13 +24,11 @@ import (
 // there (slices are query-level). The partition itself starts and ends at
 // query boundaries (computePackCuts).
 type packRun struct {
-	qk       []int
-	det      *dedupe.Detector
-	layout   *dedupe.Layout
-	packer   *dedupe.Packer
-	sliceIdx []int   // slice key positions in the packed schema
-	queries  []int64 // per slice rank
-	rgEnds   map[int64]bool
+	qk     []int
+	det    *dedupe.Detector
+	layout *dedupe.Layout
+	packer *dedupe.Packer
+	rgEnds map[int64]bool
 	// sliceStarts holds the output position of every slice's first row.
 	sliceStarts map[int64]bool
 	// items is the position of the next flat row; total the partition's
@@ -43,7 +40,7 @@ type packRun struct {
 }
 
 func newPackRun(tbl *source.Table, qk []int, hist *partition.Histogram) *packRun {
-	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), queries: make([]int64, len(hist.Slices)), total: tbl.Rows,
+	p := &packRun{qk: qk, det: dedupe.NewDetector(tbl.Schema, qk), total: tbl.Rows,
 		rgEnds: map[int64]bool{}, sliceStarts: map[int64]bool{}}
 	for _, s := range hist.Slices {
 		if s.Rows > 0 {
@@ -153,21 +150,18 @@ func (p *packRun) decideFrom(tbl *source.Table, opts RunOptions, sliceCols []int
 	}
 	p.layout = l
 	p.packer = dedupe.NewPacker(l)
-	for _, sc := range sliceCols {
-		p.sliceIdx = append(p.sliceIdx, slices.Index(l.QueryColumns, sc))
-	}
 	return nil
 }
 
 // write packs ordered flat rows and appends complete queries, cutting row
 // groups at the planned boundaries.
-func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.Histogram, rec arrow.RecordBatch) error {
+func (p *packRun) write(ctx context.Context, w *writer.Parquet, rec arrow.RecordBatch) error {
 	packed, err := p.packer.Add(ctx, rec)
 	if err != nil {
 		return errs.BadInputErr(err)
 	}
 	for _, pk := range packed {
-		if err := p.append(w, hist, pk); err != nil {
+		if err := p.append(w, pk); err != nil {
 			return err
 		}
 	}
@@ -177,7 +171,7 @@ func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.
 	// end where slices end and their statistics stay tight.
 	cut := p.rgEnds[p.items]
 	if p.items == p.total || (cut && p.sliceStarts[p.items]) {
-		if err := p.finish(ctx, w, hist); err != nil {
+		if err := p.finish(ctx, w); err != nil {
 			return err
 		}
 	}
@@ -187,23 +181,11 @@ func (p *packRun) write(ctx context.Context, w *writer.Parquet, hist *partition.
 	return nil
 }
 
-func (p *packRun) append(w *writer.Parquet, hist *partition.Histogram, packed arrow.RecordBatch) error {
+func (p *packRun) append(w *writer.Parquet, packed arrow.RecordBatch) error {
 	if packed == nil {
 		return nil
 	}
 	defer packed.Release()
-	var key []byte
-	for i := 0; i < int(packed.NumRows()); i++ {
-		key = key[:0]
-		for _, c := range p.sliceIdx {
-			key = partition.AppendKey(key, packed.Column(c), i)
-		}
-		rk, ok := hist.Rank(key)
-		if !ok {
-			return fmt.Errorf("internal: a packed row has a slice key the plan did not see")
-		}
-		p.queries[rk]++
-	}
 	if err := w.Append(packed); err != nil {
 		return err
 	}
@@ -214,20 +196,21 @@ func (p *packRun) append(w *writer.Parquet, hist *partition.Histogram, packed ar
 }
 
 // finish packs the last query.
-func (p *packRun) finish(ctx context.Context, w *writer.Parquet, hist *partition.Histogram) error {
+func (p *packRun) finish(ctx context.Context, w *writer.Parquet) error {
 	packed, err := p.packer.Flush(ctx)
 	if err != nil {
 		return err
 	}
-	return p.append(w, hist, packed)
+	return p.append(w, packed)
 }
 
-// slices returns the slices counted in queries.
-func (p *packRun) slices(hist *partition.Histogram) []partition.Slice {
+// slicesInQueries returns the slices counted in queries (queries per
+// slice rank, from the key pass).
+func slicesInQueries(hist *partition.Histogram, queries []int64) []partition.Slice {
 	out := make([]partition.Slice, len(hist.Slices))
 	var start int64
 	for i, s := range hist.Slices {
-		s.Rows, s.Start = p.queries[i], start
+		s.Rows, s.Start = queries[i], start
 		start += s.Rows
 		out[i] = s
 	}
@@ -235,9 +218,9 @@ func (p *packRun) slices(hist *partition.Histogram) []partition.Slice {
 }
 
 // buildManifest is the manifest of a packed run: slices counted in
-// queries, with their items.
-func (p *packRun) buildManifest(tbl *source.Table, hist *partition.Histogram, files []writer.FileInfo, cfgJSON []byte, cfgHash string, opts RunOptions, inFP fingerprint.Sum, inBytes int64) *manifests.Manifest {
-	m := buildManifest(tbl, p.layout.Packed, p.slices(hist), files, cfgJSON, cfgHash, opts, inFP)
+// queries (queries per slice rank, from the key pass), with their items.
+func (p *packRun) buildManifest(tbl *source.Table, hist *partition.Histogram, queries []int64, files []writer.FileInfo, cfgJSON []byte, cfgHash string, opts RunOptions, inFP fingerprint.Sum, inBytes int64) *manifests.Manifest {
+	m := buildManifest(tbl, p.layout.Packed, slicesInQueries(hist, queries), files, cfgJSON, cfgHash, opts, inFP)
 	k := 0 // manifest slices are the histogram's non-empty slices, in order
 	for _, hs := range hist.Slices {
 		if hs.Rows > 0 {
