@@ -97,13 +97,15 @@ func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
 	return o, nil
 }
 
-func taskCommand(name, usage string, run func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error)) *cli.Command {
+// stepCommand is a map, detect, reduce or commit command: the task flags,
+// the local options, and the step's result printed as one JSON line.
+func stepCommand(name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error)) *cli.Command {
 	flags := taskFlags()
 	return &cli.Command{
 		Name:         name,
 		Usage:        usage,
-		UsageText:    "relayout " + name + " --plan s3://b/relaid/_relayout/plan.json --task 3",
-		Description:  "Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.\n\n" + exitCodesHelp,
+		UsageText:    usageText,
+		Description:  description + "\n\n" + exitCodesHelp,
 		Flags:        flags,
 		Before:       withConfig(flags),
 		OnUsageError: usageError,
@@ -112,11 +114,7 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			if err != nil {
 				return err
 			}
-			task, err := taskIndex(c)
-			if err != nil {
-				return err
-			}
-			res, err := run(c, c.String("plan"), task, o)
+			res, err := run(c, o)
 			if err != nil {
 				return err
 			}
@@ -125,6 +123,20 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			return nil
 		},
 	}
+}
+
+// taskCommand is a step run as numbered tasks (--task or
+// $JOB_COMPLETION_INDEX).
+func taskCommand(name, usage string, run func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error)) *cli.Command {
+	return stepCommand(name, usage, "relayout "+name+" --plan s3://b/relaid/_relayout/plan.json --task 3",
+		"Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.",
+		func(c *cli.Context, o pipeline.RunOptions) (any, error) {
+			task, err := taskIndex(c)
+			if err != nil {
+				return nil, err
+			}
+			return run(c, c.String("plan"), task, o)
+		})
 }
 
 func mapCommand() *cli.Command {
@@ -149,27 +161,14 @@ func reduceCommand() *cli.Command {
 }
 
 func commitCommand() *cli.Command {
-	flags := taskFlags()
-	return &cli.Command{
-		Name:         "commit",
-		Usage:        "check every task of a plan, write manifest.json and remove the work prefix",
-		UsageText:    "relayout commit --plan s3://b/relaid/_relayout/plan.json",
-		Description:  "Fails, naming the task, if any map, detect or reduce task has not completed.\n\n" + exitCodesHelp,
-		Flags:        flags,
-		Before:       withConfig(flags),
-		OnUsageError: usageError,
-		Action: func(c *cli.Context) error {
-			o, err := localOptions(c)
-			if err != nil {
-				return err
-			}
+	return stepCommand("commit", "check every task of a plan, write manifest.json and remove the work prefix",
+		"relayout commit --plan s3://b/relaid/_relayout/plan.json",
+		"Fails, naming the task, if any map, detect or reduce task has not completed.",
+		func(c *cli.Context, o pipeline.RunOptions) (any, error) {
 			m, err := pipeline.CommitJob(c.Context, c.String("plan"), o)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			data, _ := json.Marshal(map[string]any{"files": m.Totals.Files, "rows": m.Totals.Rows, "bytes": m.Totals.Bytes, "slices": m.Totals.Slices, "fingerprint": m.Fingerprint.Hash})
-			fmt.Fprintln(c.App.Writer, string(data))
-			return nil
-		},
-	}
+			return map[string]any{"files": m.Totals.Files, "rows": m.Totals.Rows, "bytes": m.Totals.Bytes, "slices": m.Totals.Slices, "fingerprint": m.Fingerprint.Hash}, nil
+		})
 }
