@@ -15,7 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
@@ -511,14 +510,6 @@ func TestDistributedQueryCoversFiles(t *testing.T) {
 		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "score", Type: arrow.PrimitiveTypes.Float64},
 	}, nil)
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(8<<10)), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	// One country; queries 1..40 of 200 items, query 41 of 60,000 items
 	// (several files), then queries 42..80 of 200 items; rows shuffled
@@ -539,12 +530,7 @@ func TestDistributedQueryCoversFiles(t *testing.T) {
 			}
 		}
 	}
-	rec := b.NewRecordBatch()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
-	w.Close()
+	testutil.WriteArrow(t, p, b.NewRecordBatch(), parquet.WithMaxRowGroupLength(8<<10))
 
 	base := t.TempDir()
 	o := func(out string) RunOptions {

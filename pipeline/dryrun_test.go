@@ -17,7 +17,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -440,14 +439,6 @@ func TestDryRunWarnings(t *testing.T) {
 		{Name: "user", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
 	}, nil)
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(parquet.WithStats(false), parquet.WithMaxRowGroupLength(4096)), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	add := func(q int64, country string, items int) {
 		for i := 0; i < items; i++ {
@@ -461,14 +452,7 @@ func TestDryRunWarnings(t *testing.T) {
 	for q := int64(1); q <= 3000; q++ {
 		add(q, []string{"BB", "CC", "DD"}[q%3], 1+int(q%2))
 	}
-	rec := b.NewRecordBatch()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteArrow(t, p, b.NewRecordBatch(), parquet.WithStats(false), parquet.WithMaxRowGroupLength(4096))
 	o := RunOptions{Inputs: []string{p}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, FileBytes: 16 << 10}
 	dry, real := dryThenRun(t, o)
 	codes := func(r *Report) map[string]bool {

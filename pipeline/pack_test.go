@@ -14,7 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -189,11 +188,6 @@ func TestPackHugeQuery(t *testing.T) {
 		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "score", Type: arrow.PrimitiveTypes.Float32},
 	}, nil)
-	f, _ := os.Create(p)
-	w, err := pqarrow.NewFileWriter(schema, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(128<<10)), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	for i := 0; i < 1_000_000; i++ {
 		b.Field(0).(*array.Int64Builder).Append(7)
@@ -201,12 +195,7 @@ func TestPackHugeQuery(t *testing.T) {
 		b.Field(2).(*array.Int64Builder).Append(int64(i))
 		b.Field(3).(*array.Float32Builder).Append(float32(i % 97))
 	}
-	rec := b.NewRecordBatch()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
-	w.Close()
+	testutil.WriteArrow(t, p, b.NewRecordBatch(), parquet.WithMaxRowGroupLength(128<<10))
 	ctx := context.Background()
 	out := filepath.Join(t.TempDir(), "o")
 	res, err := Run(ctx, RunOptions{Inputs: []string{p}, Output: out, QueryKey: []string{"query_id"}})

@@ -17,6 +17,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	apq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/parquet-go/parquet-go"
 	"gocloud.dev/blob"
 
@@ -241,4 +244,25 @@ func BucketTree(tb testing.TB, b *blob.Bucket, prefix string) map[string][]byte 
 		out[strings.TrimPrefix(obj.Key, prefix)] = data
 	}
 	return out
+}
+
+// WriteArrow writes rec as one Parquet file with arrow-go's writer (props
+// set row group length, statistics and so on) and releases rec.
+func WriteArrow(t testing.TB, path string, rec arrow.RecordBatch, props ...apq.WriterProperty) {
+	t.Helper()
+	defer rec.Release()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(rec.Schema(), f, apq.NewWriterProperties(props...), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
