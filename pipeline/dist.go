@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/fingerprint"
@@ -206,9 +206,21 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := prepareOutput(ctx, out, opts.Overwrite); err != nil { // and an old work prefix
+	// The plan holds the output's lease while it prepares it and writes
+	// plan.json; plan.json then marks the work as relayout's, and the
+	// commit's conditional create of the manifest is the commit point.
+	lease, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "plan") // and an old work prefix
+	if err != nil {
 		return nil, nil, err
 	}
+	planned := false
+	defer func() {
+		var cerr error
+		if !planned {
+			cerr = cleanupOutput(ctx, out, WorkPrefix)
+		}
+		releaseOrMark(ctx, lease, cerr)
+	}()
 	tbl, keys, in, _, err := openTable(ctx, opts)
 	if err != nil {
 		return nil, nil, err
@@ -235,9 +247,13 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := lease.Check(ctx); err != nil {
+		return nil, nil, err
+	}
 	if err := putObject(ctx, out, PlanFileName, append(data, '\n')); err != nil {
 		return nil, nil, err
 	}
+	planned = true
 	res := &PlanResult{Plan: out.URL(PlanFileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
 	if p.Packing != nil {
 		res.DetectTasks = len(p.Partitions)
@@ -341,6 +357,34 @@ func planLocation(planURL string) (string, error) {
 	return out, nil
 }
 
+// errNoPlan is wrapped by loadPlan's error when plan.json is missing.
+var errNoPlan = errors.New("the plan is missing")
+
+// committedManifest reads the manifest committed at the plan's output, or
+// nil when there is none.
+func committedManifest(ctx context.Context, planURL string) (*manifests.Manifest, error) {
+	outURL, err := planLocation(planURL)
+	if err != nil {
+		return nil, err
+	}
+	out, err := storage.OpenDir(ctx, outURL, false)
+	if err != nil {
+		return nil, err
+	}
+	data, err := storage.Get(ctx, out, manifests.FileName)
+	if err != nil {
+		if storage.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	m, err := manifests.Decode(data)
+	if err != nil {
+		return nil, errs.BadInputf("%s: %v", out.URL(manifests.FileName), err)
+	}
+	return m, nil
+}
+
 func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPlan, error) {
 	outURL, err := planLocation(planURL)
 	if err != nil {
@@ -353,7 +397,7 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	data, err := out.Bucket.ReadAll(ctx, out.Key(PlanFileName))
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, errs.Preconditionf("run relayout plan first", "no plan at %s", out.URL(PlanFileName))
+			return nil, errs.Preconditionf("run relayout plan first", "no plan at %s: %w", out.URL(PlanFileName), errNoPlan)
 		}
 		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(PlanFileName), err))
 	}
@@ -623,6 +667,13 @@ func (lp *loadedPlan) partitionPackRun(tbl *source.Table, keys keyCols, j int) *
 func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifests.Manifest, error) {
 	t0 := time.Now()
 	lp, err := loadPlan(ctx, planURL, local)
+	if errors.Is(err, errNoPlan) {
+		// A commit retried after it succeeded (its cleanup removed the
+		// plan): the committed manifest is the answer.
+		if m, merr := committedManifest(ctx, planURL); merr == nil && m != nil {
+			return m, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -679,16 +730,21 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if err != nil {
 		return nil, err
 	}
-	if err := lp.out.Bucket.WriteAll(ctx, lp.out.Key(manifests.FileName), data, &blob.WriterOptions{ContentType: "application/json", IfNotExist: true}); err != nil {
-		if gcerrors.Code(err) == gcerrors.FailedPrecondition || gcerrors.Code(err) == gcerrors.AlreadyExists {
-			return nil, errs.Preconditionf("the output is committed; re-run plan with --overwrite to redo it", "%s already exists", lp.out.URL(manifests.FileName))
-		}
-		if gcerrors.Code(err) != gcerrors.Unimplemented {
-			return nil, storage.Classify(fmt.Errorf("write %s: %w", lp.out.URL(manifests.FileName), err))
-		}
-		if err := commitManifest(ctx, lp.out, m); err != nil {
+	if err := storage.SyncTree(lp.out, "parquet", "tensors"); err != nil {
+		return nil, err
+	}
+	if err := storage.Put(ctx, lp.out, manifests.FileName, data, storage.PutOptions{IfNotExist: true}); err != nil {
+		if !storage.IsExists(err) {
 			return nil, err
 		}
+		// Committed already: by this very plan (a commit retried after a
+		// crash that followed its manifest write) if the manifest is the
+		// one this commit would write; then finish the cleanup.
+		old, rerr := storage.Get(ctx, lp.out, manifests.FileName)
+		if rerr != nil || !bytes.Equal(old, data) {
+			return nil, errs.Preconditionf("the output is committed; re-run plan with --overwrite to redo it", "%s already exists", lp.out.URL(manifests.FileName))
+		}
+		lp.opts.Log.Info("already committed by this plan; finishing the cleanup", "manifest", lp.out.URL(manifests.FileName))
 	}
 	if err := removePrefix(ctx, lp.work, WorkPrefix); err != nil {
 		return m, err

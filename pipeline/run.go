@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"gocloud.dev/blob"
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
@@ -86,9 +84,21 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareOutput(ctx, out, opts.Overwrite); err != nil {
+	lease, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "run")
+	if err != nil {
 		return nil, err
 	}
+	// Until the manifest is committed, what this run wrote is removed on
+	// failure (claimOutput emptied the data prefixes). A run that lost its
+	// output to another run touches nothing there.
+	committed, lost := false, false
+	defer func() {
+		var cerr error
+		if !committed && !lost {
+			cerr = cleanupOutput(ctx, out, "parquet/", "tensors/")
+		}
+		releaseOrMark(ctx, lease, cerr)
+	}()
 
 	tr, err := newTensorRun(opts)
 	if err != nil {
@@ -147,14 +157,6 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	log.Info("planned", "slices", len(ks.hist.Slices), "files", len(ks.layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.layout.TargetRows,
 		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(ks.mp.memRowBytes), "fixed_mib", ks.mp.fixed>>20)
-
-	committed := false
-	defer func() {
-		if !committed { // what this run wrote: prepareOutput emptied both
-			_ = removePrefix(context.WithoutCancel(ctx), out, "parquet/")
-			_ = removePrefix(context.WithoutCancel(ctx), out, "tensors/")
-		}
-	}()
 
 	// 2. Map: route every row to its unit.
 	t1 := time.Now()
@@ -288,8 +290,17 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.stage("check", t2)
 	}
 
-	// 6. Commit.
+	// 6. Commit: the data made durable, the lease still this run's, then
+	// the manifest created only if absent.
+	if err := storage.SyncTree(out, "parquet", "tensors"); err != nil {
+		return nil, err
+	}
+	if err := lease.Check(ctx); err != nil {
+		lost = true
+		return nil, err
+	}
 	if err := commitManifest(ctx, out, m); err != nil {
+		lost = storage.IsExists(err)
 		return nil, err
 	}
 	committed = true
@@ -317,39 +328,6 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	return &Result{Manifest: m, Report: rep}, nil
 }
 
-// prepareOutput refuses to replace an existing output unless overwrite is
-// set; then it removes the old manifest first (so no reader trusts it while
-// files change). Whatever is under parquet/ without a manifest is debris of
-// a failed or killed run, never committed data, so it is removed too, with
-// the old report, a distributed run's work prefix and, in local outputs,
-// writers' stray *.tmp files.
-func prepareOutput(ctx context.Context, out storage.Location, overwrite bool) error {
-	key := out.Key(manifests.FileName)
-	exists, err := checkOutput(ctx, out, overwrite)
-	if err != nil {
-		return err
-	}
-	if exists {
-		if err := out.Bucket.Delete(ctx, key); err != nil {
-			return storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(manifests.FileName), err))
-		}
-	}
-	if out.Local != "" {
-		tmps, _ := filepath.Glob(filepath.Join(out.Local, "parquet", "*.tmp"))
-		shardTmps, _ := filepath.Glob(filepath.Join(out.Local, "tensors", "*.tmp"))
-		for _, p := range append(tmps, shardTmps...) {
-			os.Remove(p)
-		}
-	}
-	for _, prefix := range []string{"parquet/", "tensors/", WorkPrefix} {
-		if err := removePrefix(ctx, out, prefix); err != nil {
-			return err
-		}
-	}
-	_ = out.Bucket.Delete(ctx, out.Key(ReportFileName))
-	return nil
-}
-
 // checkOutput refuses an output that holds a manifest unless overwrite is
 // set, and says whether it holds one.
 func checkOutput(ctx context.Context, out storage.Location, overwrite bool) (bool, error) {
@@ -363,21 +341,27 @@ func checkOutput(ctx context.Context, out storage.Location, overwrite bool) (boo
 	return exists, nil
 }
 
-// commitManifest writes manifest.json: the last write of a run and its only
-// commit point.
+// commitManifest creates manifest.json, the last write of a run and its
+// only commit point: atomically (never a truncated manifest, whatever
+// fails), and only if absent, so of two runs racing to one output at most
+// one commits (the other gets exit 5, and storage.IsExists(err)).
 func commitManifest(ctx context.Context, out storage.Location, m *manifests.Manifest) error {
 	data, err := manifests.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return putObject(ctx, out, manifests.FileName, data)
-}
-
-func putObject(ctx context.Context, out storage.Location, rel string, data []byte) error {
-	if err := out.Bucket.WriteAll(ctx, out.Key(rel), data, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
-		return storage.Classify(fmt.Errorf("write %s: %w", out.URL(rel), err))
+	if err := storage.Put(ctx, out, manifests.FileName, data, storage.PutOptions{IfNotExist: true}); err != nil {
+		if storage.IsExists(err) {
+			return errs.WithHint(err, "another run committed this output meanwhile; nothing of this run was committed")
+		}
+		return err
 	}
 	return nil
+}
+
+// putObject writes a JSON object atomically (storage.Put).
+func putObject(ctx context.Context, out storage.Location, rel string, data []byte) error {
+	return storage.Put(ctx, out, rel, data, storage.PutOptions{})
 }
 
 func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.Slice, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {

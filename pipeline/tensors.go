@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -157,14 +156,13 @@ func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.ShardInfo, o
 
 // removePrefix deletes every object under rel (best effort on NotFound).
 func removePrefix(ctx context.Context, out storage.Location, rel string) error {
-	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key(rel)})
-	for {
-		obj, err := it.Next(ctx)
-		if err != nil {
-			break
-		}
-		if err := out.Bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return storage.Classify(fmt.Errorf("remove old %s: %w", obj.Key, err))
+	keys, err := listKeys(ctx, out, rel)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := out.Bucket.Delete(ctx, out.Key(k)); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return storage.Classify(fmt.Errorf("remove %s: %w", out.URL(k), err))
 		}
 	}
 	return nil

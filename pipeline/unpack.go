@@ -52,9 +52,18 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareOutput(ctx, out, o.Overwrite); err != nil {
+	lease, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, "unpack")
+	if err != nil {
 		return nil, err
 	}
+	committed, lost := false, false
+	defer func() {
+		var cerr error
+		if !committed && !lost {
+			cerr = cleanupOutput(ctx, out, "parquet/")
+		}
+		releaseOrMark(ctx, lease, cerr)
+	}()
 	t0 := time.Now()
 	rep := newReport("unpack", RunOptions{Parallel: max(o.Parallel, 1)})
 	var objs []storage.Object
@@ -84,11 +93,9 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	committed := false
 	defer func() {
 		if !committed {
 			w.Abort()
-			writer.Remove(ctx, out, w.Files())
 		}
 	}()
 	var fp fingerprint.Sum
@@ -141,7 +148,15 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	} else if !res.OK {
 		return nil, fmt.Errorf("unpacked output check failed, nothing committed: %s", res.Problem)
 	}
+	if err := storage.SyncTree(out, "parquet"); err != nil {
+		return nil, err
+	}
+	if err := lease.Check(ctx); err != nil {
+		lost = true
+		return nil, err
+	}
 	if err := commitManifest(ctx, out, m); err != nil {
+		lost = storage.IsExists(err)
 		return nil, err
 	}
 	committed = true

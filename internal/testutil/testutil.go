@@ -42,9 +42,20 @@ func DataDir(tb testing.TB) string {
 		d = filepath.Join(Root(), "..", "shared", "data")
 	}
 	if st, err := os.Stat(d); err != nil || !st.IsDir() {
-		tb.Skipf("shared test data not found at %s (set RELAYOUT_TEST_DATA)", d)
+		Missing(tb, "shared test data not found at %s (set RELAYOUT_TEST_DATA)", d)
 	}
 	return d
+}
+
+// Missing ends a test that lacks something outside the project (a peer, the
+// shared data, a privilege): it fails when RELAYOUT_REQUIRE_PEERS=1 (as
+// `make test` sets), so no skip goes unnoticed there, and skips otherwise.
+func Missing(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("RELAYOUT_REQUIRE_PEERS") == "1" {
+		tb.Fatalf("RELAYOUT_REQUIRE_PEERS=1: "+format, args...)
+	}
+	tb.Skipf(format, args...)
 }
 
 // Generate writes a generated impression log under a temporary folder.

@@ -1,0 +1,198 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/storage"
+)
+
+// leaseTTL is the lease's time to live; tests shorten it.
+var leaseTTL = storage.DefaultLeaseTTL
+
+// ownedName matches the names relayout writes under an output's data
+// prefixes: Parquet parts, tensor shards, and the temporary files of
+// storage.Put and of gocloud's fileblob beside them.
+var ownedName = regexp.MustCompile(`^(parquet/part-\d{5,}\.parquet|tensors/shard-\d{5,}(-\d{4,})?\.safetensors)(\.[0-9a-f]+\.tmp)?$|^(parquet|tensors)/\..*\.tmp$`)
+
+// claimOutput makes out this run's: it refuses an output that overlaps an
+// input (exit 2), takes the output's lease (exit 4 while another live run
+// holds it), refuses a committed output unless overwrite is set (exit 5),
+// and removes what a previous run left, but only what relayout provably
+// wrote: files under parquet/, tensors/ and the work prefix named as
+// relayout names them, when a committed manifest (with overwrite), a stale
+// lease or a distributed plan marks them as relayout's. Anything else
+// there is refused (exit 5), never deleted.
+//
+// The old manifest is removed first, so no reader trusts it while files
+// change. The caller must Release the lease (after commit or cleanup), or
+// Stop it to leave its mark on debris it could not remove.
+func claimOutput(ctx context.Context, out storage.Location, inputs []string, overwrite bool, command string) (*storage.Lease, error) {
+	for _, in := range inputs {
+		if err := checkOverlap(out, in); err != nil {
+			return nil, err
+		}
+	}
+	lease, prev, err := storage.AcquireLease(ctx, out, command, leaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = lease.Release(context.WithoutCancel(ctx))
+		}
+	}()
+	committed, err := checkOutput(ctx, out, overwrite)
+	if err != nil {
+		return nil, err
+	}
+	marked := committed || prev != nil
+	if !marked {
+		if marked, err = out.Bucket.Exists(ctx, out.Key(PlanFileName)); err != nil {
+			return nil, storage.Classify(fmt.Errorf("check %s: %w", out.URL(PlanFileName), err))
+		}
+	}
+	var debris []string
+	for _, prefix := range []string{"parquet/", "tensors/", WorkPrefix} {
+		keys, err := listKeys(ctx, out, prefix)
+		if err != nil {
+			return nil, err
+		}
+		for _, rel := range keys {
+			if prefix != WorkPrefix && !ownedName.MatchString(rel) {
+				return nil, errs.Preconditionf("remove it or choose another output: relayout never deletes files it did not write",
+					"output %s holds %s, which relayout did not write", out.Name, out.URL(rel))
+			}
+			debris = append(debris, rel)
+		}
+	}
+	if len(debris) > 0 && !marked {
+		return nil, errs.Preconditionf("remove them or choose another output: relayout deletes only what a manifest, a run lease or a plan marks as its own",
+			"output %s holds %d files (%s, …) but no manifest, run lease or plan says relayout wrote them", out.Name, len(debris), out.URL(debris[0]))
+	}
+	if committed {
+		if err := out.Bucket.Delete(ctx, out.Key(manifests.FileName)); err != nil && !storage.IsNotFound(err) {
+			return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(manifests.FileName), err))
+		}
+	}
+	for _, rel := range debris {
+		if err := out.Bucket.Delete(ctx, out.Key(rel)); err != nil && !storage.IsNotFound(err) {
+			return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(rel), err))
+		}
+	}
+	if err := out.Bucket.Delete(ctx, out.Key(ReportFileName)); err != nil && !storage.IsNotFound(err) {
+		return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(ReportFileName), err))
+	}
+	ok = true
+	return lease, nil
+}
+
+// listKeys lists the keys under prefix (relative to out), failing on any
+// listing error: a cleanup that cannot list must not look complete.
+func listKeys(ctx context.Context, out storage.Location, prefix string) ([]string, error) {
+	var keys []string
+	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key(prefix)})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return keys, nil
+		}
+		if err != nil {
+			return nil, storage.Classify(fmt.Errorf("list %s: %w", out.URL(prefix), err))
+		}
+		if obj.IsDir {
+			continue
+		}
+		keys = append(keys, strings.TrimPrefix(obj.Key, out.Prefix))
+	}
+}
+
+// checkOverlap refuses an output that is, contains or lies inside an input:
+// a run would read its own output back, or remove its input as leftovers.
+func checkOverlap(out storage.Location, input string) error {
+	a, b := outputRoot(out), inputRoot(input)
+	if a == "" || b == "" {
+		return nil
+	}
+	if strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
+		return errs.Usagef("--output %s overlaps --input %s: the output must be a folder or prefix of its own, neither inside an input nor holding one", out.Name, input)
+	}
+	return nil
+}
+
+func outputRoot(out storage.Location) string {
+	if out.Local != "" {
+		return "file://" + filepath.ToSlash(filepath.Clean(out.Local)) + "/"
+	}
+	u, err := url.Parse(out.Name)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + "/" + strings.TrimSuffix(out.Prefix, "/") + "/"
+}
+
+func inputRoot(name string) string {
+	if !storage.IsURL(name) || strings.HasPrefix(name, "file://") {
+		p := strings.TrimPrefix(name, "file://")
+		if i := strings.IndexAny(p, "*?["); i >= 0 {
+			p = filepath.Dir(p[:i] + "x")
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return ""
+		}
+		return "file://" + filepath.ToSlash(filepath.Clean(abs)) + "/"
+	}
+	u, err := url.Parse(name)
+	if err != nil {
+		return ""
+	}
+	p := strings.Trim(u.Path, "/")
+	if i := strings.IndexAny(p, "*?["); i >= 0 {
+		p = strings.Trim(path.Dir(p[:i]+"x"), "/.")
+	}
+	if p == "" {
+		return u.Scheme + "://" + u.Host + "/"
+	}
+	return u.Scheme + "://" + u.Host + "/" + p + "/"
+}
+
+// releaseOrMark ends a run's hold on its output: after a commit, or after a
+// failure whose cleanup succeeded, the lease is removed; when the cleanup
+// failed it is left in place, so the next run knows the debris is
+// relayout's.
+func releaseOrMark(ctx context.Context, lease *storage.Lease, cleanupErr error) {
+	if cleanupErr != nil {
+		lease.Stop()
+		return
+	}
+	_ = lease.Release(context.WithoutCancel(ctx))
+}
+
+// cleanupOutput removes what a failed run wrote under its output (its data
+// prefixes and the work prefix), reporting the first failure.
+func cleanupOutput(ctx context.Context, out storage.Location, prefixes ...string) error {
+	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var first error
+	for _, p := range prefixes {
+		if err := removePrefix(ctx, out, p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

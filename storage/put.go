@@ -1,0 +1,231 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/relayout/relayout/internal/errs"
+)
+
+// ErrExists is returned (wrapped, with class Precondition) by Put with
+// IfNotExist when the object is already there.
+var ErrExists = errors.New("object already exists")
+
+// PutOptions tune Put.
+type PutOptions struct {
+	// IfNotExist makes the write a conditional create: it fails with
+	// ErrExists when the object exists (an S3 If-None-Match: * PUT, a GCS
+	// generation-0 precondition, a hard link on a local disk).
+	IfNotExist bool
+	// ContentType defaults to application/json.
+	ContentType string
+}
+
+// Put writes data as the object rel under loc so that a reader sees either
+// the whole object or none of it, whatever fails on the way.
+//
+// On a local folder the bytes go to a temporary file beside the target,
+// which is synced, then renamed (or, for IfNotExist, hard-linked) into
+// place, and the folder is synced: a full disk, a crash or a kill never
+// leaves a truncated object under its final name (gocloud's fileblob
+// renames its temporary file even after a failed write). On an object
+// store the upload is aborted (its context cancelled) when a write fails,
+// so a partial body is never published.
+func Put(ctx context.Context, loc Location, rel string, data []byte, o PutOptions) error {
+	if o.ContentType == "" {
+		o.ContentType = "application/json"
+	}
+	if loc.Local != "" {
+		return putLocal(loc, rel, data, o)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := loc.Bucket.NewWriter(cctx, loc.Key(rel), &blob.WriterOptions{ContentType: o.ContentType, IfNotExist: o.IfNotExist})
+	if err != nil {
+		return Classify(fmt.Errorf("create %s: %w", loc.URL(rel), err))
+	}
+	if _, err := w.Write(data); err != nil {
+		cancel() // abort: nothing becomes visible
+		_ = w.Close()
+		return Classify(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+	}
+	if err := w.Close(); err != nil {
+		if c := gcerrors.Code(err); o.IfNotExist && (c == gcerrors.FailedPrecondition || c == gcerrors.AlreadyExists) {
+			return errs.Preconditionf("", "%s: %w", loc.URL(rel), ErrExists)
+		}
+		return Classify(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+	}
+	return nil
+}
+
+func putLocal(loc Location, rel string, data []byte, o PutOptions) (err error) {
+	path := filepath.Join(loc.Local, filepath.FromSlash(loc.Key(rel)))
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return classifyOS(fmt.Errorf("create %s: %w", dir, err))
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return classifyOS(fmt.Errorf("create %s: %w", loc.URL(rel), err))
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return classifyOS(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+	}
+	if err = f.Sync(); err != nil {
+		return classifyOS(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+	}
+	if err = f.Close(); err != nil {
+		return classifyOS(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+	}
+	if o.IfNotExist {
+		if err = os.Link(tmp, path); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return errs.Preconditionf("", "%s: %w", loc.URL(rel), ErrExists)
+			}
+			return classifyOS(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+		}
+		os.Remove(tmp)
+	} else if err = os.Rename(tmp, path); err != nil {
+		return classifyOS(fmt.Errorf("write %s: %w", loc.URL(rel), err))
+	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a local folder, so that the names created in it (a
+// renamed file) survive a crash.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return classifyOS(fmt.Errorf("sync %s: %w", dir, err))
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return classifyOS(fmt.Errorf("sync %s: %w", dir, err))
+	}
+	return nil
+}
+
+// SyncTree fsyncs every file and folder under the local folder root (a
+// no-op for remote locations): data files are made durable before the
+// manifest that names them is written.
+func SyncTree(loc Location, rels ...string) error {
+	if loc.Local == "" {
+		return nil
+	}
+	for _, rel := range rels {
+		root := filepath.Join(loc.Local, filepath.FromSlash(loc.Key(rel)))
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return classifyOS(fmt.Errorf("sync %s: %w", root, err))
+		}
+	}
+	return nil
+}
+
+// Get reads the whole object rel under loc. Transient failures, including
+// a body shorter than the object's size (a cut connection), are retried
+// with backoff; a missing object is returned as an error for which
+// gcerrors.Code is NotFound, unclassified, so callers can tell "not there"
+// from "could not read".
+func Get(ctx context.Context, loc Location, rel string) ([]byte, error) {
+	var last error
+	for attempt := 0; attempt < readAttempts; attempt++ {
+		if attempt > 0 {
+			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+				return nil, Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
+			}
+		}
+		data, err := get1(ctx, loc, rel)
+		if err == nil {
+			return data, nil
+		}
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, err
+		}
+		last = Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
+		if !errs.Is(last, errs.Transient) || ctx.Err() != nil {
+			return nil, last
+		}
+	}
+	return nil, last
+}
+
+func get1(ctx context.Context, loc Location, rel string) ([]byte, error) {
+	r, err := loc.Bucket.NewReader(ctx, loc.Key(rel), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, errs.TransientErr(err)
+	}
+	if size := r.Size(); size >= 0 && int64(len(data)) != size {
+		return nil, errs.TransientErr(fmt.Errorf("read %d of %d bytes (the connection was cut)", len(data), size))
+	}
+	return data, nil
+}
+
+// IsNotFound reports whether err says an object does not exist.
+func IsNotFound(err error) bool {
+	return gcerrors.Code(err) == gcerrors.NotFound || errors.Is(err, fs.ErrNotExist)
+}
+
+// IsExists reports whether err is Put's conditional-create failure.
+func IsExists(err error) bool { return errors.Is(err, ErrExists) }
+
+const readAttempts = 5
+
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << (attempt - 1)
+	return min(d, 2*time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// isTmpName reports whether a base name is one of Put's temporary files.
+func isTmpName(base string) bool {
+	return strings.HasPrefix(base, ".") && strings.HasSuffix(base, ".tmp")
+}
