@@ -2,11 +2,11 @@ package pipeline
 
 import (
 	"bytes"
-	"errors"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
