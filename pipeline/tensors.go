@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"gocloud.dev/gcerrors"
@@ -165,5 +167,22 @@ func removePrefix(ctx context.Context, out storage.Location, rel string) error {
 			return storage.Classify(fmt.Errorf("remove %s: %w", out.URL(k), err))
 		}
 	}
+	if out.Local != "" { // fileblob leaves the emptied folders
+		removeEmptyDirs(filepath.Join(out.Local, filepath.FromSlash(out.Key(rel))))
+	}
 	return nil
+}
+
+// removeEmptyDirs removes dir and the folders under it that are empty.
+func removeEmptyDirs(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			removeEmptyDirs(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir) // fails, as it should, when not empty
 }

@@ -1,0 +1,393 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/storage"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes at a new folder and unmounts it
+// when the test ends.
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		testutil.Missing(t, "cannot mount a tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+func pages(n int64) int64 { return (n + 4095) / 4096 }
+
+// treeFiles lists every file under dir (names relative to it), hidden and
+// temporary ones included.
+func treeFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestDiskFullWhileManifestIsWritten: a disk with room for the data files
+// and half the manifest. The run must fail with exit 4 and leave no
+// manifest (before the fix: a truncated manifest.json, then exit 5 on every
+// retry), no data and no temporary file; once the disk has room, the retry
+// commits an output byte-identical to a run on a roomy disk.
+func TestDiskFullWhileManifestIsWritten(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 5})
+	ref := filepath.Join(t.TempDir(), "ref")
+	smallRun(t, in, ref, nil)
+	var dataPages int64
+	for _, f := range testutil.Files(t, filepath.Join(ref, "parquet")) {
+		st, _ := os.Stat(f)
+		dataPages += pages(st.Size())
+	}
+	mst, err := os.Stat(filepath.Join(ref, manifests.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages(mst.Size()) < 4 {
+		t.Fatalf("manifest is %d bytes: too small to cut in half by pages", mst.Size())
+	}
+	// Data, the lease (one page) and half the manifest.
+	size := (dataPages + 1 + pages(mst.Size())/2) * 4096
+	disk := mountTmpfs(t, size)
+	out := filepath.Join(disk, "out")
+	run := func() error {
+		_, err := Run(context.Background(), RunOptions{
+			Inputs: []string{in}, Output: out, SliceKeys: []string{"country", "date"},
+			RowGroupBytes: 512 << 10, MinRowGroupBytes: 64 << 10, FileBytes: 1 << 20,
+		})
+		return err
+	}
+	err = run()
+	if !errs.Is(err, errs.Transient) || !strings.Contains(err.Error(), "manifest.json") {
+		t.Fatalf("run on a full disk: %v (class %v), want exit 4 naming manifest.json", err, errs.ClassOf(err))
+	}
+	if left := treeFiles(t, out); len(left) != 0 {
+		t.Fatalf("the failed run left %v (want nothing: no manifest, no data, no temporary file, no lease)", left)
+	}
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", size*4), disk).CombinedOutput(); err != nil {
+		t.Fatalf("remount: %v: %s", err, out)
+	}
+	if err := run(); err != nil {
+		t.Fatalf("retry with room: %v (class %v)", err, errs.ClassOf(err))
+	}
+	a, b := readTree(t, ref), readTree(t, out)
+	delete(a, ReportFileName)
+	delete(b, ReportFileName)
+	if len(a) != len(b) {
+		t.Fatalf("retry wrote %d files, the reference %d", len(b), len(a))
+	}
+	for k, v := range a {
+		if !bytes.Equal(v, b[k]) {
+			t.Fatalf("%s differs from the reference run's", k)
+		}
+	}
+}
+
+// TestOutputHeldByAnotherRun: a live run's lease keeps a second run off the
+// output (exit 4, retry later) and nothing of the first run is touched.
+// Two runs with different configs started together: exactly one commits,
+// the other fails without removing anything, and the committed output
+// verifies. Before the fix the second run deleted the first's files.
+func TestOutputHeldByAnotherRun(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 6})
+	ctx := context.Background()
+	out := filepath.Join(t.TempDir(), "out")
+	loc, err := storage.OpenDir(ctx, out, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, err := storage.AcquireLease(ctx, loc, "run", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(out, "parquet"), 0o755)
+	mine := filepath.Join(out, "parquet", "part-00000.parquet")
+	os.WriteFile(mine, []byte("being written by the lease holder"), 0o644)
+	_, err = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"country"}})
+	if !errs.Is(err, errs.Transient) || !strings.Contains(err.Error(), "being written by run "+held.RunID()) {
+		t.Fatalf("second run: %v (class %v), want exit 4 naming the holder", err, errs.ClassOf(err))
+	}
+	if data, _ := os.ReadFile(mine); string(data) != "being written by the lease holder" {
+		t.Fatal("the refused run touched the holder's file")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(mine)
+
+	// A real race, many times: exactly one run commits each time.
+	for trial := 0; trial < 6; trial++ {
+		out := filepath.Join(t.TempDir(), "race")
+		var wg sync.WaitGroup
+		errsOf := make([]error, 2)
+		for i, keys := range [][]string{{"country", "date"}, {"date"}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errsOf[i] = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: keys,
+					RowGroupBytes: 512 << 10, MinRowGroupBytes: 64 << 10, FileBytes: 1 << 20})
+			}()
+		}
+		wg.Wait()
+		ok := 0
+		for _, e := range errsOf {
+			if e == nil {
+				ok++
+			} else if c := errs.ClassOf(e); c != errs.Transient && c != errs.Precondition {
+				t.Fatalf("trial %d: the losing run failed with %v (class %v), want exit 4 or 5", trial, e, c)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("trial %d: %d runs committed (errors %v, %v), want exactly 1", trial, ok, errsOf[0], errsOf[1])
+		}
+		res, err := Verify(ctx, out, false, 2)
+		if err != nil || !res.OK {
+			t.Fatalf("trial %d: the committed output does not verify: %+v %v", trial, res, err)
+		}
+		if _, err := os.Stat(filepath.Join(out, storage.LeaseFileName)); !os.IsNotExist(err) {
+			t.Fatalf("trial %d: the lease was left behind", trial)
+		}
+	}
+}
+
+// TestStaleLeaseIsTakenOver: a lease whose process is gone (same host) or
+// that was not renewed within its TTL (another host) is taken over, and the
+// debris it marks is removed; a fresh lease from another host is not.
+func TestStaleLeaseIsTakenOver(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 7})
+	ctx := context.Background()
+	host, _ := os.Hostname()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	cases := []struct {
+		name  string
+		lease storage.LeaseInfo
+		code  errs.Class
+	}{
+		{"dead process on this host", storage.LeaseInfo{Host: host, PID: dead.Process.Pid, Renewed: now, TTLSeconds: 3600}, 0},
+		{"expired on another host", storage.LeaseInfo{Host: "elsewhere", PID: 1, Renewed: now.Add(-time.Hour), TTLSeconds: 60}, 0},
+		{"live on another host", storage.LeaseInfo{Host: "elsewhere", PID: 1, Renewed: now, TTLSeconds: 3600}, errs.Transient},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			os.MkdirAll(filepath.Join(out, "parquet"), 0o755)
+			debris := filepath.Join(out, "parquet", "part-00007.parquet")
+			os.WriteFile(debris, []byte("a killed run's partial file"), 0o644)
+			c.lease.Format, c.lease.RunID, c.lease.Command, c.lease.Started = storage.LeaseFormat, "old", "run", now
+			data, _ := json.Marshal(c.lease)
+			os.WriteFile(filepath.Join(out, storage.LeaseFileName), data, 0o644)
+			_, err := Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"country"}})
+			if errs.ClassOf(err) != c.code {
+				t.Fatalf("run: %v (class %v), want class %v", err, errs.ClassOf(err), c.code)
+			}
+			_, statErr := os.Stat(debris)
+			if c.code == 0 && !os.IsNotExist(statErr) {
+				t.Fatal("the debris of the stale run was not removed")
+			}
+			if c.code != 0 && statErr != nil {
+				t.Fatal("a refused run removed a live run's file")
+			}
+		})
+	}
+}
+
+// TestNeverDeletesWhatRelayoutDidNotWrite: an output overlapping an input is
+// refused (exit 2) before anything is touched (before the fix, `--input
+// X/parquet --output X` deleted the input), and files under parquet/ that no
+// manifest, lease or plan marks as relayout's are refused (exit 5), not
+// removed, as is a foreign file beside a committed output being overwritten.
+func TestNeverDeletesWhatRelayoutDidNotWrite(t *testing.T) {
+	ctx := context.Background()
+	x := t.TempDir()
+	gen.Write(filepath.Join(x, "parquet"), gen.Options{Rows: 3_000, Files: 2, Seed: 8})
+	before := treeFiles(t, x)
+	for _, c := range []struct{ in, out string }{
+		{filepath.Join(x, "parquet"), x},
+		{x, filepath.Join(x, "out")},
+		{filepath.Join(x, "parquet", "part-00000.parquet"), x},
+		{filepath.Join(x, "parquet", "*.parquet"), filepath.Join(x, "parquet")},
+		{"file://" + x, "file://" + x + "/parquet/out"},
+	} {
+		_, err := Run(ctx, RunOptions{Inputs: []string{c.in}, Output: c.out})
+		if !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "overlaps --input") {
+			t.Errorf("--input %s --output %s: %v (class %v), want exit 2 (overlap)", c.in, c.out, err, errs.ClassOf(err))
+		}
+	}
+	if after := treeFiles(t, x); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Fatalf("refused runs changed the input folder: %v -> %v", before, after)
+	}
+	in := filepath.Join(x, "parquet")
+
+	// Relayout-looking files with no manifest, lease or plan.
+	out := filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(filepath.Join(out, "parquet"), 0o755)
+	user := filepath.Join(out, "parquet", "part-00000.parquet")
+	os.WriteFile(user, []byte("the user's file"), 0o644)
+	_, err := Run(ctx, RunOptions{Inputs: []string{in}, Output: out, Overwrite: true})
+	if !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "no manifest, run lease or plan") {
+		t.Fatalf("unmarked files: %v (class %v), want exit 5", err, errs.ClassOf(err))
+	}
+	if _, err := os.Stat(user); err != nil {
+		t.Fatal("an unmarked file was deleted")
+	}
+	if _, err := os.Stat(filepath.Join(out, storage.LeaseFileName)); !os.IsNotExist(err) {
+		t.Fatal("a refused run left its lease")
+	}
+
+	// A foreign file in a committed output that is overwritten.
+	out = filepath.Join(t.TempDir(), "out")
+	if _, err := Run(ctx, RunOptions{Inputs: []string{in}, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	notes := filepath.Join(out, "parquet", "notes.txt")
+	os.WriteFile(notes, []byte("not relayout's"), 0o644)
+	_, err = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, Overwrite: true})
+	if !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "notes.txt") {
+		t.Fatalf("foreign file: %v (class %v), want exit 5 naming it", err, errs.ClassOf(err))
+	}
+	if _, err := os.Stat(notes); err != nil {
+		t.Fatal("a foreign file was deleted")
+	}
+	if res, err := Verify(ctx, out, false, 1); err != nil || !res.OK {
+		t.Fatalf("the refused overwrite damaged the committed output: %+v %v", res, err)
+	}
+}
+
+// TestCommitRetriedAfterManifestWrite: a commit that crashed after writing
+// the manifest (the work prefix still there) is retried: it recognises its
+// own manifest, finishes the cleanup and succeeds (before: exit 5, and
+// _relayout/ left for good); a commit retried after success succeeds too
+// (before: "no plan ... run relayout plan first").
+func TestCommitRetriedAfterManifestWrite(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 9})
+	ctx := context.Background()
+	out := filepath.Join(t.TempDir(), "out")
+	o := distOpts(in, out)
+	res, _, err := PlanJob(ctx, o, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := RunOptions{Parallel: 2}
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := 0; j < res.ReduceTasks; j++ {
+		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work := filepath.Join(out, strings.TrimSuffix(WorkPrefix, "/"))
+	saved := filepath.Join(t.TempDir(), "work")
+	if err := exec.Command("cp", "-a", work, saved).Run(); err != nil {
+		t.Fatal(err)
+	}
+	m1, err := CommitJob(ctx, res.Plan, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crash: the manifest was written, the work prefix not yet removed.
+	os.RemoveAll(work)
+	if err := exec.Command("cp", "-a", saved, work).Run(); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := CommitJob(ctx, res.Plan, local)
+	if err != nil {
+		t.Fatalf("commit retried after its manifest write: %v (class %v)", err, errs.ClassOf(err))
+	}
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Fatalf("the retried commit left the work prefix: %v", treeFiles(t, work))
+	}
+	m3, err := CommitJob(ctx, res.Plan, local)
+	if err != nil {
+		t.Fatalf("commit retried after success: %v (class %v)", err, errs.ClassOf(err))
+	}
+	if m1.Fingerprint != m2.Fingerprint || m2.Fingerprint != m3.Fingerprint {
+		t.Fatal("the retried commits answer with another manifest")
+	}
+	for _, f := range treeFiles(t, out) {
+		if strings.HasSuffix(f, ".tmp") {
+			t.Fatalf("temporary file left: %s", f)
+		}
+	}
+	if r, err := Verify(ctx, out, false, 1); err != nil || !r.OK {
+		t.Fatalf("verify: %+v %v", r, err)
+	}
+}
+
+// TestLeaseOnS3: on an S3-protocol server the lease and the manifest are
+// conditional creates (If-None-Match: *): of two runs racing to one prefix
+// exactly one commits; a fresh lease of another host keeps a run off
+// (exit 4), an expired one is taken over.
+func TestLeaseOnS3(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 10})
+	params, _ := s3Server(t, "bkt")
+	ctx := context.Background()
+	for trial := 0; trial < 3; trial++ {
+		out := fmt.Sprintf("s3://bkt/race-%d/%s", trial, params)
+		var wg sync.WaitGroup
+		errsOf := make([]error, 2)
+		for i, keys := range [][]string{{"country", "date"}, {"date"}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errsOf[i] = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: keys, RowGroupBytes: 512 << 10, FileBytes: 1 << 20})
+			}()
+		}
+		wg.Wait()
+		if (errsOf[0] == nil) == (errsOf[1] == nil) {
+			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
+		}
+		if res, err := Verify(ctx, out, false, 2); err != nil || !res.OK {
+			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
+		}
+	}
+	loc, err := storage.OpenDir(ctx, "s3://bkt/held/"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, c := range []struct {
+		renewed time.Time
+		code    errs.Class
+	}{{now, errs.Transient}, {now.Add(-time.Hour), 0}} {
+		li := storage.LeaseInfo{Format: storage.LeaseFormat, RunID: "other", Command: "run", Host: "elsewhere", PID: 1, Started: c.renewed, Renewed: c.renewed, TTLSeconds: 60}
+		data, _ := json.Marshal(li)
+		if err := loc.Bucket.WriteAll(ctx, loc.Key(storage.LeaseFileName), data, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Run(ctx, RunOptions{Inputs: []string{in}, Output: "s3://bkt/held/" + params, SliceKeys: []string{"country"}, Overwrite: true})
+		if errs.ClassOf(err) != c.code {
+			t.Fatalf("lease renewed %v: %v (class %v), want class %v", c.renewed, err, errs.ClassOf(err), c.code)
+		}
+	}
+}
