@@ -1,8 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"sort"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
@@ -40,21 +45,77 @@ func envName(flag string) []string {
 	return []string{"RELAYOUT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
 }
 
-// withConfig wires altsrc so that flags may come from --config YAML.
+// withConfig wires altsrc so that flags may come from --config YAML. Keys
+// are flag names; an unknown key is an error (a misspelt key such as
+// slice_keys would otherwise be dropped silently), and a list flag takes a
+// YAML list or the command line's comma form ("country,date").
 func withConfig(flags []cli.Flag) cli.BeforeFunc {
 	return func(c *cli.Context) error {
-		if c.String("config") == "" {
+		file := c.String("config")
+		if file == "" {
 			return nil
 		}
-		src, err := altsrc.NewYamlSourceFromFlagFunc("config")(c)
+		src, err := configSource(file, flags)
 		if err != nil {
-			return errs.Usagef("config file %s: %v", c.String("config"), err)
+			return err
 		}
 		if err := altsrc.ApplyInputSourceValues(c, src, flags); err != nil {
-			return errs.Usagef("config file %s: %v", c.String("config"), err)
+			return errs.Usagef("config file %s: %v", file, err)
 		}
 		return nil
 	}
+}
+
+// configSource reads and checks a --config YAML file.
+func configSource(file string, flags []cli.Flag) (altsrc.InputSourceContext, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, errs.Usagef("config file %s: %v", file, err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, errs.Usagef("config file %s: not YAML: %v", file, err)
+	}
+	known := map[string]cli.Flag{}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			known[n] = f
+		}
+	}
+	values := map[any]any{}
+	var unknown []string
+	for k, v := range raw {
+		f, ok := known[k]
+		if !ok || k == "config" {
+			unknown = append(unknown, k)
+			continue
+		}
+		if _, list := f.(*altsrc.StringSliceFlag); list {
+			switch x := v.(type) {
+			case string:
+				var items []any
+				for _, p := range strings.Split(x, ",") {
+					if p = strings.TrimSpace(p); p != "" {
+						items = append(items, p)
+					}
+				}
+				v = items
+			case []any:
+			default:
+				return nil, errs.Usagef("config file %s: %s: want a list or a comma-separated string, got %v", file, k, v)
+			}
+		}
+		values[k] = v
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		hint := ""
+		if n := strings.ReplaceAll(unknown[0], "_", "-"); known[n] != nil {
+			hint = fmt.Sprintf(" (did you mean %s?)", n)
+		}
+		return nil, errs.Usagef("config file %s: unknown key %s%s; keys are the command's flag names", file, strings.Join(unknown, ", "), hint)
+	}
+	return altsrc.NewMapInputSource(file, values), nil
 }
 
 func configFlag() cli.Flag {

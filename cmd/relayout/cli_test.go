@@ -397,3 +397,50 @@ func TestDryRunCLI(t *testing.T) {
 		t.Fatalf("dry run with a missing column: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// TestConfigAndFlagRefusals: nonsense flag values and misspelt config keys
+// are refused with exit 2 naming the flag or key, before anything runs
+// (before: accepted, or read as "default"); the CLI's comma form works in
+// YAML too.
+func TestConfigAndFlagRefusals(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 2_000, Files: 1, Seed: 4})
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	typo := write("typo.yaml", "slice_keys: [country]\n")
+	comma := write("comma.yaml", "slice-keys: country,date\nrow-group-bytes: 1MiB\n")
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--config", typo}, "unknown key slice_keys (did you mean slice-keys?)"},
+		{[]string{"--memory-limit", "0"}, "--memory-limit 0"},
+		{[]string{"--row-group-bytes", "0"}, "--row-group-bytes 0"},
+		{[]string{"--file-bytes", "0"}, "--file-bytes 0"},
+		{[]string{"--parallel", "-1"}, "--parallel -1"},
+		{[]string{"--slice-keys", "country", "--boundary-keys", "5"}, "--boundary-keys 5"},
+		{[]string{"--row-group-rows", "1"}, "--row-group-rows 1"},
+		{[]string{"--tensors", "--shard-bytes", "1"}, "--shard-bytes 1"},
+		{[]string{"--tmp-dir", filepath.Join(dir, "missing")}, "--tmp-dir"},
+		{[]string{"--report-json", filepath.Join(dir, "missing", "r.json")}, "--report-json"},
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := relayout(t, nil, append([]string{"run", "--quiet", "--input", in, "--output", out}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %q", c.args, r.code, r.stderr, c.msg)
+		}
+		if _, err := os.Stat(filepath.Join(out, "manifest.json")); err == nil {
+			t.Errorf("%v: committed an output", c.args)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if r := relayout(t, nil, "run", "--quiet", "--config", comma, "--input", in, "--output", out); r.code != 0 {
+		t.Fatalf("comma form in YAML: exit %d: %s", r.code, r.stderr)
+	}
+	if got := manifestKeys(t, out); strings.Join(got, ",") != "country,date" {
+		t.Fatalf("slice keys from YAML's comma form: %v", got)
+	}
+}

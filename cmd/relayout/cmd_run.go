@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -85,7 +86,9 @@ func runCommand() *cli.Command {
 				return err
 			}
 			if err := writeReportJSON(c.String("report-json"), res.Report); err != nil {
-				return err
+				// Committed: a retry would only find the manifest (exit
+				// 5). The report is in <output>/_report.json too.
+				opts.Log.Warn("the run committed, but --report-json could not be written", "err", err)
 			}
 			printRunSummary(c.App.Writer, res)
 			return nil
@@ -128,16 +131,55 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 	for _, s := range []struct {
 		flag string
 		dst  *int64
+		min  int64 // when set (0: any size)
 	}{
-		{"row-group-bytes", &opts.RowGroupBytes}, {"min-row-group-bytes", &opts.MinRowGroupBytes},
-		{"file-bytes", &opts.FileBytes}, {"page-bytes", &opts.PageBytes}, {"memory-limit", &opts.MemoryLimit},
-		{"shard-bytes", &opts.ShardBytes},
+		{"row-group-bytes", &opts.RowGroupBytes, 64 << 10}, {"min-row-group-bytes", &opts.MinRowGroupBytes, 0},
+		{"file-bytes", &opts.FileBytes, 64 << 10}, {"page-bytes", &opts.PageBytes, 4 << 10}, {"memory-limit", &opts.MemoryLimit, 16 << 20},
+		{"shard-bytes", &opts.ShardBytes, 16 << 10},
 	} {
 		if *s.dst, err = parseSize(s.flag, c.String(s.flag)); err != nil {
 			return opts, err
 		}
+		if s.min > 0 && c.IsSet(s.flag) && *s.dst < s.min {
+			return opts, errs.Usagef("--%s %s: must be at least %s", s.flag, c.String(s.flag), human(s.min))
+		}
 	}
-	return opts, nil
+	return opts, checkRunFlags(c, opts)
+}
+
+// checkRunFlags refuses values that the library would read as "default"
+// or that make no sense, naming the flag (exit 2).
+func checkRunFlags(c *cli.Context, opts pipeline.RunOptions) error {
+	for _, f := range []struct {
+		flag string
+		min  int
+	}{{"row-group-rows", 1024}, {"parallel", 0}, {"boundary-keys", 0}, {"block-samples", 1}, {"sample-rows", 1},
+		{"max-items-per-query", 0}, {"report-slices", 0}} {
+		if c.IsSet(f.flag) && c.Int(f.flag) < f.min {
+			return errs.Usagef("--%s %d: must be at least %d", f.flag, c.Int(f.flag), f.min)
+		}
+	}
+	if n := c.Int("boundary-keys"); c.IsSet("boundary-keys") && n > len(opts.SliceKeys) {
+		return errs.Usagef("--boundary-keys %d: there are only %d slice keys (--slice-keys %s)", n, len(opts.SliceKeys), strings.Join(opts.SliceKeys, ","))
+	}
+	if d := opts.TmpDir; d != "" {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			return errs.Usagef("--tmp-dir %s: no such folder (create it, or leave the flag out for the system's temp folder)", d)
+		}
+	}
+	if p := c.String("report-json"); p != "" {
+		dir := filepath.Dir(p)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return errs.Usagef("--report-json %s: folder %s does not exist", p, dir)
+		}
+		if f, err := os.CreateTemp(dir, ".relayout-report-*"); err != nil {
+			return errs.Usagef("--report-json %s: cannot write in %s: %v", p, dir, err)
+		} else {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}
+	return nil
 }
 
 // writeReportJSON writes the report to a local path ("" : nowhere).
