@@ -444,3 +444,32 @@ func TestConfigAndFlagRefusals(t *testing.T) {
 		t.Fatalf("slice keys from YAML's comma form: %v", got)
 	}
 }
+
+// TestS3RunPrintsNoSDKWarnings: against an S3-protocol store that returns
+// none of the newer checksums, a quiet run and verify print nothing on
+// stderr (before: the AWS SDK's "WARN Response has no supported checksum"
+// on every GET), since relayout sets the SDK's checksum mode to
+// when_required and turns the EC2 metadata lookup off unless the user set
+// them.
+func TestS3RunPrintsNoSDKWarnings(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 2, Seed: 5})
+	env, params := s3Env(t, "bkt")
+	params = strings.Split(params, "&request_checksum")[0]
+	out := "s3://bkt/out/" + params
+	for _, args := range [][]string{
+		{"run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country"},
+		{"verify", "--deep", out},
+	} {
+		r := relayout(t, env, args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args[0], r.code, r.stderr)
+		}
+		if strings.TrimSpace(r.stderr) != "" {
+			t.Fatalf("%v printed on stderr: %s", args[0], r.stderr)
+		}
+	}
+	r := relayout(t, append(env, "AWS_RESPONSE_CHECKSUM_VALIDATION=when_supported"), "verify", out)
+	if !strings.Contains(r.stderr, "WARN") { // the control: the check above can fail
+		t.Fatalf("with the SDK's default checksum mode stderr was %q; expected its WARN lines", r.stderr)
+	}
+}

@@ -28,6 +28,7 @@ func main() {
 			os.Exit(int(errs.Internal))
 		}
 	}()
+	awsDefaults()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := startProfile()
 	app := newApp()
@@ -48,4 +49,28 @@ func exitCode(err error) int {
 		return int(errs.Transient)
 	}
 	return int(errs.ClassOf(err))
+}
+
+// awsDefaults sets the AWS SDK's environment defaults for a batch tool that
+// talks to S3 and S3-protocol stores, where the user has not set them:
+//   - no EC2 instance-metadata lookup (AWS_EC2_METADATA_DISABLED=true): off
+//     EC2 it is a request to 169.254.169.254 that hangs until it times out,
+//     and tests and CI must send nothing off loopback. Set
+//     AWS_EC2_METADATA_DISABLED=false to take credentials from an instance
+//     profile.
+//   - checksums only where the operation requires them
+//     (AWS_REQUEST_CHECKSUM_CALCULATION and AWS_RESPONSE_CHECKSUM_VALIDATION
+//     = when_required): S3-protocol stores that do not return the newer
+//     checksums otherwise make the SDK print a WARN line on every GET.
+//     relayout checks every object it reads against the manifest's xxhash64.
+func awsDefaults() {
+	for k, v := range map[string]string{
+		"AWS_EC2_METADATA_DISABLED":        "true",
+		"AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+		"AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+	} {
+		if _, set := os.LookupEnv(k); !set {
+			os.Setenv(k, v)
+		}
+	}
 }
