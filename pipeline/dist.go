@@ -15,6 +15,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/fingerprint"
@@ -817,6 +818,14 @@ func keyPass(ctx context.Context, tbl *source.Table, keys keyCols, in inputSizes
 	memRowBytes := in.rowBytes
 	if sample != nil && sample.NumRows() > 0 {
 		memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
+	}
+	if sample != nil { // keep only the rows that choose encodings
+		trimmed, err := writer.TrimSample(sample, memory.DefaultAllocator)
+		sample.Release()
+		if err != nil {
+			return nil, err
+		}
+		sample = trimmed
 	}
 	mp, err := planMemory(tbl, in, layout, memRowBytes, tensors, opts)
 	if err != nil {

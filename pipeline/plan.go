@@ -106,6 +106,9 @@ type memoryPlan struct {
 	fixed, unitRows, chunkRows int64
 	memRowBytes                float64
 	units                      []partition.Unit
+	// mapWorkers is how many in-process map tasks may run at once: each
+	// holds one decoded input row group and what it routes from it.
+	mapWorkers int
 }
 
 // planMemory sizes the units. Fixed costs: the Go runtime and binary; every
@@ -143,7 +146,18 @@ func planMemory(tbl *source.Table, in inputSizes, layout partition.Layout, memRo
 	if opts.UnitRows > 0 {
 		unitRows = opts.UnitRows
 	}
-	return memoryPlan{fixed: fixed, unitRows: unitRows, chunkRows: chunkRows, memRowBytes: memRowBytes,
+	// The map phase runs before the units are gathered: its budget is the
+	// limit less the runtime, the kept encoding sample and headroom.
+	var maxRG int64
+	for _, f := range tbl.Files {
+		for _, n := range f.RowGroupRows {
+			maxRG = max(maxRG, n)
+		}
+	}
+	perMap := int64(2*float64(maxRG)*memRowBytes) + 4<<20
+	sampleBytes := int64(float64(min(tbl.Rows, 32<<10)) * memRowBytes)
+	mapWorkers := int(min(max((opts.MemoryLimit-runtimeReserve-unitHeadroom-sampleBytes)/max(perMap, 1), 1), int64(max(opts.Parallel, 1))))
+	return memoryPlan{fixed: fixed, unitRows: unitRows, chunkRows: chunkRows, memRowBytes: memRowBytes, mapWorkers: mapWorkers,
 		units: partition.GroupUnits(partition.Chunks(layout, chunkRows), unitRows)}, nil
 }
 

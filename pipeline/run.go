@@ -203,9 +203,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 		opts.Progress.Start("map", tbl.Rows)
 		maps = make([]*TaskManifest, len(p.Maps))
-		err = par.ForEach(ctx, len(p.Maps), opts.Parallel, func(i int) error {
+		err = par.ForEach(ctx, len(p.Maps), ks.mp.mapWorkers, func(i int) error {
 			var err error
-			maps[i], err = lp.mapRows(ctx, tbl, keys, i, 1)
+			maps[i], err = lp.mapRows(ctx, tbl, keys, i, max(opts.Parallel/ks.mp.mapWorkers, 1))
 			return err
 		})
 		opts.Progress.Finish()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 )
@@ -141,4 +142,55 @@ func distinctOf(n int, val func(int) uint64, a arrow.Array) int {
 		}
 	}
 	return len(seen)
+}
+
+// TrimSample returns a compact copy of the rows of sample that
+// chooseEncodings reads (the first sampleRows rows, or as many as hold the
+// first sampleRows values of every list column), so a caller can keep the
+// sample for a whole run without holding a whole decoded row group. The
+// encodings chosen from the copy are those chosen from sample. The caller
+// releases both.
+func TrimSample(sample arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
+	if sample == nil {
+		return nil, nil
+	}
+	n := sample.NumRows()
+	rows := min(n, int64(sampleRows))
+	for _, c := range sample.Columns() {
+		l, ok := c.(array.ListLike)
+		if !ok || rows == n {
+			continue
+		}
+		start, _ := l.ValueOffsets(0)
+		need := n
+		for r := 0; r < l.Len(); r++ {
+			if _, end := l.ValueOffsets(r); end-start >= sampleRows {
+				need = int64(r) + 1
+				break
+			}
+		}
+		rows = max(rows, need)
+	}
+	if rows == n {
+		sample.Retain()
+		return sample, nil
+	}
+	cols := make([]arrow.Array, sample.NumCols())
+	for i, c := range sample.Columns() {
+		s := array.NewSlice(c, 0, rows)
+		cp, err := array.Concatenate([]arrow.Array{s}, mem)
+		s.Release()
+		if err != nil {
+			for _, p := range cols[:i] {
+				p.Release()
+			}
+			return nil, err
+		}
+		cols[i] = cp
+	}
+	rec := array.NewRecordBatch(sample.Schema(), cols, rows)
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec, nil
 }
