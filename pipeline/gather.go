@@ -177,7 +177,7 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 				rec, err := src.take(ctx, schema, src.ord[lo:lo+ch.Rows])
 				var sum fingerprint.Sum
 				if err == nil && fp != nil {
-					sum, err = fingerprint.Record(rec)
+					sum, err = recordSum(rec, "")
 				}
 				outs[i] <- result{rec, sum, err}
 			}
@@ -237,7 +237,7 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress, 
 		}
 		recs[i] = rec
 		observe(rec)
-		if sums[i], err = fingerprint.Record(rec); err != nil {
+		if sums[i], err = recordSum(rec, refs[i].File.Obj.URL); err != nil {
 			return errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
 		}
 		prog.Add(refs[i].Rows())
@@ -269,9 +269,9 @@ func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 		return fingerprint.Sum{}, err
 	}
 	defer rec.Release()
-	sum, err := fingerprint.Record(rec)
+	sum, err := recordSum(rec, fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup))
 	if err != nil {
-		return sum, errs.BadInputf("%s: %v", ref.File.Obj.URL, err)
+		return sum, err
 	}
 	if observe != nil {
 		observe(rec)
@@ -321,4 +321,19 @@ func arrowRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.Record
 		a.Release()
 	}
 	return rec
+}
+
+// recordSum fingerprints a decoded record. Values the decoder produced from
+// damaged pages can make the hashing index out of range: that is bad input
+// (exit 3) naming what was read, not a crash.
+func recordSum(rec arrow.RecordBatch, what string) (sum fingerprint.Sum, err error) {
+	if what == "" {
+		what = "fingerprint"
+	}
+	defer errs.Recover(&err, what)
+	sum, err = fingerprint.Record(rec)
+	if err != nil && errs.ClassOf(err) == errs.Internal {
+		err = errs.BadInputf("%s: %v", what, err)
+	}
+	return sum, err
 }

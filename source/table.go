@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -158,13 +159,15 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 	}
 	props := parquet.NewReaderProperties(memory.DefaultAllocator)
 	props.BufferedStreamEnabled = false // one read per column chunk
-	pq, err := file.NewParquetReader(ra, file.WithReadProps(props))
+	cra := &crcReaderAt{ReaderAt: ra, url: obj.URL}
+	pq, err := file.NewParquetReader(cra, file.WithReadProps(props))
 	if err != nil {
 		if c := errs.ClassOf(err); c == errs.Transient {
 			return nil, err
 		}
 		return nil, badData("open "+obj.URL, err)
 	}
+	cra.index(pq.MetaData())
 	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
 	if err != nil {
 		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
@@ -250,12 +253,58 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 	if int64(ch.Len()) != f.RowGroupRows[rg] {
 		return nil, errs.BadInputf("%s: decoded %d values, the footer says %d rows", what, ch.Len(), f.RowGroupRows[rg])
 	}
-	return concat(ch)
+	arr, err = concat(ch)
+	if err != nil {
+		return nil, err
+	}
+	if verr := validateArray(arr); verr != nil {
+		arr.Release()
+		return nil, errs.WithHint(errs.BadInputf("%s: corrupt data: %v", what, verr), "re-export the file or leave it out of --input")
+	}
+	return arr, nil
+}
+
+// validateArray checks a decoded array's internal consistency (offsets in
+// range and increasing, child lengths, dictionary indices), so that a
+// damaged page the decoder accepted fails here, naming the column, and not
+// as a panic in whatever touches the values next.
+func validateArray(a arrow.Array) error {
+	if v, ok := a.(interface{ ValidateFull() error }); ok {
+		if err := v.ValidateFull(); err != nil {
+			return err
+		}
+	}
+	switch x := a.(type) {
+	case *array.Struct:
+		for i := 0; i < x.NumField(); i++ {
+			if x.Field(i).Len() < x.Len()+x.Data().Offset() {
+				return fmt.Errorf("struct field %d has %d values for %d rows", i, x.Field(i).Len(), x.Len())
+			}
+			if err := validateArray(x.Field(i)); err != nil {
+				return err
+			}
+		}
+	case array.ListLike:
+		return validateArray(x.ListValues())
+	case *array.Dictionary:
+		if err := validateArray(x.Dictionary()); err != nil {
+			return err
+		}
+		n := x.Dictionary().Len()
+		for i := 0; i < x.Len(); i++ {
+			if x.IsValid(i) {
+				if k := x.GetValueIndex(i); k < 0 || k >= n {
+					return fmt.Errorf("dictionary index %d at row %d is outside the dictionary of %d values", k, i, n)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func classify(err error, what string) error {
-	if c := errs.ClassOf(err); c == errs.Transient {
-		return err
+	if c := errs.ClassOf(err); c == errs.Transient || c == errs.BadInput {
+		return err // classified where the cause was known (a page CRC, a read past the end)
 	}
 	if errors.Is(err, context.Canceled) {
 		return errs.TransientErr(fmt.Errorf("%s: %w", what, err))

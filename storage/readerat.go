@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relayout/relayout/internal/errs"
 	"io"
 	"os"
 	"sync"
@@ -95,7 +96,13 @@ func (r *ReaderAt) Read(p []byte) (int, error) {
 // ReadAt reads len(p) bytes at off. Reads past the end return io.EOF with the
 // bytes that exist.
 func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off >= r.obj.Size {
+	if off < 0 || off > r.obj.Size {
+		// A footer whose offsets point outside the file: damaged, never
+		// worth a retry.
+		return 0, errs.WithHint(errs.BadInputf("read %s at offset %d: outside the file (%d bytes): the footer points outside the file, which is damaged or truncated", r.obj.URL, off, r.obj.Size),
+			"re-export the file or leave it out of --input")
+	}
+	if off == r.obj.Size {
 		return 0, io.EOF
 	}
 	want := len(p)
