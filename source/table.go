@@ -269,6 +269,20 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 // damaged page the decoder accepted fails here, naming the column, and not
 // as a panic in whatever touches the values next.
 func validateArray(a arrow.Array) error {
+	// Strings: offsets only. Invalid UTF-8 is passed through as the input
+	// has it (arrow's ValidateFull would refuse it).
+	switch x := a.(type) {
+	case *array.String:
+		if err := x.Validate(); err != nil {
+			return err
+		}
+		return monotonic(x.ValueOffsets())
+	case *array.LargeString:
+		if err := x.Validate(); err != nil {
+			return err
+		}
+		return monotonic(x.ValueOffsets())
+	}
 	if v, ok := a.(interface{ ValidateFull() error }); ok {
 		if err := v.ValidateFull(); err != nil {
 			return err
@@ -303,8 +317,9 @@ func validateArray(a arrow.Array) error {
 }
 
 func classify(err error, what string) error {
-	if c := errs.ClassOf(err); c == errs.Transient || c == errs.BadInput {
-		return err // classified where the cause was known (a page CRC, a read past the end)
+	var e *errs.Error
+	if errors.As(err, &e) && (e.Class == errs.Transient || e.Class == errs.BadInput) {
+		return e // classified where the cause was known (a page CRC, a read past the end)
 	}
 	if errors.Is(err, context.Canceled) {
 		return errs.TransientErr(fmt.Errorf("%s: %w", what, err))
@@ -341,4 +356,13 @@ func leafSet(sf *pqarrow.SchemaField, into map[int]bool) map[int]bool {
 		leafSet(&sf.Children[i], into)
 	}
 	return into
+}
+
+func monotonic[T int32 | int64](offs []T) error {
+	for i := 1; i < len(offs); i++ {
+		if offs[i] < offs[i-1] || offs[i-1] < 0 {
+			return fmt.Errorf("string offsets decrease at index %d (%d after %d)", i, offs[i], offs[i-1])
+		}
+	}
+	return nil
 }
