@@ -395,12 +395,12 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	if err != nil {
 		return nil, err
 	}
-	data, err := out.Bucket.ReadAll(ctx, out.Key(PlanFileName))
+	data, err := storage.Get(ctx, out, PlanFileName)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
 			return nil, errs.Preconditionf("run relayout plan first", "no plan at %s: %w", out.URL(PlanFileName), errNoPlan)
 		}
-		return nil, storage.Classify(fmt.Errorf("read %s: %w", out.URL(PlanFileName), err))
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // slice values print back exactly as the run prints them
@@ -494,12 +494,12 @@ func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) 
 }
 
 func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {
-	data, err := lp.work.Bucket.ReadAll(ctx, lp.work.Key(name))
+	data, err := storage.Get(ctx, lp.work, name)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
 			return nil, nil
 		}
-		return nil, storage.Classify(fmt.Errorf("read %s: %w", lp.work.URL(name), err))
+		return nil, err
 	}
 	var d TaskManifest
 	if err := json.Unmarshal(data, &d); err != nil {
@@ -937,7 +937,7 @@ func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBa
 
 // sample reads the encoding sample plan stored (nil for an empty input).
 func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.RecordBatch, error) {
-	data, err := lp.work.Bucket.ReadAll(ctx, lp.work.Key(SampleFileName))
+	data, err := storage.Get(ctx, lp.work, SampleFileName)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		if lp.Rows > 0 {
 			return nil, errs.Preconditionf("re-run relayout plan", "the plan's encoding sample %s is missing", lp.work.URL(SampleFileName))
@@ -945,7 +945,7 @@ func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.R
 		return nil, nil
 	}
 	if err != nil {
-		return nil, storage.Classify(fmt.Errorf("read %s: %w", lp.work.URL(SampleFileName), err))
+		return nil, err
 	}
 	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithSchema(schema))
 	if err != nil {

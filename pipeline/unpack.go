@@ -37,7 +37,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := in.Bucket.ReadAll(ctx, in.Key(manifests.FileName))
+	data, err := storage.Get(ctx, in, manifests.FileName)
 	if err != nil {
 		return nil, storage.Classify(fmt.Errorf("read %s: %w (unpack needs a packed relayout output)", in.URL(manifests.FileName), err))
 	}

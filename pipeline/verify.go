@@ -47,10 +47,9 @@ func Verify(ctx context.Context, output string, deep bool, parallel int) (*Verif
 	if err != nil {
 		return nil, err
 	}
-	data, err := out.Bucket.ReadAll(ctx, out.Key(manifests.FileName))
+	data, err := storage.Get(ctx, out, manifests.FileName)
 	if err != nil {
-		err = storage.Classify(fmt.Errorf("read %s: %w", out.URL(manifests.FileName), err))
-		if errs.Is(err, errs.BadInput) {
+		if storage.IsNotFound(err) {
 			return &VerifyResult{Problem: fmt.Sprintf("%s: no manifest (the run did not complete)", out.URL(manifests.FileName))}, nil
 		}
 		return nil, err
