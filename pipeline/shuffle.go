@@ -140,8 +140,18 @@ func (s *shuffleWriter) abort() {
 	}
 }
 
-// readSegment reads a unit's rows from a map task's segment.
-func readSegment(ctx context.Context, work storage.Location, seg mapPartition, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+// readSegment reads a unit's rows from a map task's segment; a read cut
+// short by the network is retried from the segment's start.
+func readSegment(ctx context.Context, work storage.Location, seg mapPartition, schema *arrow.Schema) (recs []arrow.RecordBatch, err error) {
+	err = storage.Retry(ctx, func() error {
+		var err error
+		recs, err = readSegment1(ctx, work, seg, schema)
+		return err
+	})
+	return recs, err
+}
+
+func readSegment1(ctx context.Context, work storage.Location, seg mapPartition, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 	url := work.URL(seg.Path)
 	var r io.Reader
 	if work.Local != "" {

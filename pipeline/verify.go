@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -208,15 +207,12 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 	if attrs.Size != mf.Bytes {
 		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, mf.Bytes), fp, nil, nil, nil
 	}
-	rd, err := out.Bucket.NewReader(ctx, key, nil)
-	if err != nil {
-		return "", fp, nil, nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
-	}
 	h := xxhash.New()
-	_, err = io.Copy(h, rd)
-	rd.Close()
-	if err != nil {
-		return "", fp, nil, nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+	if _, err := storage.HashObject(ctx, out, mf.Path, h); err != nil {
+		if storage.IsNotFound(err) {
+			return fmt.Sprintf("%s: missing", url), fp, nil, nil, nil
+		}
+		return "", fp, nil, nil, err
 	}
 	if got := fmt.Sprintf("%016x", h.Sum64()); got != mf.XXHash64 {
 		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged)", url, got, mf.XXHash64), fp, nil, nil, nil

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
@@ -73,19 +72,13 @@ func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensor
 	url := out.URL(s.Path)
 	// Stream the whole shard through the hash; read the header and the
 	// offsets tensors by range, so memory stays small whatever the shard size.
-	rd, err := out.Bucket.NewReader(ctx, out.Key(s.Path), nil)
+	hw := xxhash.New()
+	n, err := storage.HashObject(ctx, out, s.Path, hw)
 	if err != nil {
-		err = storage.Classify(fmt.Errorf("read %s: %w", url, err))
-		if errs.Is(err, errs.BadInput) {
+		if storage.IsNotFound(err) {
 			return fmt.Sprintf("%s: missing", url), nil
 		}
 		return "", err
-	}
-	hw := xxhash.New()
-	n, err := io.Copy(hw, rd)
-	rd.Close()
-	if err != nil {
-		return "", storage.Classify(fmt.Errorf("read %s: %w", url, err))
 	}
 	if n != s.Bytes {
 		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, n, s.Bytes), nil
@@ -93,11 +86,15 @@ func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensor
 	if got := fmt.Sprintf("%016x", hw.Sum64()); got != s.XXHash64 {
 		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged)", url, got, s.XXHash64), nil
 	}
-	ra := &rangeReaderAt{ctx: ctx, out: out, key: out.Key(s.Path)}
+	ra, err := storage.NewReaderAt(ctx, storage.Object{Loc: out, Key: out.Key(s.Path), URL: url, Size: n}, nil)
+	if err != nil {
+		return "", err
+	}
+	defer ra.Close()
 	h, err := loader.ReadHeader(ra, n)
 	if err != nil {
-		if ra.err != nil {
-			return "", ra.err
+		if c := errs.ClassOf(err); c == errs.Transient {
+			return "", err
 		}
 		return fmt.Sprintf("%s: %v", url, err), nil
 	}
@@ -183,24 +180,3 @@ func int64sOf(b []byte) []int64 {
 	return out
 }
 
-// rangeReaderAt reads an object by range requests.
-type rangeReaderAt struct {
-	ctx context.Context
-	out storage.Location
-	key string
-	err error // the last storage error, to tell I/O failures from bad data
-}
-
-func (r *rangeReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	rd, err := r.out.Bucket.NewRangeReader(r.ctx, r.key, off, int64(len(p)), nil)
-	if err != nil {
-		r.err = storage.Classify(fmt.Errorf("read %s: %w", r.out.URL(r.key), err))
-		return 0, r.err
-	}
-	defer rd.Close()
-	n, err := io.ReadFull(rd, p)
-	if err != nil {
-		r.err = storage.Classify(fmt.Errorf("read %s: %w", r.out.URL(r.key), err))
-	}
-	return n, err
-}

@@ -43,8 +43,13 @@ type LeaseInfo struct {
 // host and its process no longer exists, or it has not renewed the lease
 // within its TTL.
 func (li *LeaseInfo) Stale(now time.Time) bool {
-	if host, _ := os.Hostname(); li.Host == host && li.PID > 0 && !pidAlive(li.PID) {
-		return true
+	if host, _ := os.Hostname(); li.Host == host && li.PID > 0 {
+		if !pidAlive(li.PID) {
+			return true
+		}
+		if li.PID == os.Getpid() && !holding(li.RunID) {
+			return true // this process's own, from a run that has ended
+		}
 	}
 	ttl := time.Duration(li.TTLSeconds * float64(time.Second))
 	if ttl <= 0 {
@@ -56,6 +61,14 @@ func (li *LeaseInfo) Stale(now time.Time) bool {
 func (li *LeaseInfo) String() string {
 	return fmt.Sprintf("run %s (%s, pid %d on %s, started %s, renewed %s)", li.RunID, li.Command, li.PID, li.Host,
 		li.Started.UTC().Format(time.RFC3339), li.Renewed.UTC().Format(time.RFC3339))
+}
+
+// held are the run IDs of the leases this process holds now.
+var held sync.Map
+
+func holding(runID string) bool {
+	_, ok := held.Load(runID)
+	return ok
 }
 
 func pidAlive(pid int) bool {
@@ -92,6 +105,15 @@ func AcquireLease(ctx context.Context, loc Location, command string, ttl time.Du
 	now := time.Now().UTC()
 	l = &Lease{loc: loc, ttl: ttl, info: LeaseInfo{Format: LeaseFormat, RunID: hex.EncodeToString(id), Command: command,
 		Host: host, PID: os.Getpid(), Started: now, Renewed: now, TTLSeconds: ttl.Seconds()}}
+	// Marked as held before it can be seen, so no other run of this process
+	// takes it for one that ended.
+	runID := l.info.RunID
+	held.Store(runID, true)
+	defer func() {
+		if err != nil {
+			held.Delete(runID)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		err := l.put(ctx, true)
 		if err == nil {
@@ -230,5 +252,6 @@ func (l *Lease) Stop() {
 	default:
 		close(l.stop)
 		<-l.done
+		held.Delete(l.info.RunID)
 	}
 }

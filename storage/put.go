@@ -229,3 +229,50 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func isTmpName(base string) bool {
 	return strings.HasPrefix(base, ".") && strings.HasSuffix(base, ".tmp")
 }
+
+// Retry calls fn until it succeeds, fails with an error that is not
+// transient, or has failed readAttempts times, waiting with backoff between
+// attempts. fn must start over each time (a whole-object read, say): the
+// SDKs retry requests, not a body that breaks midway.
+func Retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; attempt < readAttempts; attempt++ {
+		if attempt > 0 {
+			if serr := sleepCtx(ctx, backoff(attempt)); serr != nil {
+				return err
+			}
+		}
+		if err = fn(); err == nil || !errs.Is(Classify(err), errs.Transient) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// HashObject streams the object rel under loc through a new hash (from
+// newHash) and returns its length; a body cut short is retried from the
+// start.
+func HashObject[H interface {
+	io.Writer
+	Reset()
+}](ctx context.Context, loc Location, rel string, h H) (n int64, err error) {
+	err = Retry(ctx, func() error {
+		h.Reset()
+		rd, err := loc.Bucket.NewReader(ctx, loc.Key(rel), nil)
+		if err != nil {
+			if IsNotFound(err) {
+				return errs.BadInputErr(err) // not retried; callers test IsNotFound
+			}
+			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
+		}
+		defer rd.Close()
+		if n, err = io.Copy(h, rd); err != nil {
+			return errs.TransientErr(fmt.Errorf("read %s: %w", loc.URL(rel), err))
+		}
+		if size := rd.Size(); size >= 0 && n != size {
+			return errs.TransientErr(fmt.Errorf("read %s: %d of %d bytes (the connection was cut)", loc.URL(rel), n, size))
+		}
+		return nil
+	})
+	return n, err
+}
