@@ -179,4 +179,3 @@ func int64sOf(b []byte) []int64 {
 	}
 	return out
 }
-
