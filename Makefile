@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
 DEMO    := .demo
 
-.PHONY: all build deps python-deps bench-gpu test test-short race vet fmt-check demo bench clean
+.PHONY: all build deps python-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
 
 all: build
 
@@ -36,6 +36,25 @@ vet:
 # skip, when DuckDB is missing.
 test: deps fmt-check vet
 	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
+	$(MAKE) --no-print-directory fuzz-short
+
+# Each fuzz target for a short time (make test); FUZZTIME=10m for a real
+# session. The Parquet and plan targets need ~30 s to gather coverage first.
+FUZZTIME ?= 10s
+fuzz-short:
+	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzReadHeader$$' -fuzztime $(FUZZTIME) ./loader
+	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) ./cmd/relayout
+	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzParquetInput$$' -fuzztime 45s ./source
+	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzPlanAndTaskManifests$$' -fuzztime 40s ./pipeline
+
+# The reliability probes many times over (docs/reliability.md): random
+# kills, network faults, flipped bytes, racing runs. PROBE_SCALE multiplies
+# each probe's trial count.
+PROBE_SCALE ?= 10
+probe: deps
+	RELAYOUT_REQUIRE_PEERS=1 RELAYOUT_PROBE_SCALE=$(PROBE_SCALE) $(GO) test -count=1 -timeout 60m -v \
+		-run 'TestKillAtRandomPoints|UnderNetworkFaults|TestPageCRCsAreChecked|TestAnyFlippedByte|TestOutputHeldByAnotherRun|TestLeaseOnS3' \
+		./cmd/relayout ./pipeline ./source 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|probe|trial|flipped|killed|requests'
 
 test-short:
 	$(GO) test -count=1 -short ./...

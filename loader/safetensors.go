@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 )
 
@@ -107,7 +108,7 @@ func parseHeader(hb []byte, dataLen int64) (*Header, error) {
 		if !ok {
 			return nil, fmt.Errorf("safetensors: tensor %q: unknown dtype %q", name, t.DType)
 		}
-		if len(t.DataOffsets) != 2 || t.DataOffsets[0] > t.DataOffsets[1] {
+		if len(t.DataOffsets) != 2 || t.DataOffsets[0] < 0 || t.DataOffsets[0] > t.DataOffsets[1] {
 			return nil, fmt.Errorf("safetensors: tensor %q: bad data_offsets %v", name, t.DataOffsets)
 		}
 		elems := int64(1)
@@ -115,7 +116,13 @@ func parseHeader(hb []byte, dataLen int64) (*Header, error) {
 			if s < 0 {
 				return nil, fmt.Errorf("safetensors: tensor %q: negative dimension in %v", name, t.Shape)
 			}
-			elems *= int64(s)
+			// Bounded by the data buffer as it grows, so a huge shape
+			// cannot wrap around to a small (or zero) byte size.
+			hi, lo := bits.Mul64(uint64(elems), uint64(s))
+			if hi != 0 || lo > uint64(dataLen) {
+				return nil, fmt.Errorf("safetensors: tensor %q: shape %v has more elements than the %d-byte data buffer holds", name, t.Shape, dataLen)
+			}
+			elems = int64(lo)
 		}
 		if t.Shape == nil {
 			t.Shape = []int{}

@@ -140,7 +140,7 @@ func TestOutputHeldByAnotherRun(t *testing.T) {
 	os.Remove(mine)
 
 	// A real race, many times: exactly one run commits each time.
-	for trial := 0; trial < 6; trial++ {
+	for trial := 0; trial < testutil.Trials(6); trial++ {
 		out := filepath.Join(t.TempDir(), "race")
 		var wg sync.WaitGroup
 		errsOf := make([]error, 2)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -26,7 +27,7 @@ type crcRow struct {
 // writeCRCFile writes rows with parquet-go, which puts a CRC32 in every
 // page header (as parquet-mr and Spark do; arrow-go writes none), in small
 // pages and several row groups.
-func writeCRCFile(t *testing.T, path string, n int) {
+func writeCRCFile(t testing.TB, path string, n int) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
@@ -126,7 +127,7 @@ func TestPageCRCsAreChecked(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	bad := filepath.Join(dir, "bad.parquet")
-	for trial := 0; trial < 60; trial++ {
+	for trial := 0; trial < testutil.Trials(60); trial++ {
 		pg := pages[r.IntN(len(pages))]
 		at := pg[0] + r.IntN(pg[1]-pg[0])
 		cp := append([]byte(nil), data...)
@@ -156,7 +157,7 @@ func TestAnyFlippedByteIsCaughtOrHarmless(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	bad := filepath.Join(dir, "bad.parquet")
 	caught, harmless := 0, 0
-	for trial := 0; trial < 200; trial++ {
+	for trial := 0; trial < testutil.Trials(200); trial++ {
 		at := r.IntN(len(data))
 		cp := append([]byte(nil), data...)
 		cp[at] ^= byte(1 + r.IntN(255))
@@ -173,7 +174,7 @@ func TestAnyFlippedByteIsCaughtOrHarmless(t *testing.T) {
 			t.Fatalf("trial %d, byte %d of %d flipped: %v (class %v), want exit 3", trial, at, len(data), err, errs.ClassOf(err))
 		}
 	}
-	t.Logf("200 flipped bytes: %d caught (exit 3), %d harmless (same rows)", caught, harmless)
+	t.Logf("%d flipped bytes: %d caught (exit 3), %d harmless (same rows)", caught+harmless, caught, harmless)
 }
 
 // pageRanges returns the [start, end) file offsets of each page's data in

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -594,4 +595,65 @@ func TestS3RunPrintsNoSDKWarnings(t *testing.T) {
 	if !strings.Contains(r.stderr, "WARN") { // the control: the check above can fail
 		t.Fatalf("with the SDK's default checksum mode stderr was %q; expected its WARN lines", r.stderr)
 	}
+}
+
+// TestKillAtRandomPoints is the kill probe: runs killed (SIGKILL, or
+// SIGTERM) at random moments, from startup to commit. A killed run leaves
+// no manifest (SIGTERM: exit 4); whatever it left, the next run clears it
+// and commits output byte-identical to an uninterrupted run's. `make probe`
+// runs it many times over.
+func TestKillAtRandomPoints(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 120_000, Files: 3, Seed: 13})
+	args := func(out string) []string {
+		return []string{"run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country,date",
+			"--row-group-bytes", "1MiB", "--file-bytes", "2MiB", "--memory-limit", "96MiB", "--tensors", "--shard-bytes", "1MiB"}
+	}
+	ref := filepath.Join(t.TempDir(), "ref")
+	t0 := time.Now()
+	if r := relayout(t, nil, args(ref)...); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	full := time.Since(t0)
+	want, _ := os.ReadFile(filepath.Join(ref, "manifest.json"))
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	killed, finished := 0, 0
+	for trial := 0; trial < testutil.Trials(6); trial++ {
+		out := filepath.Join(t.TempDir(), "out")
+		sig := []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM}[trial%2]
+		delay := time.Duration(rng.Float64() * 1.2 * float64(full))
+		cmd := exec.Command(bin, args(out)...)
+		var se bytes.Buffer
+		cmd.Stderr = &se
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		if err == nil {
+			finished++
+		} else {
+			killed++
+			if _, serr := os.Stat(filepath.Join(out, "manifest.json")); serr == nil {
+				t.Fatalf("trial %d: %v after %v: the killed run left a manifest", trial, sig, delay)
+			}
+			if sig == syscall.SIGTERM && cmd.ProcessState.ExitCode() != 4 {
+				t.Fatalf("trial %d: SIGTERM after %v: exit %d, want 4: %s", trial, delay, cmd.ProcessState.ExitCode(), se.String())
+			}
+			if r := relayout(t, nil, args(out)...); r.code != 0 {
+				t.Fatalf("trial %d: rerun after %v at %v: exit %d: %s", trial, sig, delay, r.code, r.stderr)
+			}
+		}
+		got, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+		if !bytes.Equal(got, want) {
+			t.Fatalf("trial %d (%v after %v): the committed manifest differs from the uninterrupted run's", trial, sig, delay)
+		}
+		if r := relayout(t, nil, "verify", out); r.code != 0 {
+			t.Fatalf("trial %d: verify: %s", trial, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(out, "_relayout.lock")); err == nil {
+			t.Fatalf("trial %d: a lease was left after the commit", trial)
+		}
+	}
+	t.Logf("%d runs killed at random points and rerun, %d finished before the signal; all byte-identical", killed, finished)
 }

@@ -277,3 +277,15 @@ func WriteArrow(t testing.TB, path string, rec arrow.RecordBatch, props ...apq.W
 		t.Fatal(err)
 	}
 }
+
+// Trials scales a probe's trial count by $RELAYOUT_PROBE_SCALE (default 1):
+// `make test` runs each probe briefly, `make probe` many times over.
+func Trials(n int) int {
+	if s := os.Getenv("RELAYOUT_PROBE_SCALE"); s != "" {
+		var k int
+		if _, err := fmt.Sscan(s, &k); err == nil && k > 0 {
+			return n * k
+		}
+	}
+	return n
+}
