@@ -185,6 +185,7 @@ func Marshal(m *Manifest) ([]byte, error) {
 func Decode(data []byte) (*Manifest, error) {
 	var m Manifest
 	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields() // an edited manifest is not trusted
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}

@@ -391,3 +391,64 @@ func TestLeaseOnS3(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyCatchesManifestEdits: edits to the manifest fields readers rely
+// on, each of which plain verify accepted before, now fail it; a stray file
+// is a warning.
+func TestVerifyCatchesManifestEdits(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 2, Seed: 11})
+	out := filepath.Join(t.TempDir(), "out")
+	smallRun(t, in, out, nil)
+	ctx := context.Background()
+	orig, _ := os.ReadFile(filepath.Join(out, manifests.FileName))
+	edit := func(f func(m map[string]any)) []byte {
+		var m map[string]any
+		json.Unmarshal(orig, &m)
+		f(m)
+		b, _ := json.MarshalIndent(m, "", " ")
+		return b
+	}
+	obj := func(v any, path ...any) map[string]any {
+		for _, p := range path {
+			switch k := p.(type) {
+			case string:
+				v = v.(map[string]any)[k]
+			case int:
+				v = v.([]any)[k]
+			}
+		}
+		return v.(map[string]any)
+	}
+	num := func(v any) float64 { return v.(float64) }
+	cases := map[string]func(m map[string]any){
+		"segment offset": func(m map[string]any) { s := obj(m, "slices", 1, "segments", 0); s["offset"] = num(s["offset"]) + 4 },
+		"segment length": func(m map[string]any) { s := obj(m, "slices", 1, "segments", 0); s["length"] = num(s["length"]) - 4 },
+		"segment first_row": func(m map[string]any) {
+			s := obj(m, "slices", 1, "segments", 0)
+			s["first_row"] = num(s["first_row"]) + 1
+		},
+		"row-group offset": func(m map[string]any) { g := obj(m, "files", 0, "row_groups", 0); g["offset"] = num(g["offset"]) + 1 },
+		"row-group length": func(m map[string]any) { g := obj(m, "files", 0, "row_groups", 1); g["length"] = num(g["length"]) + 10 },
+		"slice-key name": func(m map[string]any) {
+			k := obj(m, "slices", 2, "key")
+			k["region"] = k["country"]
+			delete(k, "country")
+		},
+		"totals":        func(m map[string]any) { obj(m, "totals")["bytes"] = num(obj(m, "totals")["bytes"]) + 1 },
+		"schema name":   func(m map[string]any) { obj(m, "schema", 3)["name"] = "renamed" },
+		"unknown field": func(m map[string]any) { m["slice_index_v2"] = true },
+	}
+	for name, f := range cases {
+		os.WriteFile(filepath.Join(out, manifests.FileName), edit(f), 0o644)
+		res, err := Verify(ctx, out, false, 2)
+		if err != nil || res.OK {
+			t.Errorf("%s edited: verify says %+v, %v; want a problem", name, res, err)
+		}
+	}
+	os.WriteFile(filepath.Join(out, manifests.FileName), orig, 0o644)
+	os.WriteFile(filepath.Join(out, "parquet", "part-99999.parquet"), []byte("stray"), 0o644)
+	res, err := Verify(ctx, out, false, 2)
+	if err != nil || !res.OK || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "part-99999.parquet") {
+		t.Fatalf("stray file: %+v, %v; want OK with one warning naming it", res, err)
+	}
+}

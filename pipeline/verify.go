@@ -18,6 +18,7 @@ import (
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/writer"
 )
 
 // VerifyResult is the outcome of a verification.
@@ -34,6 +35,9 @@ type VerifyResult struct {
 	// shard equal (skipped for outputs of another relayout version).
 	Shards    int  `json:"shards,omitempty"`
 	Rederived bool `json:"rederived,omitempty"`
+	// Warnings lists what is wrong but does not make the output unreadable:
+	// files under parquet/ or tensors/ that the manifest does not name.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Verify checks an output folder against its manifest: every file exists with
@@ -124,6 +128,9 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 	if len(m.Slices) > 0 && srows != rows {
 		return fail("manifest: slices hold %d rows, files %d", srows, rows)
 	}
+	if p := checkManifestFields(m); p != "" {
+		return fail("manifest: %s", p)
+	}
 
 	type fileResult struct {
 		problem string
@@ -188,8 +195,88 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 			res.Rederived = !skipped
 		}
 	}
+	stray, err := strayFiles(ctx, out, m)
+	if err != nil {
+		return nil, err
+	}
+	res.Warnings = stray
 	res.OK = true
 	return res, nil
+}
+
+// checkManifestFields checks the fields readers rely on against each other:
+// totals, slice-key names, and each segment's byte range and rows against
+// its row group's.
+func checkManifestFields(m *manifests.Manifest) string {
+	var rgs int
+	var bytes int64
+	for _, f := range m.Files {
+		rgs += len(f.RowGroups)
+		bytes += f.Bytes
+		var first int64
+		for g, rg := range f.RowGroups {
+			if rg.FirstRow != first {
+				return fmt.Sprintf("%s: row group %d: first_row %d, want %d", f.Path, g, rg.FirstRow, first)
+			}
+			first += rg.Rows
+		}
+	}
+	if m.Totals.Files != len(m.Files) || m.Totals.RowGroups != rgs || m.Totals.Bytes != bytes || m.Totals.Slices != len(m.Slices) {
+		return fmt.Sprintf("totals (%d files, %d row groups, %d bytes, %d slices) disagree with the lists (%d, %d, %d, %d)",
+			m.Totals.Files, m.Totals.RowGroups, m.Totals.Bytes, m.Totals.Slices, len(m.Files), rgs, bytes, len(m.Slices))
+	}
+	for si, s := range m.Slices {
+		if len(s.Key) != len(m.SliceKeys) {
+			return fmt.Sprintf("slice %d has %d key values for %d slice keys", si, len(s.Key), len(m.SliceKeys))
+		}
+		for k, kv := range s.Key {
+			if kv.Name != m.SliceKeys[k] {
+				return fmt.Sprintf("slice %d: key %d is named %q, slice key %d is %q", si, k, kv.Name, k, m.SliceKeys[k])
+			}
+		}
+		pos := s.FirstRow
+		for j, sg := range s.Segments {
+			f := m.Files[sg.File]
+			rg := f.RowGroups[sg.RowGroup]
+			if sg.Offset != rg.Offset || sg.Length != rg.Length {
+				return fmt.Sprintf("slice %d segment %d: bytes [%d, +%d), its row group's are [%d, +%d)", si, j, sg.Offset, sg.Length, rg.Offset, rg.Length)
+			}
+			if sg.FirstRow < 0 || sg.Rows < 0 || sg.FirstRow+sg.Rows > rg.FirstRow+rg.Rows || sg.FirstRow < rg.FirstRow ||
+				f.FirstRow+sg.FirstRow != pos {
+				return fmt.Sprintf("slice %d segment %d: rows [%d, +%d) of %s do not continue the slice at row %d", si, j, sg.FirstRow, sg.Rows, f.Path, pos)
+			}
+			pos += sg.Rows
+		}
+	}
+	return ""
+}
+
+// strayFiles lists the files under parquet/ and tensors/ that the manifest
+// does not name (a reader of the manifest never sees them; a reader of the
+// folder would).
+func strayFiles(ctx context.Context, out storage.Location, m *manifests.Manifest) ([]string, error) {
+	named := map[string]bool{}
+	for _, f := range m.Files {
+		named[f.Path] = true
+	}
+	if m.Tensors != nil {
+		for _, s := range m.Tensors.Shards {
+			named[s.Path] = true
+		}
+	}
+	var stray []string
+	for _, prefix := range []string{"parquet/", "tensors/"} {
+		keys, err := listKeys(ctx, out, prefix)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			if !named[k] {
+				stray = append(stray, fmt.Sprintf("%s: not named by the manifest", out.URL(k)))
+			}
+		}
+	}
+	return stray, nil
 }
 
 func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
@@ -243,6 +330,21 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 	for g, mg := range mf.RowGroups {
 		if f.RowGroupRows[g] != mg.Rows {
 			return fmt.Sprintf("%s: row group %d has %d rows, manifest says %d", url, g, f.RowGroupRows[g], mg.Rows), fp, nil, nil, nil
+		}
+		off, n, err := writer.RowGroupSpan(md.RowGroup(g))
+		if err != nil {
+			return fmt.Sprintf("%s: row group %d: %v", url, g, err), fp, nil, nil, nil
+		}
+		if off != mg.Offset || n != mg.Length {
+			return fmt.Sprintf("%s: row group %d spans bytes [%d, +%d), manifest says [%d, +%d)", url, g, off, n, mg.Offset, mg.Length), fp, nil, nil, nil
+		}
+	}
+	if len(m.Schema) != tbl.Schema.NumFields() {
+		return fmt.Sprintf("%s: %d columns, the manifest's schema has %d", url, tbl.Schema.NumFields(), len(m.Schema)), fp, nil, nil, nil
+	}
+	for i, c := range m.Schema {
+		if name := tbl.Schema.Field(i).Name; name != c.Name {
+			return fmt.Sprintf("%s: column %d is %q, the manifest's schema says %q", url, i, name, c.Name), fp, nil, nil, nil
 		}
 	}
 	// Row groups are checked in parallel; key order across their

@@ -383,6 +383,14 @@ func (w *Parquet) closeFile() error {
 	return nil
 }
 
+// RowGroupSpan returns the byte range of a row group's column chunks, from
+// its footer metadata: the offset of its first page and the bytes up to
+// the end of its last column chunk (what the manifest records).
+func RowGroupSpan(rg *metadata.RowGroupMetaData) (offset, length int64, err error) {
+	ri, err := rowGroupInfo(rg)
+	return ri.Offset, ri.Length, err
+}
+
 func rowGroupInfo(rg *metadata.RowGroupMetaData) (RowGroupInfo, error) {
 	ri := RowGroupInfo{Rows: rg.NumRows(), UncompressedBytes: rg.TotalByteSize()}
 	start, end := int64(-1), int64(0)

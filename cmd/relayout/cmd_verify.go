@@ -15,7 +15,8 @@ func verifyCommand() *cli.Command {
 		configFlag(),
 		boolFlag("deep", "also decode every value and compare the content fingerprint"),
 		boolFlag("json", "print the result as JSON"),
-		intFlag("parallel", 0, "files checked at once (default: number of CPUs)"),
+		boolFlag("strict", "fail (exit 3) on warnings too: files under parquet/ or tensors/ that the manifest does not name"),
+		intFlag("parallel", 0, "files checked at once (default: 2)"),
 	}, logFlags()...)
 	return &cli.Command{
 		Name:      "verify",
@@ -48,8 +49,14 @@ func verifyCommand() *cli.Command {
 				}
 				fmt.Fprintf(c.App.Writer, "ok: %d files, %d shards, %d rows, %s verified (%s)\n", res.Files, res.Shards, res.Rows, human(res.Bytes), mode)
 			}
+			for _, w := range res.Warnings {
+				fmt.Fprintf(c.App.ErrWriter, "relayout: warning: %s\n", w)
+			}
 			if !res.OK {
 				return errs.BadInputf("verify failed: %s", res.Problem)
+			}
+			if c.Bool("strict") && len(res.Warnings) > 0 {
+				return errs.BadInputf("verify failed (--strict): %s", res.Warnings[0])
 			}
 			return nil
 		},
