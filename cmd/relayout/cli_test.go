@@ -3,9 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
