@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -91,6 +92,14 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 	for _, rel := range debris {
 		if err := out.Bucket.Delete(ctx, out.Key(rel)); err != nil && !storage.IsNotFound(err) {
 			return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(rel), err))
+		}
+	}
+	if out.Local != "" { // storage.Put's temporary files of a killed write at the root
+		for _, name := range []string{manifests.FileName, ReportFileName, storage.LeaseFileName} {
+			tmps, _ := filepath.Glob(filepath.Join(out.Local, "."+name+".*.tmp"))
+			for _, p := range tmps {
+				os.Remove(p)
+			}
 		}
 	}
 	if err := out.Bucket.Delete(ctx, out.Key(ReportFileName)); err != nil && !storage.IsNotFound(err) {

@@ -201,6 +201,8 @@ func TestStaleLeaseIsTakenOver(t *testing.T) {
 			os.MkdirAll(filepath.Join(out, "parquet"), 0o755)
 			debris := filepath.Join(out, "parquet", "part-00007.parquet")
 			os.WriteFile(debris, []byte("a killed run's partial file"), 0o644)
+			killedPut := filepath.Join(out, ".manifest.json.12345.tmp") // a manifest write killed midway
+			os.WriteFile(killedPut, []byte(`{"format":`), 0o644)
 			c.lease.Format, c.lease.RunID, c.lease.Command, c.lease.Started = storage.LeaseFormat, "old", "run", now
 			data, _ := json.Marshal(c.lease)
 			os.WriteFile(filepath.Join(out, storage.LeaseFileName), data, 0o644)
@@ -211,6 +213,9 @@ func TestStaleLeaseIsTakenOver(t *testing.T) {
 			_, statErr := os.Stat(debris)
 			if c.code == 0 && !os.IsNotExist(statErr) {
 				t.Fatal("the debris of the stale run was not removed")
+			}
+			if _, err := os.Stat(killedPut); c.code == 0 && !os.IsNotExist(err) {
+				t.Fatal("the temporary file of a killed manifest write was left")
 			}
 			if c.code != 0 && statErr != nil {
 				t.Fatal("a refused run removed a live run's file")

@@ -24,7 +24,7 @@ const LeaseFormat = "relayout-lease"
 
 // DefaultLeaseTTL is how long a lease stays valid without being renewed. A
 // run renews its lease every third of it.
-const DefaultLeaseTTL = 2 * time.Minute
+const DefaultLeaseTTL = time.Minute
 
 // LeaseInfo is the content of a lease object.
 type LeaseInfo struct {
