@@ -657,3 +657,37 @@ func TestKillAtRandomPoints(t *testing.T) {
 	}
 	t.Logf("%d runs killed at random points and rerun, %d finished before the signal; all byte-identical", killed, finished)
 }
+
+// TestInterruptedTaskNamesItself: a SIGTERM'd reduce exits 4 naming the
+// step, task and plan (it printed "context canceled").
+func TestInterruptedTaskNamesItself(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 400_000, Files: 2, Seed: 14})
+	out := filepath.Join(t.TempDir(), "out")
+	if r := relayout(t, nil, "plan", "--quiet", "--input", in, "--output", out, "--slice-keys", "country,date", "--row-group-bytes", "4MiB"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	plan := filepath.Join(out, "_relayout", "plan.json")
+	if r := relayout(t, nil, "map", "--quiet", "--plan", plan, "--task", "0"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	cmd := exec.Command(bin, "reduce", "--quiet", "--plan", plan, "--task", "0")
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if m, _ := filepath.Glob(filepath.Join(out, "parquet", "*")); len(m) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("the reduce finished before the signal: make the input larger")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(se.String(), "reduce task 0 of plan "+plan+" interrupted") {
+		t.Fatalf("exit %d, stderr %q; want exit 4 naming the task and plan", code, se.String())
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -116,6 +117,16 @@ func stepCommand(name, usage, usageText, description string, run func(c *cli.Con
 			}
 			res, err := run(c, o)
 			if err != nil {
+				if c.Context.Err() != nil && !errs.Is(err, errs.BadInput) {
+					// Interrupted (SIGTERM): name the step and the plan, not
+					// just "context canceled".
+					what := name
+					if c.IsSet("task") || os.Getenv("JOB_COMPLETION_INDEX") != "" {
+						t, _ := taskIndex(c)
+						what = fmt.Sprintf("%s task %d", name, t)
+					}
+					return errs.TransientErr(fmt.Errorf("%s of plan %s interrupted (%v); nothing of it was committed: run it again", what, c.String("plan"), context.Cause(c.Context)))
+				}
 				return err
 			}
 			data, _ := json.Marshal(res)
