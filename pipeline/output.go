@@ -95,7 +95,7 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 		}
 	}
 	if out.Local != "" { // storage.Put's temporary files of a killed write at the root
-		for _, name := range []string{manifests.FileName, ReportFileName, storage.LeaseFileName} {
+		for _, name := range []string{manifests.FileName, ReportFileName} { // not the lease's: a racing run may be writing it
 			tmps, _ := filepath.Glob(filepath.Join(out.Local, "."+name+".*.tmp"))
 			for _, p := range tmps {
 				os.Remove(p)
