@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/parquet/schema"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/storage"
@@ -177,6 +178,7 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
 	}
 	md := pq.MetaData()
+	sc = markUTCTimes(sc, fr)
 	f = &File{Obj: obj, Rows: md.NumRows, ra: ra, pq: pq, fr: fr, schema: sc}
 	var off int64
 	for i := 0; i < md.NumRowGroups(); i++ {
@@ -365,4 +367,33 @@ func monotonic[T int32 | int64](offs []T) error {
 		}
 	}
 	return nil
+}
+
+// TimeUTCKey marks, in an Arrow field's metadata, a TIME column that the
+// Parquet input declares isAdjustedToUTC=true: Arrow's time types carry no
+// such flag, so without the mark the writer would declare it false.
+const TimeUTCKey = "relayout.time_adjusted_to_utc"
+
+func markUTCTimes(sc *arrow.Schema, fr *pqarrow.FileReader) *arrow.Schema {
+	fields := sc.Fields()
+	changed := false
+	for i, f := range fields {
+		if id := f.Type.ID(); id != arrow.TIME32 && id != arrow.TIME64 {
+			continue
+		}
+		if i >= len(fr.Manifest.Fields) || fr.Manifest.Fields[i].ColIndex < 0 {
+			continue
+		}
+		col := fr.ParquetReader().MetaData().Schema.Column(fr.Manifest.Fields[i].ColIndex)
+		if t, ok := col.LogicalType().(schema.TimeLogicalType); ok && t.IsAdjustedToUTC() {
+			keys, vals := append(f.Metadata.Keys(), TimeUTCKey), append(f.Metadata.Values(), "true")
+			fields[i].Metadata = arrow.NewMetadata(keys, vals)
+			changed = true
+		}
+	}
+	if !changed {
+		return sc
+	}
+	md := sc.Metadata()
+	return arrow.NewSchema(fields, &md)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -175,9 +176,47 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 		if err != nil {
 			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
 		}
-		w.pqRoot = pqs.Root()
+		w.pqRoot = withUTCTimes(pqs.Root(), schema)
 	}
 	return w, nil
+}
+
+// withUTCTimes declares isAdjustedToUTC=true on the top-level TIME columns
+// that the input declared so (source.TimeUTCKey): arrow-go writes every
+// TIME column as local time.
+func withUTCTimes(root *schema.GroupNode, sc *arrow.Schema) *schema.GroupNode {
+	fields := make(schema.FieldList, root.NumFields())
+	changed := false
+	for i := range fields {
+		fields[i] = root.Field(i)
+		if i >= sc.NumFields() || !sc.Field(i).HasMetadata() {
+			continue
+		}
+		if v, ok := sc.Field(i).Metadata.GetValue(source.TimeUTCKey); !ok || v != "true" {
+			continue
+		}
+		n, ok := fields[i].(*schema.PrimitiveNode)
+		if !ok {
+			continue
+		}
+		t, ok := n.LogicalType().(schema.TimeLogicalType)
+		if !ok || t.IsAdjustedToUTC() {
+			continue
+		}
+		utc, err := schema.NewPrimitiveNodeLogical(n.Name(), n.RepetitionType(), schema.NewTimeLogicalType(true, t.TimeUnit()), n.PhysicalType(), n.TypeLength(), n.FieldID())
+		if err != nil {
+			continue
+		}
+		fields[i], changed = utc, true
+	}
+	if !changed {
+		return root
+	}
+	g, err := schema.NewGroupNode(root.Name(), root.RepetitionType(), fields, root.FieldID())
+	if err != nil {
+		return root
+	}
+	return g
 }
 
 // Write appends the next rows, in output order.
