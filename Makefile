@@ -54,7 +54,8 @@ PROBE_SCALE ?= 10
 probe: deps
 	RELAYOUT_REQUIRE_PEERS=1 RELAYOUT_PROBE_SCALE=$(PROBE_SCALE) $(GO) test -count=1 -timeout 60m -v \
 		-run 'TestKillAtRandomPoints|UnderNetworkFaults|TestPageCRCsAreChecked|TestAnyFlippedByte|TestOutputHeldByAnotherRun|TestLeaseOnS3' \
-		./cmd/relayout ./pipeline ./source 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|probe|trial|flipped|killed|requests'
+		./cmd/relayout ./pipeline ./source > $${TMPDIR:-/tmp}/relayout-probe.log 2>&1; rc=$$?; \
+	grep -E '^(--- |ok|FAIL|PASS)|probe|flipped|killed|requests|committed' $${TMPDIR:-/tmp}/relayout-probe.log; exit $$rc
 
 test-short:
 	$(GO) test -count=1 -short ./...
