@@ -210,18 +210,11 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	// The plan holds the output's lease while it prepares it and writes
 	// plan.json; plan.json then marks the work as relayout's, and the
 	// commit's conditional create of the manifest is the commit point.
-	lease, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "plan") // and an old work prefix
+	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "plan", WorkPrefix) // and an old work prefix
 	if err != nil {
 		return nil, nil, err
 	}
-	planned := false
-	defer func() {
-		var cerr error
-		if !planned {
-			cerr = cleanupOutput(ctx, out, WorkPrefix)
-		}
-		releaseOrMark(ctx, lease, cerr)
-	}()
+	defer claim.release(ctx)
 	tbl, keys, in, _, err := openTable(ctx, opts)
 	if err != nil {
 		return nil, nil, err
@@ -248,13 +241,9 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := lease.Check(ctx); err != nil {
+	if err := claim.put(ctx, PlanFileName, append(data, '\n'), false); err != nil {
 		return nil, nil, err
 	}
-	if err := putObject(ctx, out, PlanFileName, append(data, '\n')); err != nil {
-		return nil, nil, err
-	}
-	planned = true
 	res := &PlanResult{Plan: out.URL(PlanFileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
 	if p.Packing != nil {
 		res.DetectTasks = len(p.Partitions)
@@ -359,16 +348,22 @@ func planLocation(planURL string) (string, error) {
 }
 
 // errNoPlan is wrapped by loadPlan's error when plan.json is missing.
-var errNoPlan = errors.New("the plan is missing")
+var errNoPlan = errors.New("plan has not run there, or commit has finished")
+
+// planOutput opens the output location of a plan URL.
+func planOutput(ctx context.Context, planURL string) (string, storage.Location, error) {
+	outURL, err := planLocation(planURL)
+	if err != nil {
+		return "", storage.Location{}, err
+	}
+	out, err := storage.OpenDir(ctx, outURL, false)
+	return outURL, out, err
+}
 
 // committedManifest reads the manifest committed at the plan's output, or
 // nil when there is none.
 func committedManifest(ctx context.Context, planURL string) (*manifests.Manifest, error) {
-	outURL, err := planLocation(planURL)
-	if err != nil {
-		return nil, err
-	}
-	out, err := storage.OpenDir(ctx, outURL, false)
+	_, out, err := planOutput(ctx, planURL)
 	if err != nil {
 		return nil, err
 	}
@@ -387,11 +382,7 @@ func committedManifest(ctx context.Context, planURL string) (*manifests.Manifest
 }
 
 func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPlan, error) {
-	outURL, err := planLocation(planURL)
-	if err != nil {
-		return nil, err
-	}
-	out, err := storage.OpenDir(ctx, outURL, false)
+	outURL, out, err := planOutput(ctx, planURL)
 	if err != nil {
 		return nil, err
 	}

@@ -38,9 +38,9 @@ var ownedName = regexp.MustCompile(`^(parquet/part-\d{5,}\.parquet|tensors/shard
 // there is refused (exit 5), never deleted.
 //
 // The old manifest is removed first, so no reader trusts it while files
-// change. The caller must Release the lease (after commit or cleanup), or
-// Stop it to leave its mark on debris it could not remove.
-func claimOutput(ctx context.Context, out storage.Location, inputs []string, overwrite bool, command string) (*storage.Lease, error) {
+// change. prefixes are what this run writes and removes again if it fails;
+// the caller defers the claim's release.
+func claimOutput(ctx context.Context, out storage.Location, inputs []string, overwrite bool, command string, prefixes ...string) (*outputClaim, error) {
 	for _, in := range inputs {
 		if err := checkOverlap(out, in); err != nil {
 			return nil, err
@@ -106,7 +106,64 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 		return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(ReportFileName), err))
 	}
 	ok = true
-	return lease, nil
+	return &outputClaim{out: out, lease: lease, prefixes: prefixes}, nil
+}
+
+// outputClaim is a run's hold on its output, from claimOutput to release.
+type outputClaim struct {
+	out      storage.Location
+	lease    *storage.Lease
+	prefixes []string
+	// committed: the run's commit point is written; lost: another run owns
+	// the output now, so nothing there is this run's to remove.
+	committed, lost bool
+}
+
+// commit makes the data durable, checks that the lease is still this
+// run's, then creates the manifest only if absent: the commit point.
+func (c *outputClaim) commit(ctx context.Context, m *manifests.Manifest) error {
+	data, err := manifests.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := storage.SyncTree(c.out, "parquet", "tensors"); err != nil {
+		return err
+	}
+	err = c.put(ctx, manifests.FileName, data, true)
+	if storage.IsExists(err) {
+		return errs.WithHint(err, "another run committed this output meanwhile; nothing of this run was committed")
+	}
+	return err
+}
+
+// put writes rel as the run's commit point (a manifest, or a distributed
+// plan's plan.json), after checking the lease.
+func (c *outputClaim) put(ctx context.Context, rel string, data []byte, ifNotExist bool) error {
+	if err := c.lease.Check(ctx); err != nil {
+		c.lost = true
+		return err
+	}
+	if err := storage.Put(ctx, c.out, rel, data, storage.PutOptions{IfNotExist: ifNotExist}); err != nil {
+		c.lost = storage.IsExists(err)
+		return err
+	}
+	c.committed = true
+	return nil
+}
+
+// release ends the claim. Before a commit it removes what the run wrote
+// under its prefixes; the lease is then removed, or, when that cleanup
+// failed, left in place so the next run knows the debris is relayout's.
+func (c *outputClaim) release(ctx context.Context) {
+	var cerr error
+	if !c.committed && !c.lost {
+		cerr = cleanupOutput(ctx, c.out, c.prefixes...)
+	}
+	if cerr != nil {
+		c.lease.Stop()
+		return
+	}
+	_ = c.lease.Release(context.WithoutCancel(ctx))
 }
 
 // listKeys lists the keys under prefix (relative to out), failing on any
@@ -177,18 +234,6 @@ func inputRoot(name string) string {
 		return u.Scheme + "://" + u.Host + "/"
 	}
 	return u.Scheme + "://" + u.Host + "/" + p + "/"
-}
-
-// releaseOrMark ends a run's hold on its output: after a commit, or after a
-// failure whose cleanup succeeded, the lease is removed; when the cleanup
-// failed it is left in place, so the next run knows the debris is
-// relayout's.
-func releaseOrMark(ctx context.Context, lease *storage.Lease, cleanupErr error) {
-	if cleanupErr != nil {
-		lease.Stop()
-		return
-	}
-	_ = lease.Release(context.WithoutCancel(ctx))
 }
 
 // cleanupOutput removes what a failed run wrote under its output (its data

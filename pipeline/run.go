@@ -84,21 +84,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lease, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "run")
+	// Until the manifest is committed, what this run writes under these
+	// prefixes is removed on failure (claimOutput emptied them).
+	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "run", "parquet/", "tensors/")
 	if err != nil {
 		return nil, err
 	}
-	// Until the manifest is committed, what this run wrote is removed on
-	// failure (claimOutput emptied the data prefixes). A run that lost its
-	// output to another run touches nothing there.
-	committed, lost := false, false
-	defer func() {
-		var cerr error
-		if !committed && !lost {
-			cerr = cleanupOutput(ctx, out, "parquet/", "tensors/")
-		}
-		releaseOrMark(ctx, lease, cerr)
-	}()
+	defer claim.release(ctx)
 
 	tr, err := newTensorRun(opts)
 	if err != nil {
@@ -290,20 +282,10 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		rep.stage("check", t2)
 	}
 
-	// 6. Commit: the data made durable, the lease still this run's, then
-	// the manifest created only if absent.
-	if err := storage.SyncTree(out, "parquet", "tensors"); err != nil {
+	// 6. Commit.
+	if err := claim.commit(ctx, m); err != nil {
 		return nil, err
 	}
-	if err := lease.Check(ctx); err != nil {
-		lost = true
-		return nil, err
-	}
-	if err := commitManifest(ctx, out, m); err != nil {
-		lost = storage.IsExists(err)
-		return nil, err
-	}
-	committed = true
 	if opts.sample {
 		rep.finish(t0, m)
 		return &Result{Manifest: m, Report: rep}, nil
@@ -339,24 +321,6 @@ func checkOutput(ctx context.Context, out storage.Location, overwrite bool) (boo
 		return true, errs.Preconditionf("pass --overwrite to replace it", "output %s already holds a manifest", out.Name)
 	}
 	return exists, nil
-}
-
-// commitManifest creates manifest.json, the last write of a run and its
-// only commit point: atomically (never a truncated manifest, whatever
-// fails), and only if absent, so of two runs racing to one output at most
-// one commits (the other gets exit 5, and storage.IsExists(err)).
-func commitManifest(ctx context.Context, out storage.Location, m *manifests.Manifest) error {
-	data, err := manifests.Marshal(m)
-	if err != nil {
-		return err
-	}
-	if err := storage.Put(ctx, out, manifests.FileName, data, storage.PutOptions{IfNotExist: true}); err != nil {
-		if storage.IsExists(err) {
-			return errs.WithHint(err, "another run committed this output meanwhile; nothing of this run was committed")
-		}
-		return err
-	}
-	return nil
 }
 
 // putObject writes a JSON object atomically (storage.Put).

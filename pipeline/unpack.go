@@ -52,18 +52,11 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	lease, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, "unpack")
+	claim, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, "unpack", "parquet/")
 	if err != nil {
 		return nil, err
 	}
-	committed, lost := false, false
-	defer func() {
-		var cerr error
-		if !committed && !lost {
-			cerr = cleanupOutput(ctx, out, "parquet/")
-		}
-		releaseOrMark(ctx, lease, cerr)
-	}()
+	defer claim.release(ctx)
 	t0 := time.Now()
 	rep := newReport("unpack", RunOptions{Parallel: max(o.Parallel, 1)})
 	var objs []storage.Object
@@ -94,7 +87,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 		return nil, err
 	}
 	defer func() {
-		if !committed {
+		if !claim.committed {
 			w.Abort()
 		}
 	}()
@@ -148,18 +141,9 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	} else if !res.OK {
 		return nil, fmt.Errorf("unpacked output check failed, nothing committed: %s", res.Problem)
 	}
-	if err := storage.SyncTree(out, "parquet"); err != nil {
+	if err := claim.commit(ctx, m); err != nil {
 		return nil, err
 	}
-	if err := lease.Check(ctx); err != nil {
-		lost = true
-		return nil, err
-	}
-	if err := commitManifest(ctx, out, m); err != nil {
-		lost = storage.IsExists(err)
-		return nil, err
-	}
-	committed = true
 	rep.finish(t0, m)
 	return &Result{Manifest: m, Report: rep}, nil
 }

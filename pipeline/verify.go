@@ -64,7 +64,15 @@ func Verify(ctx context.Context, output string, deep bool, parallel int) (*Verif
 	if parallel < 1 {
 		parallel = 2
 	}
-	return verifyLocation(ctx, out, m, deep, parallel, nopProgress{})
+	res, err := verifyLocation(ctx, out, m, deep, parallel, nopProgress{})
+	if err != nil || !res.OK {
+		return res, err
+	}
+	// Only here, not in a run's own check: its claim emptied the prefixes.
+	if res.Warnings, err = strayFiles(ctx, out, m); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 type rgExpect struct {
@@ -112,7 +120,7 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 		}
 		var segRows int64
 		for _, sg := range s.Segments {
-			if sg.File >= len(m.Files) || sg.RowGroup >= len(m.Files[sg.File].RowGroups) {
+			if sg.File < 0 || sg.File >= len(m.Files) || sg.RowGroup < 0 || sg.RowGroup >= len(m.Files[sg.File].RowGroups) {
 				return fail("manifest: slice %d names a missing row group", si)
 			}
 			e := &expect[sg.File][sg.RowGroup]
@@ -195,11 +203,6 @@ func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Mani
 			res.Rederived = !skipped
 		}
 	}
-	stray, err := strayFiles(ctx, out, m)
-	if err != nil {
-		return nil, err
-	}
-	res.Warnings = stray
 	res.OK = true
 	return res, nil
 }

@@ -51,5 +51,3 @@ func classifyOS(err error) error {
 	}
 	return errs.TransientErr(err)
 }
-
-func classOf(err error) int { return int(errs.ClassOf(err)) }

@@ -177,7 +177,7 @@ func (l *Lease) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := l.verify(ctx); err != nil {
+		if err := l.Check(ctx); err != nil {
 			return
 		}
 		l.mu.Lock()
@@ -192,15 +192,8 @@ func (l *Lease) RunID() string { return l.info.RunID }
 
 // Check fails (exit 4) if the lease is no longer this run's: another run
 // took it over, for instance while this process was stopped past the TTL.
-// A run calls it right before its commit.
+// A run calls it right before its commit; the renewal calls it too.
 func (l *Lease) Check(ctx context.Context) error {
-	if err := l.verify(ctx); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (l *Lease) verify(ctx context.Context) error {
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -231,7 +224,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.Stop()
-	if l.verify(ctx) != nil {
+	if l.Check(ctx) != nil {
 		return nil // not ours any more: leave it
 	}
 	if err := l.loc.Bucket.Delete(ctx, l.loc.Key(LeaseFileName)); err != nil && !IsNotFound(err) {

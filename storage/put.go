@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"gocloud.dev/blob"
@@ -160,27 +159,15 @@ func SyncTree(loc Location, rels ...string) error {
 // with backoff; a missing object is returned as an error for which
 // gcerrors.Code is NotFound, unclassified, so callers can tell "not there"
 // from "could not read".
-func Get(ctx context.Context, loc Location, rel string) ([]byte, error) {
-	var last error
-	for attempt := 0; attempt < readAttempts; attempt++ {
-		if attempt > 0 {
-			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-				return nil, Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
-			}
+func Get(ctx context.Context, loc Location, rel string) (data []byte, err error) {
+	err = Retry(ctx, func() error {
+		var err error
+		if data, err = get1(ctx, loc, rel); err != nil && !IsNotFound(err) {
+			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
 		}
-		data, err := get1(ctx, loc, rel)
-		if err == nil {
-			return data, nil
-		}
-		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, err
-		}
-		last = Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
-		if !errs.Is(last, errs.Transient) || ctx.Err() != nil {
-			return nil, last
-		}
-	}
-	return nil, last
+		return err // NotFound: unclassified, so not retried
+	})
+	return data, err
 }
 
 func get1(ctx context.Context, loc Location, rel string) ([]byte, error) {
@@ -223,11 +210,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// isTmpName reports whether a base name is one of Put's temporary files.
-func isTmpName(base string) bool {
-	return strings.HasPrefix(base, ".") && strings.HasSuffix(base, ".tmp")
 }
 
 // Retry calls fn until it succeeds, fails with an error that is not

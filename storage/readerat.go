@@ -2,16 +2,12 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/relayout/relayout/internal/errs"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"gocloud.dev/blob"
 )
 
 // Counters count the bytes and requests of reads. The zero value is ready to
@@ -156,26 +152,16 @@ func (r *ReaderAt) fetchTail() {
 
 // rangeRead fetches p from off with one range request, retrying failures of
 // the body read (the SDKs retry requests, not broken streams).
-func (r *ReaderAt) rangeRead(p []byte, off int64) (int, error) {
-	var lastErr error
-	for attempt := 0; attempt < 4; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
-			case <-r.ctx.Done():
-				return 0, Classify(r.ctx.Err())
-			}
-		}
-		n, err := r.rangeRead1(p, off)
-		if err == nil {
-			return n, nil
-		}
-		lastErr = err
-		if c := Classify(err); !isTransient(c) {
-			return n, c
-		}
+func (r *ReaderAt) rangeRead(p []byte, off int64) (n int, err error) {
+	err = Retry(r.ctx, func() error {
+		var err error
+		n, err = r.rangeRead1(p, off)
+		return err
+	})
+	if err != nil {
+		return n, Classify(err)
 	}
-	return 0, Classify(fmt.Errorf("read %s at %d: %w", r.obj.URL, off, lastErr))
+	return n, nil
 }
 
 func (r *ReaderAt) rangeRead1(p []byte, off int64) (int, error) {
@@ -191,17 +177,4 @@ func (r *ReaderAt) rangeRead1(p []byte, off int64) (int, error) {
 		return n, fmt.Errorf("read %s at %d: %w", r.obj.URL, off, err)
 	}
 	return n, nil
-}
-
-func isTransient(err error) bool {
-	return !errors.Is(err, context.Canceled) && classOf(err) == 4
-}
-
-// ReadAll reads a whole object.
-func ReadAll(ctx context.Context, b *blob.Bucket, key string) ([]byte, error) {
-	data, err := b.ReadAll(ctx, key)
-	if err != nil {
-		return nil, Classify(fmt.Errorf("read %s: %w", key, err))
-	}
-	return data, nil
 }
