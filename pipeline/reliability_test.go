@@ -142,17 +142,7 @@ func TestOutputHeldByAnotherRun(t *testing.T) {
 	// A real race, many times: exactly one run commits each time.
 	for trial := 0; trial < testutil.Trials(6); trial++ {
 		out := filepath.Join(t.TempDir(), "race")
-		var wg sync.WaitGroup
-		errsOf := make([]error, 2)
-		for i, keys := range [][]string{{"country", "date"}, {"date"}} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, errsOf[i] = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: keys,
-					RowGroupBytes: 512 << 10, MinRowGroupBytes: 64 << 10, FileBytes: 1 << 20})
-			}()
-		}
-		wg.Wait()
+		errsOf := raceRuns(ctx, in, out)
 		ok := 0
 		for _, e := range errsOf {
 			if e == nil {
@@ -357,18 +347,9 @@ func TestLeaseOnS3(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 10})
 	params, _ := s3Server(t, "bkt")
 	ctx := context.Background()
-	for trial := 0; trial < 3; trial++ {
+	for trial := 0; trial < testutil.Trials(3); trial++ {
 		out := fmt.Sprintf("s3://bkt/race-%d/%s", trial, params)
-		var wg sync.WaitGroup
-		errsOf := make([]error, 2)
-		for i, keys := range [][]string{{"country", "date"}, {"date"}} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, errsOf[i] = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: keys, RowGroupBytes: 512 << 10, FileBytes: 1 << 20})
-			}()
-		}
-		wg.Wait()
+		errsOf := raceRuns(ctx, in, out)
 		if (errsOf[0] == nil) == (errsOf[1] == nil) {
 			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
 		}
@@ -456,4 +437,21 @@ func TestVerifyCatchesManifestEdits(t *testing.T) {
 	if err != nil || !res.OK || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "part-99999.parquet") {
 		t.Fatalf("stray file: %+v, %v; want OK with one warning naming it", res, err)
 	}
+}
+
+// raceRuns starts two runs with different slice keys on one output at
+// once and returns their errors.
+func raceRuns(ctx context.Context, in, out string) []error {
+	var wg sync.WaitGroup
+	errsOf := make([]error, 2)
+	for i, keys := range [][]string{{"country", "date"}, {"date"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errsOf[i] = Run(ctx, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: keys,
+				RowGroupBytes: 512 << 10, MinRowGroupBytes: 64 << 10, FileBytes: 1 << 20})
+		}()
+	}
+	wg.Wait()
+	return errsOf
 }
