@@ -171,6 +171,9 @@ func readSegment1(ctx context.Context, work storage.Location, seg mapPartition, 
 	}
 	rd, err := ipc.NewReader(r, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
+		if errs.Is(storage.Classify(err), errs.Transient) {
+			return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+		}
 		return nil, errs.BadInputf("read %s at %d: %v", url, seg.Offset, err)
 	}
 	defer rd.Release()

@@ -113,7 +113,7 @@ func (t *tensorRun) write(rec arrow.RecordBatch) error {
 		if errors.As(err, &ce) {
 			return errs.Usagef("tensors: %v", err)
 		}
-		return errs.BadInputf("tensors: %v", err)
+		return errs.Or(errs.BadInput, fmt.Errorf("tensors: %w", err))
 	}
 	return nil
 }

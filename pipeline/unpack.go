@@ -100,7 +100,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 		flat, err := dedupe.Unpack(ctx, l, rec)
 		rec.Release()
 		if err != nil {
-			return nil, errs.BadInputf("%s: row group %d: %v", ref.File.Obj.URL, ref.RowGroup, err)
+			return nil, errs.Or(errs.BadInput, fmt.Errorf("%s: row group %d: %w", ref.File.Obj.URL, ref.RowGroup, err))
 		}
 		s, err := fingerprint.Record(flat)
 		if err == nil {

@@ -347,7 +347,7 @@ func (w *Parquet) openFile() error {
 		if err != nil {
 			cancel()
 			bw.Close()
-			return errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+			return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
 		}
 		w.cur = &openFile{key: key, cancel: cancel, bw: bw, hw: hw, pw: pw}
 		return nil
@@ -356,7 +356,7 @@ func (w *Parquet) openFile() error {
 	if err != nil {
 		cancel()
 		bw.Close()
-		return errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
 	}
 	for _, kv := range w.opts.Metadata {
 		if err := fw.AppendKeyValueMetadata(kv[0], kv[1]); err != nil {

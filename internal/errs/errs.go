@@ -15,6 +15,7 @@
 package errs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -82,6 +83,22 @@ func BadInputErr(err error) error { return wrap(BadInput, err, "") }
 
 // BadInputf formats a bad-input error (exit 3).
 func BadInputf(format string, a ...any) error { return wrap(BadInput, fmt.Errorf(format, a...), "") }
+
+// Or returns err with its class kept where it already has one, and class c
+// where it has none. A canceled or expired context is transient (exit 4)
+// whatever c says: the run was interrupted, the input is not at fault.
+// Wrap the cause with %w so that its class stays findable:
+//
+//	errs.Or(errs.BadInput, fmt.Errorf("tensors: %w", err))
+func Or(c Class, err error) error {
+	if err == nil || ClassOf(err) != Internal {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return wrap(Transient, err, "")
+	}
+	return wrap(c, err, "")
+}
 
 // TransientErr marks err as a retryable I/O failure (exit 4).
 func TransientErr(err error) error { return wrap(Transient, err, "") }
