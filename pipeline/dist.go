@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gocloud.dev/gcerrors"
 
+	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
@@ -155,10 +156,10 @@ type TaskManifest struct {
 	Rows       int64               `json:"rows"`
 	Hash       string              `json:"fingerprint"`
 	Partitions []mapPartition      `json:"partitions,omitempty"` // map: its unit segments
-	Files      []writer.FileInfo   `json:"files,omitempty"`      // reduce
-	Detection  *detection          `json:"detection,omitempty"`  // detect
+	Files      []manifests.File    `json:"files,omitempty"`      // reduce
+	Detection  *dedupe.Detection   `json:"detection,omitempty"`  // detect
 	Profile    map[string][2]int64 `json:"profile,omitempty"`    // map with tensors: list lengths seen
-	Shards     []writer.ShardInfo  `json:"shards,omitempty"`     // reduce with tensors
+	Shards     []writer.Shard      `json:"shards,omitempty"`     // reduce with tensors
 	Queries    int64               `json:"queries,omitempty"`    // packed reduce
 	Seconds    float64             `json:"seconds"`
 }
@@ -260,7 +261,7 @@ func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partitio
 	if err != nil {
 		return err
 	}
-	pk := &PlanPacking{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: distributionOf(append([]int64{}, qc.Items...)),
+	pk := &PlanPacking{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: manifests.DistributionOf(qc.Items),
 		PerSlice: qc.PerSlice, MaxItems: opts.MaxItemsPerQuery}
 	rt := newRouter(hist, planUnits(layout, 1<<62))
 	queries := slices.Clone(pc.queries)
@@ -576,8 +577,8 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 
 // detection merges every detect task's result, in partition order.
 // It also returns the tasks' summed seconds.
-func (lp *loadedPlan) detection(ctx context.Context) (detection, float64, error) {
-	var det detection
+func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64, error) {
+	var det dedupe.Detection
 	var secs float64
 	for j := range lp.Partitions {
 		d, err := lp.readDone(ctx, detectDoneName(j))
@@ -587,7 +588,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (detection, float64, error)
 		if d == nil || d.Detection == nil {
 			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d has not completed (no %s)", j, lp.work.URL(detectDoneName(j)))
 		}
-		det.merge(*d.Detection)
+		det.Merge(*d.Detection)
 		secs += d.Seconds
 	}
 	return det, secs, nil
@@ -602,7 +603,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if err != nil {
 		return nil, err
 	}
-	var det detection
+	var det dedupe.Detection
 	if lp.Packing != nil {
 		// Every detect task first: a missing one fails before any read.
 		if det, _, err = lp.detection(ctx); err != nil {
@@ -635,22 +636,6 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	}
 	d.Task, d.Attempt, d.Seconds = task, newAttempt(), time.Since(t0).Seconds()
 	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, d.Attempt), reduceDoneName(task), d)
-}
-
-// partitionPackRun is the packing state of partition j: it starts at the
-// partition's first item, cuts row groups where run cuts them inside the
-// partition's file, and finishes at the partition's end.
-func (lp *loadedPlan) partitionPackRun(tbl *source.Table, keys keyCols, j int) *packRun {
-	pk := newPackRun(tbl, keys.query, lp.hist)
-	pp := lp.Partitions[j]
-	f := lp.Layout.Files[j]
-	for _, g := range f.RowGroups {
-		if end := g.Start + g.Rows; end > f.Start && end < f.Start+f.Rows {
-			pk.rgEnds[end] = true
-		}
-	}
-	pk.items, pk.total = pp.Start, pp.Start+pp.Rows
-	return pk
 }
 
 // CommitJob is `relayout commit`: it requires every task manifest, checks
@@ -694,7 +679,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		reduceSeconds += d.Seconds
 		reduces = append(reduces, d)
 	}
-	var det detection
+	var det dedupe.Detection
 	if lp.Packing != nil {
 		if det, detectSeconds, err = lp.detection(ctx); err != nil {
 			return nil, err

@@ -115,7 +115,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	layout := planLayout(hist, in, opts)
 	var qs *queryScan
 	if qc != nil {
-		qs = &queryScan{queries: qc.Queries, perSlice: qc.PerSlice, dist: distributionOf(qc.Items)}
+		qs = &queryScan{queries: qc.Queries, perSlice: qc.PerSlice, dist: manifests.DistributionOf(qc.Items)}
 	}
 	rep.Cost.SampleRows = smp.rows
 	memRowBytes := in.rowBytes

@@ -227,22 +227,22 @@ func (pr *partitionReader) each(ctx context.Context, fn func(src *unitSource, un
 }
 
 // detect finds the columns that vary inside a query in the partition.
-func (pr *partitionReader) detect(ctx context.Context) (detection, int64, error) {
-	pk := &packRun{qk: pr.keys.query, det: dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)}
+func (pr *partitionReader) detect(ctx context.Context) (dedupe.Detection, int64, error) {
+	det := dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)
 	var rows int64
 	err := pr.each(ctx, func(src *unitSource, _ partition.Unit) error {
 		rows += int64(len(src.ord))
-		return pk.detectColumns(src, pr.tbl.Schema)
+		return detectUnit(det, src, pr.tbl.Schema)
 	})
-	return detectionOf(pk.det), rows, err
+	return dedupe.DetectionOf(det), rows, err
 }
 
 // writePartition is reduce task j: it writes the partition's Parquet
 // files and tensor shards from its sorted units (packing them with the
 // query-level columns det decided). pr is nil for an empty packed
 // partition, which writes nothing. The manifest it returns is not written.
-func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, det detection, sample arrow.RecordBatch) (*TaskManifest, error) {
-	d := &TaskManifest{Kind: "reduce", ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []writer.FileInfo{}}
+func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, det dedupe.Detection, sample arrow.RecordBatch) (*TaskManifest, error) {
+	d := &TaskManifest{Kind: "reduce", ConfigHash: lp.ConfigHash, Hash: fingerprint.Sum{}.String(), Files: []manifests.File{}}
 	if pr == nil {
 		return d, nil
 	}
@@ -268,73 +268,56 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 			tr.first.item = pp.Start
 		}
 	}
-	var w *writer.Parquet
-	write := func(rec arrow.RecordBatch) error {
-		if err := w.Write(rec); err != nil {
-			return err
-		}
-		return tr.write(rec)
-	}
-	var pk *packRun
-	var err error
-	if lp.Packing == nil {
-		if err := tr.open(ctx, lp.out, tbl.Schema, false, lp.opts, lp.ConfigHash); err != nil {
+	// The sinks: Parquet, and tensors when asked for, behind the packer
+	// when packed.
+	outSchema, layout := tbl.Schema, fileLayouts(lp.Layout, pp.Files)
+	var dec *dedupe.Decision
+	var packer *dedupe.Packer
+	if lp.Packing != nil {
+		var err error
+		if dec, err = decidePacking(tbl, keys, det, lp.opts); err != nil {
 			return nil, err
 		}
-		sub := partition.Layout{TargetRows: lp.Layout.TargetRows, MinRows: lp.Layout.MinRows, FileRows: lp.Layout.FileRows}
-		for _, f := range pp.Files {
-			sub.Files = append(sub.Files, lp.Layout.Files[f])
-		}
-		if w, err = writer.NewParquet(ctx, lp.out, tbl.Schema, sub, wopts); err != nil {
-			return nil, err
-		}
-	} else {
-		pk = lp.partitionPackRun(tbl, keys, task)
-		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
-			return nil, err
-		}
-		pk.packer.MaxItems = lp.Packing.MaxItems
-		if err := tr.open(ctx, lp.out, pk.layout.Packed, true, lp.opts, lp.ConfigHash); err != nil {
-			return nil, err
-		}
-		pk.onPacked = tr.write
+		outSchema, layout = dec.Layout.Packed, nil // packing cuts at query boundaries
 		wopts.SortingColumns = append(append([]string{}, lp.opts.SliceKeys...), lp.opts.QueryKey...)
-		if w, err = writer.NewParquet(ctx, lp.out, pk.layout.Packed, partition.Layout{}, wopts); err != nil {
+	}
+	pw, err := writer.NewParquet(ctx, lp.out, outSchema, layout, wopts)
+	if err != nil {
+		return nil, err
+	}
+	var sink writer.Sink = pw
+	if tr != nil {
+		ts, err := tr.open(ctx, lp.out, outSchema, lp.Packing != nil, lp.opts, lp.ConfigHash)
+		if err != nil {
 			return nil, err
 		}
-		write = func(rec arrow.RecordBatch) error { return pk.write(ctx, w, rec) }
+		sink = writer.Tee{pw, ts}
 	}
-	progress := func(rec arrow.RecordBatch) error {
-		if err := write(rec); err != nil {
-			return err
-		}
-		lp.opts.Progress.Add(rec.NumRows())
-		return nil
+	if dec != nil {
+		packer = dedupe.NewPacker(dec.Layout)
+		packer.MaxItems = lp.Packing.MaxItems
+		sink = dedupe.NewPackSink(ctx, sink, packer, lp.packCuts(task))
 	}
 	var fp fingerprint.Sum
 	if err := pr.each(ctx, func(src *unitSource, un partition.Unit) error {
-		return writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, progress)
+		return writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, func(rec arrow.RecordBatch) error {
+			if err := sink.Write(rec); err != nil {
+				return err
+			}
+			lp.opts.Progress.Add(rec.NumRows())
+			return nil
+		})
 	}); err != nil {
-		w.Abort()
+		sink.Abort()
 		return nil, err
 	}
-	if pk != nil {
-		if err := pk.finish(ctx, w); err != nil {
-			w.Abort()
-			return nil, err
-		}
-	}
-	files, err := w.Close()
+	w, err := sink.Finish()
 	if err != nil {
 		return nil, err
 	}
-	shards, err := tr.close()
-	if err != nil {
-		return nil, err
-	}
-	d.Rows, d.Hash, d.Files, d.Shards = fp.Rows, fp.String(), files, shards
-	if pk != nil {
-		d.Queries = pk.packer.Queries
+	d.Rows, d.Hash, d.Files, d.Shards = fp.Rows, fp.String(), w.Files, w.Shards
+	if packer != nil {
+		d.Queries = packer.Queries
 		if d.Queries != pp.Queries {
 			return nil, fmt.Errorf("internal: reduce %d packed %d queries, the plan counted %d", task, d.Queries, pp.Queries)
 		}
@@ -342,11 +325,44 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	return d, nil
 }
 
+// fileLayouts returns the writer's layout of the given files of l.
+func fileLayouts(l partition.Layout, files []int) []writer.FileLayout {
+	out := make([]writer.FileLayout, len(files))
+	for i, f := range files {
+		lf := l.Files[f]
+		out[i].Start = lf.Start
+		for _, g := range lf.RowGroups {
+			out[i].RowGroups = append(out[i].RowGroups, g.Rows)
+		}
+	}
+	return out
+}
+
+// packCuts are partition j's packing cuts: it starts at the partition's
+// first item, cuts row groups where run cuts them inside the partition's
+// file, and ends at the partition's end.
+func (lp *loadedPlan) packCuts(j int) dedupe.Cuts {
+	pp := lp.Partitions[j]
+	c := dedupe.Cuts{Start: pp.Start, End: pp.Start + pp.Rows}
+	f := lp.Layout.Files[j]
+	for _, g := range f.RowGroups {
+		if end := g.Start + g.Rows; end > f.Start && end < f.Start+f.Rows {
+			c.RowGroupEnds = append(c.RowGroupEnds, end)
+		}
+	}
+	for _, s := range lp.hist.Slices {
+		if s.Rows > 0 {
+			c.SliceStarts = append(c.SliceStarts, s.Start)
+		}
+	}
+	return c
+}
+
 // assemble checks the map and reduce tasks' results against the plan and
 // each other (files, rows, fingerprints) and builds the manifest as run
 // builds it. It returns the manifest, the queries per slice (packed) and
 // the shards.
-func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest, det detection) (*manifests.Manifest, []int64, []writer.ShardInfo, error) {
+func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest, det dedupe.Detection) (*manifests.Manifest, []int64, []writer.Shard, error) {
 	var inFP, outFP fingerprint.Sum
 	prof := tensors.NewProfile()
 	for m, d := range maps {
@@ -357,8 +373,8 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 		inFP.Add(s)
 		prof.Merge(d.Profile)
 	}
-	var files []writer.FileInfo
-	var shards []writer.ShardInfo
+	var files []manifests.File
+	var shards []writer.Shard
 	for j, d := range reduces {
 		pp := lp.Partitions[j]
 		if len(d.Files) != len(pp.Files) {
@@ -387,7 +403,7 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 		// are prefix sums of the files' queries.
 		var next int64
 		for k := range files {
-			files[k].Start = next
+			files[k].FirstRow = next
 			next += files[k].Rows
 		}
 	}
@@ -405,13 +421,13 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		pk := newPackRun(tbl, keys.query, lp.hist)
-		if err := pk.decideFrom(tbl, lp.opts, keys.slice, det); err != nil {
+		dec, err := decidePacking(tbl, keys, det, lp.opts)
+		if err != nil {
 			return nil, nil, nil, err
 		}
 		queries = slices.Clone(pg.PerSlice)
-		m = pk.buildManifest(tbl, lp.hist, queries, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
-		outSchema, packed = pk.layout.Packed, true
+		m = packedManifest(tbl, dec, &dedupe.Packer{}, lp.hist, queries, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
+		outSchema, packed = dec.Layout.Packed, true
 		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
 		if m.Totals.Rows != pg.Queries || m.Packing.Items != tbl.Rows {
 			return nil, nil, nil, fmt.Errorf("the files hold %d queries, the plan counted %d; nothing committed", m.Totals.Rows, pg.Queries)

@@ -123,7 +123,7 @@ func warningsOf(f warnFacts) []ReportWarning {
 // slices' read costs on the input and on the written output, packing,
 // transfer and warnings.
 func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
-	hist *partition.Histogram, before beforeCosts, queries []int64, shards []writer.ShardInfo, layout partition.Layout, maxItems int64, opts RunOptions) error {
+	hist *partition.Histogram, before beforeCosts, queries []int64, shards []writer.Shard, layout partition.Layout, maxItems int64, opts RunOptions) error {
 	var objs []storage.Object
 	for _, f := range m.Files {
 		obj := storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes}

@@ -21,7 +21,6 @@ import (
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
-	"github.com/relayout/relayout/writer"
 )
 
 // runtimeReserve is the memory budgeted for the Go runtime and the
@@ -219,14 +218,14 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 
 	// 3. Detect (packed): which columns are query-level, over all rows.
-	var det detection
+	var det dedupe.Detection
 	if p.Packing != nil {
 		if sorted != nil { // every row in order at once
-			pk := &packRun{qk: keys.query, det: dedupe.NewDetector(tbl.Schema, keys.query)}
-			if err := pk.detectColumns(sorted, tbl.Schema); err != nil {
+			d := dedupe.NewDetector(tbl.Schema, keys.query)
+			if err := detectUnit(d, sorted, tbl.Schema); err != nil {
 				return nil, err
 			}
-			det = detectionOf(pk.det)
+			det = dedupe.DetectionOf(d)
 		}
 		for j := range p.Partitions {
 			if sorted != nil {
@@ -236,7 +235,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			if err != nil {
 				return nil, err
 			}
-			det.merge(d)
+			det.Merge(d)
 		}
 		rep.stage("detect", t1)
 		t1 = time.Now()
@@ -328,7 +327,7 @@ func putObject(ctx context.Context, out storage.Location, rel string, data []byt
 	return storage.Put(ctx, out, rel, data, storage.PutOptions{})
 }
 
-func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.Slice, files []writer.FileInfo, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
+func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.Slice, files []manifests.File, cfg []byte, cfgHash string, opts RunOptions, fp fingerprint.Sum) *manifests.Manifest {
 	m := &manifests.Manifest{
 		Format: manifests.Format, FormatVersion: manifests.FormatVersion,
 		RelayoutVersion: version.Version, Config: cfg, ConfigHash: cfgHash,
@@ -341,55 +340,14 @@ func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.S
 	for _, f := range tbl.Files {
 		m.Inputs = append(m.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
 	}
-	type rgRef struct {
-		file, rg     int
-		start, rows  int64 // global
-		first        int64 // within file
-		offset, size int64
-	}
-	var rgs []rgRef
-	for i, f := range files {
-		mf := manifests.File{Path: f.Path, Bytes: f.Bytes, Rows: f.Rows, FirstRow: f.Start, XXHash64: fmt.Sprintf("%016x", f.XXHash64), RowGroups: []manifests.RowGroup{}}
-		for j, g := range f.RowGroups {
-			mf.RowGroups = append(mf.RowGroups, manifests.RowGroup{Rows: g.Rows, FirstRow: g.FirstRow, Offset: g.Offset, Length: g.Length})
-			rgs = append(rgs, rgRef{file: i, rg: j, start: f.Start + g.FirstRow, rows: g.Rows, first: g.FirstRow, offset: g.Offset, size: g.Length})
+	spans := make([]manifests.SliceSpan, len(slices))
+	for i, s := range slices {
+		spans[i] = manifests.SliceSpan{Key: manifests.KeyValues{}, Start: s.Start, Rows: s.Rows}
+		for k, name := range opts.SliceKeys {
+			spans[i].Key = append(spans[i].Key, manifests.KV{Name: name, Value: s.Values[k]})
 		}
-		m.Files = append(m.Files, mf)
-		m.Totals.Bytes += f.Bytes
-		m.Totals.Rows += f.Rows
-		m.Totals.RowGroups += len(f.RowGroups)
 	}
-	m.Totals.Files = len(files)
-	k := 0
-	for _, s := range slices {
-		if s.Rows == 0 {
-			continue
-		}
-		ms := manifests.Slice{Key: manifests.KeyValues{}, Rows: s.Rows, FirstRow: s.Start}
-		for i, name := range opts.SliceKeys {
-			ms.Key = append(ms.Key, manifests.KV{Name: name, Value: s.Values[i]})
-		}
-		end := s.Start + s.Rows
-		for k < len(rgs) && rgs[k].start+rgs[k].rows <= s.Start {
-			k++
-		}
-		for j := k; j < len(rgs) && rgs[j].start < end; j++ {
-			g := rgs[j]
-			lo, hi := max(g.start, s.Start), min(g.start+g.rows, end)
-			ms.Segments = append(ms.Segments, manifests.Segment{
-				File: g.file, RowGroup: g.rg, FirstRow: g.first + (lo - g.start), Rows: hi - lo,
-				Offset: g.offset, Length: g.size,
-			})
-		}
-		m.Slices = append(m.Slices, ms)
-	}
-	if m.Slices == nil {
-		m.Slices = []manifests.Slice{}
-	}
-	if m.Files == nil {
-		m.Files = []manifests.File{}
-	}
-	m.Totals.Slices = len(m.Slices)
+	m.SetFiles(files, spans)
 	return m
 }
 

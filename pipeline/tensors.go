@@ -36,7 +36,6 @@ type tensorRun struct {
 	spec *tensors.Spec
 	prof *tensors.Profile
 	plan *tensors.Plan
-	sink *writer.Tensors
 	// first numbers the first shard (a distributed reduce task starts at
 	// its partition's file and samples).
 	first struct {
@@ -68,20 +67,16 @@ func (t *tensorRun) config(opts RunOptions) *tensorConfig {
 	return &tensorConfig{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples}
 }
 
-// open fixes the plan for the output schema and creates the sink.
-func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arrow.Schema, packed bool, opts RunOptions, cfgHash string) error {
-	if t == nil {
-		return nil
-	}
+// open fixes the plan for the output schema and returns the sink.
+func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arrow.Schema, packed bool, opts RunOptions, cfgHash string) (*writer.Tensors, error) {
 	if err := t.fix(schema, packed, opts); err != nil {
-		return err
+		return nil, err
 	}
-	t.sink = writer.NewTensors(ctx, out, t.plan, writer.TensorOptions{
+	return writer.NewTensors(ctx, out, t.plan, writer.TensorOptions{
 		ShardBytes: opts.ShardBytes,
 		Metadata:   map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
 		FirstFile:  t.first.file, FirstRow: t.first.row, FirstItem: t.first.item,
-	})
-	return nil
+	}), nil
 }
 
 // fix fixes the tensor plan for the output schema.
@@ -103,56 +98,18 @@ func (t *tensorRun) fix(schema *arrow.Schema, packed bool, opts RunOptions) erro
 	return nil
 }
 
-// write converts samples in output order.
-func (t *tensorRun) write(rec arrow.RecordBatch) error {
-	if t == nil {
-		return nil
-	}
-	if err := t.sink.Write(rec); err != nil {
-		var ce *tensors.ConfigError
-		if errors.As(err, &ce) {
-			return errs.Usagef("tensors: %v", err)
-		}
-		return errs.Or(errs.BadInput, fmt.Errorf("tensors: %w", err))
-	}
-	return nil
-}
-
-func (t *tensorRun) close() ([]writer.ShardInfo, error) {
-	if t == nil || t.sink == nil {
-		return nil, nil
-	}
-	return t.sink.Close()
-}
-
 // manifest describes the shards and indexes each slice's rows in them.
-func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.ShardInfo, opts RunOptions) *manifests.Tensors {
+func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.Shard, opts RunOptions) *manifests.Tensors {
+	ms := make([]manifests.Shard, len(shards))
+	for i, s := range shards {
+		ms[i] = s.Shard
+	}
 	mt := &manifests.Tensors{
 		Format: "safetensors", Sample: t.plan.Sample(), ShardBytes: opts.ShardBytes,
-		SpecHash: t.plan.Hash(), Schema: t.plan.Tensors(), Shards: []manifests.Shard{},
+		SpecHash: t.plan.Hash(), Schema: t.plan.Tensors(),
 		Order: manifests.Order{Algorithm: OrderAlgorithm, BlockSamples: opts.BlockSamples},
 	}
-	k := 0
-	for _, s := range shards {
-		ms := manifests.Shard{Path: s.Path, Bytes: s.Bytes, XXHash64: fmt.Sprintf("%016x", s.XXHash64),
-			Rows: s.Rows, FirstRow: s.FirstRow, Items: s.Items, FirstItem: s.FirstItem, Slices: []manifests.ShardSlice{}}
-		end := s.FirstRow + s.Rows
-		for k < len(m.Slices) && m.Slices[k].FirstRow+m.Slices[k].Rows <= s.FirstRow {
-			k++
-		}
-		for j := k; j < len(m.Slices) && m.Slices[j].FirstRow < end; j++ {
-			sl := m.Slices[j]
-			lo, hi := max(sl.FirstRow, s.FirstRow), min(sl.FirstRow+sl.Rows, end)
-			if hi > lo {
-				ms.Slices = append(ms.Slices, manifests.ShardSlice{Slice: j, FirstRow: lo - s.FirstRow, Rows: hi - lo})
-			}
-		}
-		mt.Shards = append(mt.Shards, ms)
-		mt.Totals.Shards++
-		mt.Totals.Bytes += s.Bytes
-		mt.Totals.Rows += s.Rows
-		mt.Totals.Items += s.Items
-	}
+	mt.Shards, mt.Totals = m.IndexShards(ms)
 	return mt
 }
 

@@ -78,7 +78,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	}
 	cfg, _ := json.Marshal(map[string]any{"unpack_of": pm.ConfigHash, "slice_keys": nonNil(pm.SliceKeys), "sort_keys": nonNil(pm.Packing.QueryKey)})
 	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfg))
-	w, err := writer.NewParquet(ctx, out, l.Flat, partition.Layout{}, writer.ParquetOptions{
+	w, err := writer.NewParquet(ctx, out, l.Flat, nil, writer.ParquetOptions{
 		Parallel: o.Parallel, SortingColumns: append(append([]string{}, pm.SliceKeys...), pm.Packing.QueryKey...),
 		Metadata:  [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", cfgHash}},
 		CreatedBy: "relayout version " + version.Version,
@@ -105,7 +105,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 		s, err := fingerprint.Record(flat)
 		if err == nil {
 			fp.Add(s)
-			err = w.Append(flat)
+			err = w.Write(flat)
 		}
 		flat.Release()
 		if err != nil {
@@ -120,10 +120,11 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 			}
 		}
 	}
-	files, err := w.Close()
+	written, err := w.Finish()
 	if err != nil {
 		return nil, err
 	}
+	files := written.Files
 	if fp.String() != pm.Fingerprint.Hash || fp.Rows != pm.Fingerprint.Rows {
 		return nil, errs.BadInputf("unpacked rows have fingerprint %s over %d rows, the packed manifest says %s over %d: the packed output is damaged", fp, fp.Rows, pm.Fingerprint.Hash, pm.Fingerprint.Rows)
 	}

@@ -92,13 +92,13 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 	}
 	next := 0 // the next manifest shard
 	var item int64
-	compare := func(made []writer.ShardInfo) string {
+	compare := func(made []writer.Shard) string {
 		for _, s := range made {
 			if next >= len(m.Tensors.Shards) {
 				return fmt.Sprintf("%s: the Parquet files convert to more shards than the manifest lists (%d)", out.URL(s.Path), len(m.Tensors.Shards))
 			}
 			want := m.Tensors.Shards[next]
-			if got := fmt.Sprintf("%016x", s.XXHash64); s.Path != want.Path || s.Bytes != want.Bytes || got != want.XXHash64 {
+			if got := s.XXHash64; s.Path != want.Path || s.Bytes != want.Bytes || got != want.XXHash64 {
 				return fmt.Sprintf("%s: is not the conversion of the Parquet rows it indexes (re-derived %s: %d bytes, xxhash64 %s; stored %d bytes, %s)",
 					out.URL(want.Path), s.Path, s.Bytes, got, want.Bytes, want.XXHash64)
 			}
@@ -132,14 +132,14 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 			}
 			seen = len(sink.Shards())
 		}
-		shards, err := sink.Close()
+		made, err := sink.Finish()
 		if err != nil {
 			return "", false, err
 		}
-		if p := compare(shards[seen:]); p != "" {
+		if p := compare(made.Shards[seen:]); p != "" {
 			return p, false, nil
 		}
-		for _, s := range shards {
+		for _, s := range made.Shards {
 			item += s.Items
 		}
 	}

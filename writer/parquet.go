@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -16,7 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/internal/errs"
-	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
@@ -60,25 +59,21 @@ func (o ParquetOptions) withDefaults() ParquetOptions {
 	return o
 }
 
-// RowGroupInfo describes one written row group.
-type RowGroupInfo struct {
-	Rows     int64
-	FirstRow int64 // first row within the file
-	Offset   int64 // byte offset of the first column chunk
-	Length   int64 // bytes from Offset to the end of the last column chunk
-	// UncompressedBytes is the row group's total_byte_size.
-	UncompressedBytes int64
+// FileLayout is where one planned file's rows go: its first row's global
+// output index and its row groups' row counts. The planner cuts; the
+// writer writes exactly these row groups, never cutting by size itself.
+type FileLayout struct {
+	Start     int64
+	RowGroups []int64
 }
 
-// FileInfo describes one written file.
-type FileInfo struct {
-	Path      string // relative to the output root, e.g. parquet/part-00000.parquet
-	Bytes     int64
-	Rows      int64
-	XXHash64  uint64
-	RowGroups []RowGroupInfo
-	// Start is the global output index of the file's first row.
-	Start int64
+// Rows returns the file's planned rows.
+func (f FileLayout) Rows() int64 {
+	var n int64
+	for _, r := range f.RowGroups {
+		n += r
+	}
+	return n
 }
 
 // Parquet is a sink for the ordered rows of a table.
@@ -86,11 +81,11 @@ type Parquet struct {
 	ctx     context.Context
 	out     storage.Location
 	schema  *arrow.Schema
-	layout  partition.Layout
+	layout  []FileLayout // nil: manual mode
 	opts    ParquetOptions
 	props   *parquet.WriterProperties
 	arrow   pqarrow.ArrowWriterProperties
-	written []FileInfo
+	written []manifests.File
 	// fast is set when every column can be encoded in parallel (fast.go).
 	fast    []fastCol
 	pqRoot  *schema.GroupNode
@@ -134,8 +129,10 @@ func (h *hashWriter) Write(p []byte) (int, error) {
 // FileName returns the relative path of output file i.
 func FileName(i int) string { return fmt.Sprintf("parquet/part-%05d.parquet", i) }
 
-// NewParquet returns a sink writing layout's files under out.
-func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema, layout partition.Layout, opts ParquetOptions) (*Parquet, error) {
+// NewParquet returns a sink writing layout's files under out. With a nil
+// layout it is in manual mode: the caller cuts row groups (EndRowGroup)
+// and files (EndFile), as packing does to keep queries whole.
+func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema, layout []FileLayout, opts ParquetOptions) (*Parquet, error) {
 	opts = opts.withDefaults()
 	schema = withoutArrowSchema(schema)
 	w := &Parquet{ctx: ctx, out: out, schema: schema, layout: layout, opts: opts, workers: max(opts.Parallel, 1)}
@@ -219,8 +216,12 @@ func withUTCTimes(root *schema.GroupNode, sc *arrow.Schema) *schema.GroupNode {
 	return g
 }
 
-// Write appends the next rows, in output order.
+// Write appends the next rows, in output order. In layout mode the rows
+// fill the planned row groups; in manual mode they go to the current one.
 func (w *Parquet) Write(rec arrow.RecordBatch) error {
+	if w.layout == nil {
+		return w.Append(rec)
+	}
 	n := rec.NumRows()
 	var off int64
 	for off < n {
@@ -250,7 +251,7 @@ func (w *Parquet) Write(rec arrow.RecordBatch) error {
 func (w *Parquet) advance() error {
 	if w.cur != nil {
 		w.rgIdx++
-		if w.rgIdx >= len(w.layout.Files[w.fileIdx].RowGroups) {
+		if w.rgIdx >= len(w.layout[w.fileIdx].RowGroups) {
 			if err := w.closeFile(); err != nil {
 				return err
 			}
@@ -258,7 +259,7 @@ func (w *Parquet) advance() error {
 			w.rgIdx = 0
 		}
 	}
-	if w.fileIdx >= len(w.layout.Files) {
+	if w.fileIdx >= len(w.layout) {
 		return fmt.Errorf("writer: more rows than the layout plans (row %d)", w.next)
 	}
 	if w.cur == nil {
@@ -269,7 +270,7 @@ func (w *Parquet) advance() error {
 	if err := w.startRowGroup(); err != nil {
 		return err
 	}
-	w.rgLeft = w.layout.Files[w.fileIdx].RowGroups[w.rgIdx].Rows
+	w.rgLeft = w.layout[w.fileIdx].RowGroups[w.rgIdx]
 	return nil
 }
 
@@ -403,14 +404,14 @@ func (w *Parquet) closeFile() error {
 	f.cancel()
 	w.cur = nil
 	start := w.manualStart
-	if w.layout.Files != nil {
-		start = w.layout.Files[w.fileIdx].Start
+	if w.layout != nil {
+		start = w.layout[w.fileIdx].Start
 	}
-	info := FileInfo{Path: name, Bytes: f.hw.n, Rows: md.NumRows, XXHash64: f.hw.h.Sum64(), Start: start}
+	info := manifests.File{Path: name, Bytes: f.hw.n, Rows: md.NumRows, XXHash64: fmt.Sprintf("%016x", f.hw.h.Sum64()),
+		FirstRow: start, RowGroups: []manifests.RowGroup{}}
 	var first int64
 	for i := 0; i < md.NumRowGroups(); i++ {
-		rg := md.RowGroup(i)
-		ri, err := rowGroupInfo(rg)
+		ri, err := rowGroupInfo(md.RowGroup(i))
 		if err != nil {
 			return err
 		}
@@ -430,8 +431,8 @@ func RowGroupSpan(rg *metadata.RowGroupMetaData) (offset, length int64, err erro
 	return ri.Offset, ri.Length, err
 }
 
-func rowGroupInfo(rg *metadata.RowGroupMetaData) (RowGroupInfo, error) {
-	ri := RowGroupInfo{Rows: rg.NumRows(), UncompressedBytes: rg.TotalByteSize()}
+func rowGroupInfo(rg *metadata.RowGroupMetaData) (manifests.RowGroup, error) {
+	ri := manifests.RowGroup{Rows: rg.NumRows()}
 	start, end := int64(-1), int64(0)
 	for c := 0; c < rg.NumColumns(); c++ {
 		cc, err := rg.ColumnChunk(c)
@@ -460,7 +461,9 @@ func (w *Parquet) fail(err error) error {
 }
 
 // Abort discards the file being written (its blob never becomes visible).
-// Files already closed stay; the caller removes them with Remove.
+// Files already closed stay: their names are deterministic, a retried task
+// rewrites them, and the output's claim removes what no manifest commits
+// (a second attempt of the same task may be writing them right now).
 func (w *Parquet) Abort() {
 	if w.cur != nil {
 		w.cur.cancel()
@@ -472,10 +475,15 @@ func (w *Parquet) Abort() {
 	}
 }
 
-// Close finishes the last file and returns every file written. It checks
+// Finish finishes the last file and returns every file written. It checks
 // that exactly the planned rows were written.
-func (w *Parquet) Close() ([]FileInfo, error) {
-	if w.layout.Files == nil { // manual mode
+func (w *Parquet) Finish() (Written, error) {
+	files, err := w.finish()
+	return Written{Files: files}, err
+}
+
+func (w *Parquet) finish() ([]manifests.File, error) {
+	if w.layout == nil { // manual mode
 		if err := w.EndFile(); err != nil {
 			return nil, err
 		}
@@ -490,7 +498,7 @@ func (w *Parquet) Close() ([]FileInfo, error) {
 		return w.written, nil
 	}
 	if w.cur != nil {
-		if w.rgLeft != 0 || w.rgIdx != len(w.layout.Files[w.fileIdx].RowGroups)-1 {
+		if w.rgLeft != 0 || w.rgIdx != len(w.layout[w.fileIdx].RowGroups)-1 {
 			w.Abort()
 			return nil, fmt.Errorf("writer: closed after %d rows, before the end of the layout", w.next)
 		}
@@ -499,7 +507,7 @@ func (w *Parquet) Close() ([]FileInfo, error) {
 		}
 		w.fileIdx++
 	}
-	if len(w.written) == 0 && len(w.layout.Files) > 0 {
+	if len(w.written) == 0 && len(w.layout) > 0 {
 		// An empty table: one file with no row groups keeps the schema.
 		if err := w.openFile(); err != nil {
 			return nil, err
@@ -509,22 +517,6 @@ func (w *Parquet) Close() ([]FileInfo, error) {
 		}
 	}
 	return w.written, nil
-}
-
-// Files returns the files closed so far.
-func (w *Parquet) Files() []FileInfo { return w.written }
-
-// Remove deletes files written by a failed run (best effort).
-func Remove(ctx context.Context, out storage.Location, files []FileInfo) {
-	var wg sync.WaitGroup
-	for _, f := range files {
-		wg.Add(1)
-		go func(p string) {
-			defer wg.Done()
-			_ = out.Bucket.Delete(context.WithoutCancel(ctx), out.Key(p))
-		}(f.Path)
-	}
-	wg.Wait()
 }
 
 // withoutArrowSchema drops an input's stored ARROW:schema from the schema
@@ -571,9 +563,10 @@ func (w *Parquet) Append(rec arrow.RecordBatch) error {
 	return nil
 }
 
-// EndRowGroup closes the current row group, if it holds rows.
+// EndRowGroup closes the current row group, if it holds rows (manual
+// mode; in layout mode the layout cuts and this does nothing).
 func (w *Parquet) EndRowGroup() error {
-	if w.cur == nil || !w.rgOpen {
+	if w.layout != nil || w.cur == nil || !w.rgOpen {
 		return nil
 	}
 	w.rgOpen = false

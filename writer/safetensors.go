@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
 )
@@ -31,21 +34,6 @@ const DefaultShardBytes = 256 << 20
 // of it, and with tensors laid out widest dtype first every tensor is
 // aligned to its dtype in the file (and in a memory map of it).
 const HeaderAlign = 64
-
-// ShardInfo describes a written shard.
-type ShardInfo struct {
-	Path      string
-	Bytes     int64
-	XXHash64  uint64
-	Rows      int64 // samples: rows, or queries when packed
-	FirstRow  int64
-	Items     int64
-	FirstItem int64
-	// HeaderBytes is the length prefix and JSON header; TensorBytes each
-	// tensor's data bytes, in plan order.
-	HeaderBytes int64
-	TensorBytes []int64
-}
 
 // TensorOptions configures a Tensors sink.
 type TensorOptions struct {
@@ -70,7 +58,7 @@ type Tensors struct {
 	opts   TensorOptions
 	buf    *tensors.Buffers
 	acc    int64 // bytes of the samples in buf
-	shards []ShardInfo
+	shards []Shard
 	rows   int64 // samples in closed shards
 	items  int64
 	sizes  []int64
@@ -97,7 +85,7 @@ func (w *Tensors) Write(rec arrow.RecordBatch) error {
 		w.acc += s
 		if w.acc >= w.opts.ShardBytes {
 			if err := w.plan.Append(w.buf, rec, start, i+1); err != nil {
-				return err
+				return convertErr(err)
 			}
 			w.buf.Seal()
 			if err := w.flush(); err != nil {
@@ -107,24 +95,47 @@ func (w *Tensors) Write(rec arrow.RecordBatch) error {
 		}
 	}
 	if err := w.plan.Append(w.buf, rec, start, n); err != nil {
-		return err
+		return convertErr(err)
 	}
 	w.buf.Seal()
 	return nil
 }
 
-// Close writes the last shard and returns every shard.
-func (w *Tensors) Close() ([]ShardInfo, error) {
+// convertErr classifies a conversion failure: a spec that does not fit the
+// data is a usage error (exit 2), a value that cannot be converted bad
+// input (exit 3).
+func convertErr(err error) error {
+	var ce *tensors.ConfigError
+	if errors.As(err, &ce) {
+		return errs.Usagef("tensors: %v", err)
+	}
+	return errs.Or(errs.BadInput, fmt.Errorf("tensors: %w", err))
+}
+
+// EndRowGroup implements Sink: shards are cut by size, not at row groups.
+func (w *Tensors) EndRowGroup() error { return nil }
+
+// Finish writes the last shard and returns every shard.
+func (w *Tensors) Finish() (Written, error) {
 	if w.buf.Rows > 0 {
 		if err := w.flush(); err != nil {
-			return nil, err
+			return Written{}, err
 		}
 	}
-	return w.shards, nil
+	return Written{Shards: w.shards}, nil
+}
+
+// Abort drops the samples not yet written. A shard is written whole
+// (cancelled before it becomes visible on failure), so nothing is in
+// flight; the shards already written stay, as Parquet's closed files do:
+// a retried task rewrites the same names.
+func (w *Tensors) Abort() {
+	w.buf = w.plan.NewBuffers()
+	w.acc = 0
 }
 
 // Shards returns the shards written so far.
-func (w *Tensors) Shards() []ShardInfo { return w.shards }
+func (w *Tensors) Shards() []Shard { return w.shards }
 
 func (w *Tensors) flush() error {
 	name := ShardName(w.file, w.inFile)
@@ -177,8 +188,9 @@ func (w *Tensors) flush() error {
 	for i := range tb {
 		tb[i] = w.buf.Len(i)
 	}
-	w.shards = append(w.shards, ShardInfo{Path: name, Bytes: hw.n, XXHash64: hw.h.Sum64(),
-		Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items,
+	w.shards = append(w.shards, Shard{
+		Shard: manifests.Shard{Path: name, Bytes: hw.n, XXHash64: fmt.Sprintf("%016x", hw.h.Sum64()),
+			Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items, Slices: []manifests.ShardSlice{}},
 		HeaderBytes: int64(len(header)), TensorBytes: tb})
 	w.rows += w.buf.Rows
 	w.items += w.buf.Items
