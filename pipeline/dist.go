@@ -87,7 +87,7 @@ type Plan struct {
 	// input position of the row at each unit start inside it. Without sort
 	// keys a slice's rows keep input order: map tasks count them
 	// (PlanMap.Counters).
-	Cuts map[string][]queryCut `json:"cuts,omitempty"`
+	Cuts map[string][]partition.Cut `json:"cuts,omitempty"`
 }
 
 // PlanPacking is what a packed plan adds: exact query counts from the key
@@ -155,23 +155,13 @@ type TaskManifest struct {
 	ConfigHash string              `json:"config_hash"`
 	Rows       int64               `json:"rows"`
 	Hash       string              `json:"fingerprint"`
-	Partitions []mapPartition      `json:"partitions,omitempty"` // map: its unit segments
+	Partitions []partition.Segment `json:"partitions,omitempty"` // map: its unit segments
 	Files      []manifests.File    `json:"files,omitempty"`      // reduce
 	Detection  *dedupe.Detection   `json:"detection,omitempty"`  // detect
 	Profile    map[string][2]int64 `json:"profile,omitempty"`    // map with tensors: list lengths seen
 	Shards     []writer.Shard      `json:"shards,omitempty"`     // reduce with tensors
 	Queries    int64               `json:"queries,omitempty"`    // packed reduce
 	Seconds    float64             `json:"seconds"`
-}
-
-type mapPartition struct {
-	Partition int    `json:"partition"`
-	Unit      int    `json:"unit"`
-	Offset    int64  `json:"offset"` // the unit's byte range in Path
-	Length    int64  `json:"length"`
-	Rows      int64  `json:"rows"`
-	Bytes     int64  `json:"bytes"`
-	Path      string `json:"path"`
 }
 
 func (d TaskManifest) sum() (fingerprint.Sum, error) {
@@ -253,26 +243,26 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 }
 
 // planPacking places a packed plan's partitions: each file's packed range
-// starts at a query boundary (computePackCuts), and a partition whose range
+// starts at a query boundary (partition.ComputePackCuts), and a partition whose range
 // is empty writes no file, so the files after it are numbered down, as run
 // numbers them.
 func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys keyCols, qc *partition.QueryCounts, opts RunOptions) error {
-	pc, err := computePackCuts(ctx, tbl, hist, layout, keys.slice, keys.query, opts.Parallel)
+	pc, err := partition.ComputePackCuts(ctx, tbl, hist, layout, keys.slice, keys.query, opts.Parallel)
 	if err != nil {
 		return err
 	}
 	pk := &PlanPacking{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: manifests.DistributionOf(qc.Items),
 		PerSlice: qc.PerSlice, MaxItems: opts.MaxItemsPerQuery}
-	rt := newRouter(hist, planUnits(layout, 1<<62))
-	queries := slices.Clone(pc.queries)
+	rt := partition.NewRouter(hist, planUnits(layout, 1<<62))
+	queries := slices.Clone(pc.Queries)
 	for i, s := range hist.Slices {
-		if s.Rows > 0 && rt.whole[i] >= 0 {
-			queries[rt.whole[i]] += qc.PerSlice[i]
+		if s.Rows > 0 && rt.Whole[i] >= 0 {
+			queries[rt.Whole[i]] += qc.PerSlice[i]
 		}
 	}
 	next := 0 // the next output file's number
 	for k := range layout.Files {
-		pp := PlanPartition{Index: k, Files: []int{}, Start: pc.starts[k], Rows: pc.starts[k+1] - pc.starts[k], Queries: queries[k]}
+		pp := PlanPartition{Index: k, Files: []int{}, Start: pc.Starts[k], Rows: pc.Starts[k+1] - pc.Starts[k], Queries: queries[k]}
 		if pp.Rows > 0 || (k == 0 && tbl.Rows == 0) {
 			pp.Files = []int{next}
 			next++
@@ -294,11 +284,11 @@ func (p *Plan) units() ([]partition.Unit, []int) {
 	for j, pp := range p.Partitions {
 		starts[j] = pp.Start
 	}
-	chunks := cutChunks(partition.Chunks(p.Layout, p.ChunkRows), starts)
+	chunks := partition.CutChunks(partition.Chunks(p.Layout, p.ChunkRows), starts)
 	var units []partition.Unit
 	var part []int
 	for j, pp := range p.Partitions {
-		in := chunksIn(chunks, pp.Start, pp.Start+pp.Rows)
+		in := partition.ChunksIn(chunks, pp.Start, pp.Start+pp.Rows)
 		if len(in) == 0 {
 			continue
 		}
@@ -454,8 +444,8 @@ func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 }
 
 // cutsOf parses a plan's cuts, keyed by slice rank.
-func cutsOf(m map[string][]queryCut, slices int) (map[int32][]queryCut, error) {
-	out := map[int32][]queryCut{}
+func cutsOf(m map[string][]partition.Cut, slices int) (map[int32][]partition.Cut, error) {
+	out := map[int32][]partition.Cut{}
 	for k, cuts := range m {
 		rk, err := strconv.Atoi(k)
 		if err != nil || rk < 0 || rk >= slices {
@@ -848,8 +838,8 @@ func buildPlan(ctx context.Context, tbl *source.Table, keys keyCols, ks *keyPass
 	for _, j := range part {
 		p.Partitions[j].Units++
 	}
-	rt := newRouter(hist, units)
-	split := rt.split()
+	rt := partition.NewRouter(hist, units)
+	split := rt.Split()
 	if len(split) > 0 && len(keys.sort) > 0 {
 		// Rows of a split slice are ordered by sort key, not input order:
 		// route them by the sort key (and position) at each unit start.
@@ -857,11 +847,11 @@ func buildPlan(ctx context.Context, tbl *source.Table, keys keyCols, ks *keyPass
 		for u, un := range units {
 			starts[u] = un.Start
 		}
-		cuts, err := computeCuts(ctx, tbl, hist, starts, keys.slice, keys.sort, opts.Parallel)
+		cuts, err := partition.ComputeCuts(ctx, tbl, hist, starts, keys.slice, keys.sort, opts.Parallel)
 		if err != nil {
 			return nil, err
 		}
-		p.Cuts = map[string][]queryCut{}
+		p.Cuts = map[string][]partition.Cut{}
 		for rk, c := range cuts {
 			p.Cuts[strconv.Itoa(int(rk))] = c
 		}

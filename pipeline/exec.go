@@ -32,28 +32,28 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 	t0 := time.Now()
 	pm := lp.Maps[task]
 	units, part := lp.units()
-	rt := newRouter(lp.hist, units)
+	rt := partition.NewRouter(lp.hist, units)
 	if lp.Cuts != nil {
 		var err error
-		if rt.cuts, err = cutsOf(lp.Cuts, len(lp.Slices)); err != nil {
+		if rt.Cuts, err = cutsOf(lp.Cuts, len(lp.Slices)); err != nil {
 			return nil, err
 		}
-		rt.cutCols = keys.sort
+		rt.CutCols = keys.sort
 	}
 	for k, v := range pm.Counters {
 		rk, err := strconv.Atoi(k)
-		if err != nil || rk < 0 || rk >= len(rt.counter) {
+		if err != nil || rk < 0 || rk >= len(rt.Counter) {
 			return nil, errs.BadInputf("plan: map %d: bad counter slice %q", task, k)
 		}
-		rt.counter[rk] = v
+		rt.Counter[rk] = v
 	}
 	attempt := newAttempt()
 	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", WorkPrefix, task, attempt)
-	sw, err := newShuffleWriter(lp.work, prefix, lp.opts.TmpDir)
+	sw, err := partition.NewShuffleWriter(lp.work, prefix, lp.opts.TmpDir)
 	if err != nil {
 		return nil, err
 	}
-	defer sw.abort()
+	defer sw.Abort()
 	var fp fingerprint.Sum
 	var observe func(arrow.RecordBatch)
 	var prof *tensors.Profile
@@ -66,7 +66,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
 		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		s, err := routeRowGroup(ctx, tbl, ref, rt, keys.slice, parallel, observe, sw.write)
+		s, err := partition.RouteRowGroup(ctx, tbl, ref, rt, keys.slice, parallel, observe, sw.Write)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +76,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 	if fp.Rows != pm.Rows {
 		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
 	}
-	segs, err := sw.publish(ctx, part)
+	segs, err := sw.Publish(ctx, part)
 	if err != nil {
 		return nil, err
 	}
@@ -109,18 +109,12 @@ func (lp *loadedPlan) mapDones(ctx context.Context, hint string) ([]*TaskManifes
 // a time: a unit's rows from every map task, in map order (input order),
 // sorted as run sorts a unit. Memory holds one unit.
 type partitionReader struct {
-	lp    *loadedPlan
-	tbl   *source.Table
-	own   bool // tbl is closed with the reader
-	keys  keyCols
-	task  int
-	prof  *tensors.Profile       // the map tasks' merged profile: every input row
-	units []partition.Unit       // the partition's units, in order
-	ids   []int                  // their indices in the plan
-	segs  map[int][]mapPartition // unit index -> map segments, in map order
-	// sorted, when set, replaces reading: run's in-memory path hands the
-	// whole table sorted once, and each partition is a range of it.
-	sorted *unitSource
+	*partition.Reader
+	tbl  *source.Table
+	own  bool // tbl is closed with the reader
+	keys keyCols
+	task int
+	prof *tensors.Profile // the map tasks' merged profile: every input row
 }
 
 // openPartition checks that the plan's units fit this task's memory
@@ -151,18 +145,21 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 
 // partitionReader reads partition task from the map tasks' objects.
 func (lp *loadedPlan) partitionReader(tbl *source.Table, keys keyCols, task int, dones []*TaskManifest) *partitionReader {
-	pr := &partitionReader{lp: lp, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile(), segs: map[int][]mapPartition{}}
+	pp := lp.Partitions[task]
+	r := &partition.Reader{Work: lp.work, Hist: lp.hist, Schema: tbl.Schema, SliceCols: keys.slice, SortCols: keys.sort,
+		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}}
+	pr := &partitionReader{Reader: r, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile()}
 	units, part := lp.units()
 	for u, j := range part {
 		if j == task {
-			pr.units, pr.ids = append(pr.units, units[u]), append(pr.ids, u)
+			r.Units, r.IDs = append(r.Units, units[u]), append(r.IDs, u)
 		}
 	}
 	for _, d := range dones {
 		pr.prof.Merge(d.Profile)
 		for _, mp := range d.Partitions {
 			if mp.Partition == task {
-				pr.segs[mp.Unit] = append(pr.segs[mp.Unit], mp)
+				r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
 			}
 		}
 	}
@@ -175,63 +172,12 @@ func (pr *partitionReader) close() {
 	}
 }
 
-// each reads the partition's units in order and hands each, sorted, to fn.
-func (pr *partitionReader) each(ctx context.Context, fn func(src *unitSource, un partition.Unit) error) error {
-	if pr.sorted != nil {
-		pp := pr.lp.Partitions[pr.task]
-		if pp.Rows == 0 {
-			return nil
-		}
-		view := &unitSource{cols: pr.sorted.cols, ord: pr.sorted.ord[pp.Start : pp.Start+pp.Rows]}
-		un := partition.Unit{Start: pp.Start, Rows: pp.Rows}
-		for _, u := range pr.units {
-			un.Chunks = append(un.Chunks, u.Chunks...)
-		}
-		return fn(view, un)
-	}
-	for k, un := range pr.units {
-		var recs []arrow.RecordBatch
-		release := func() {
-			for _, r := range recs {
-				r.Release()
-			}
-		}
-		for _, seg := range pr.segs[pr.ids[k]] {
-			got, err := readSegment(ctx, pr.lp.work, seg, pr.tbl.Schema)
-			if err != nil {
-				release()
-				return err
-			}
-			recs = append(recs, got...)
-		}
-		ord, err := partition.Sort(pr.lp.hist, recs, pr.keys.slice, pr.keys.sort)
-		if err == nil && int64(len(ord)) != un.Rows {
-			err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.ids[k], len(ord), un.Rows)
-		}
-		if err != nil {
-			release()
-			return err
-		}
-		src, err := newUnitSource(pr.tbl.Schema, recs)
-		if err != nil {
-			return err
-		}
-		src.ord = ord
-		err = fn(src, un)
-		src.release()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // detect finds the columns that vary inside a query in the partition.
 func (pr *partitionReader) detect(ctx context.Context) (dedupe.Detection, int64, error) {
 	det := dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)
 	var rows int64
-	err := pr.each(ctx, func(src *unitSource, _ partition.Unit) error {
-		rows += int64(len(src.ord))
+	err := pr.Each(ctx, func(src *partition.UnitRows, _ partition.Unit) error {
+		rows += int64(len(src.Ord))
 		return detectUnit(det, src, pr.tbl.Schema)
 	})
 	return dedupe.DetectionOf(det), rows, err
@@ -296,17 +242,11 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	if dec != nil {
 		packer = dedupe.NewPacker(dec.Layout)
 		packer.MaxItems = lp.Packing.MaxItems
-		sink = dedupe.NewPackSink(ctx, sink, packer, lp.packCuts(task))
+		sink = dedupe.NewPackSink(ctx, sink, packer, lp.dedupeCuts(task))
 	}
 	var fp fingerprint.Sum
-	if err := pr.each(ctx, func(src *unitSource, un partition.Unit) error {
-		return writeUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, func(rec arrow.RecordBatch) error {
-			if err := sink.Write(rec); err != nil {
-				return err
-			}
-			lp.opts.Progress.Add(rec.NumRows())
-			return nil
-		})
+	if err := pr.Each(ctx, func(src *partition.UnitRows, un partition.Unit) error {
+		return partition.WriteUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, progressSink{sink, lp.opts.Progress})
 	}); err != nil {
 		sink.Abort()
 		return nil, err
@@ -325,6 +265,20 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	return d, nil
 }
 
+// progressSink counts the rows written to its sink as progress.
+type progressSink struct {
+	writer.Sink
+	prog Progress
+}
+
+func (p progressSink) Write(rec arrow.RecordBatch) error {
+	if err := p.Sink.Write(rec); err != nil {
+		return err
+	}
+	p.prog.Add(rec.NumRows())
+	return nil
+}
+
 // fileLayouts returns the writer's layout of the given files of l.
 func fileLayouts(l partition.Layout, files []int) []writer.FileLayout {
 	out := make([]writer.FileLayout, len(files))
@@ -338,10 +292,10 @@ func fileLayouts(l partition.Layout, files []int) []writer.FileLayout {
 	return out
 }
 
-// packCuts are partition j's packing cuts: it starts at the partition's
+// dedupeCuts are partition j's packing cuts: it starts at the partition's
 // first item, cuts row groups where run cuts them inside the partition's
 // file, and ends at the partition's end.
-func (lp *loadedPlan) packCuts(j int) dedupe.Cuts {
+func (lp *loadedPlan) dedupeCuts(j int) dedupe.Cuts {
 	pp := lp.Partitions[j]
 	c := dedupe.Cuts{Start: pp.Start, End: pp.Start + pp.Rows}
 	f := lp.Layout.Files[j]

@@ -12,18 +12,18 @@ import (
 )
 
 // detectUnit feeds a sorted unit to the detector.
-func detectUnit(det *dedupe.Detector, src *unitSource, schema *arrow.Schema) error {
-	arrs := make([]arrow.Array, len(src.cols))
-	for i, c := range src.cols {
+func detectUnit(det *dedupe.Detector, src *partition.UnitRows, schema *arrow.Schema) error {
+	arrs := make([]arrow.Array, len(src.Cols))
+	for i, c := range src.Cols {
 		arrs[i] = c.(*compute.ArrayDatum).MakeArray()
 	}
 	n := int64(0)
 	if len(arrs) > 0 {
 		n = int64(arrs[0].Len())
 	}
-	rec := arrowRecord(schema, arrs, n)
+	rec := partition.NewRecord(schema, arrs, n)
 	defer rec.Release()
-	return det.Add(rec, src.ord)
+	return det.Add(rec, src.Ord)
 }
 
 // decidePacking fixes the packed layout from the detection over all rows.

@@ -152,7 +152,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// 2. Map: route every row to its unit.
 	t1 := time.Now()
 	var maps []*TaskManifest
-	var sorted *unitSource
+	var sorted *partition.UnitRows
 	if whole {
 		opts.Progress.Start("read", tbl.Rows)
 		prof := tensors.NewProfile()
@@ -160,7 +160,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if tr != nil { // list lengths fix the tensor shapes
 			observe = prof.Observe
 		}
-		recs, fp, err := readAll(ctx, tbl, opts.Parallel, opts.Progress, observe)
+		recs, fp, err := partition.ReadAll(ctx, tbl, opts.Parallel, opts.Progress.Add, observe)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
@@ -178,13 +178,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			}
 			return nil, err
 		}
-		if sorted, err = newUnitSource(tbl.Schema, recs); err != nil {
+		if sorted, err = partition.NewUnitRows(tbl.Schema, recs); err != nil {
 			return nil, err
 		}
-		sorted.ord = ord
-		defer sorted.release()
+		sorted.Ord = ord
+		defer sorted.Release()
 	} else {
-		dir, err := newSpillDir(opts.TmpDir)
+		dir, err := partition.NewSpillDir(opts.TmpDir)
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +213,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	t1 = time.Now()
 	reader := func(j int) *partitionReader {
 		pr := lp.partitionReader(tbl, keys, j, maps)
-		pr.sorted = sorted
+		pr.Sorted = sorted
 		return pr
 	}
 

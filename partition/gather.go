@@ -1,4 +1,4 @@
-package pipeline
+package partition
 
 import (
 	"context"
@@ -14,28 +14,28 @@ import (
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/par"
-	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/writer"
 )
 
-// unitSource holds the rows of one unit, column by column, in input order,
+// UnitRows holds the rows of one unit, column by column, in input order,
 // and ord, the order of those rows in the output.
-type unitSource struct {
-	cols []compute.Datum
-	ord  []int64
+type UnitRows struct {
+	Cols []compute.Datum
+	Ord  []int64
 }
 
-func (u *unitSource) release() {
-	for _, c := range u.cols {
+func (u *UnitRows) Release() {
+	for _, c := range u.Cols {
 		c.Release()
 	}
 }
 
-// newUnitSource takes ownership of recs (rows in input order) and makes one
+// NewUnitRows takes ownership of recs (rows in input order) and makes one
 // contiguous array per column, so gathering is a plain indexed copy rather
 // than a chunk lookup per row. Columns are concatenated one at a time and
 // their chunks released at once, so memory does not double.
-func newUnitSource(schema *arrow.Schema, recs []arrow.RecordBatch) (*unitSource, error) {
+func NewUnitRows(schema *arrow.Schema, recs []arrow.RecordBatch) (*UnitRows, error) {
 	ncols := schema.NumFields()
 	cols := make([][]arrow.Array, ncols)
 	for _, r := range recs {
@@ -46,7 +46,7 @@ func newUnitSource(schema *arrow.Schema, recs []arrow.RecordBatch) (*unitSource,
 		}
 		r.Release()
 	}
-	u := &unitSource{}
+	u := &UnitRows{}
 	for c := 0; c < ncols; c++ {
 		chunks := cols[c]
 		var arr arrow.Array
@@ -70,17 +70,17 @@ func newUnitSource(schema *arrow.Schema, recs []arrow.RecordBatch) (*unitSource,
 					a.Release()
 				}
 			}
-			u.release()
+			u.Release()
 			return nil, fmt.Errorf("gather column %s: %w", schema.Field(c).Name, err)
 		}
-		u.cols = append(u.cols, compute.NewDatum(arr))
+		u.Cols = append(u.Cols, compute.NewDatum(arr))
 		arr.Release()
 	}
 	return u, nil
 }
 
 // take gathers the rows at local indices idx into a record.
-func (u *unitSource) take(ctx context.Context, schema *arrow.Schema, idx []int64) (arrow.RecordBatch, error) {
+func (u *UnitRows) Take(ctx context.Context, schema *arrow.Schema, idx []int64) (arrow.RecordBatch, error) {
 	b := array.NewInt64Builder(memory.DefaultAllocator)
 	b.AppendValues(idx, nil)
 	ind := b.NewInt64Array()
@@ -88,13 +88,13 @@ func (u *unitSource) take(ctx context.Context, schema *arrow.Schema, idx []int64
 	defer ind.Release()
 	indD := compute.NewDatum(ind)
 	defer indD.Release()
-	arrs := make([]arrow.Array, 0, len(u.cols))
+	arrs := make([]arrow.Array, 0, len(u.Cols))
 	release := func() {
 		for _, a := range arrs {
 			a.Release()
 		}
 	}
-	for c, col := range u.cols {
+	for c, col := range u.Cols {
 		res, err := compute.Take(ctx, *compute.DefaultTakeOptions(), col, indD)
 		if err != nil {
 			release()
@@ -127,11 +127,12 @@ func (u *unitSource) take(ctx context.Context, schema *arrow.Schema, idx []int64
 	return rec, nil
 }
 
-// writeUnit gathers the unit's rows in output order on `workers` goroutines
-// and hands them to write in order. At most workers+1 chunks are in flight.
-// When fp is set, each chunk's content fingerprint is added to it, computed
-// on the gathering goroutines.
-func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit partition.Unit, workers int, fp *fingerprint.Sum, write func(arrow.RecordBatch) error) error {
+// WriteUnit gathers the unit's rows in output order on `workers` goroutines
+// and writes them to sink in order, one chunk (a planned row group, or a
+// part of one) per Write. At most workers+1 chunks are in flight. When fp
+// is set, each chunk's content fingerprint is added to it, computed on the
+// gathering goroutines. The caller finishes or aborts the sink.
+func WriteUnit(ctx context.Context, schema *arrow.Schema, src *UnitRows, unit Unit, workers int, fp *fingerprint.Sum, sink writer.Sink) error {
 	chunks := unit.Chunks
 	type result struct {
 		rec arrow.RecordBatch
@@ -174,10 +175,10 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 			for i := range jobs {
 				ch := chunks[i]
 				lo := ch.Start - unit.Start
-				rec, err := src.take(ctx, schema, src.ord[lo:lo+ch.Rows])
+				rec, err := src.Take(ctx, schema, src.Ord[lo:lo+ch.Rows])
 				var sum fingerprint.Sum
 				if err == nil && fp != nil {
-					sum, err = recordSum(rec, "")
+					sum, err = RecordSum(rec, "")
 				}
 				outs[i] <- result{rec, sum, err}
 			}
@@ -204,7 +205,7 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 		if fp != nil {
 			fp.Add(r.fp)
 		}
-		err := write(r.rec)
+		err := sink.Write(r.rec)
 		r.rec.Release()
 		if err != nil {
 			firstErr = err
@@ -225,8 +226,9 @@ func writeUnit(ctx context.Context, schema *arrow.Schema, src *unitSource, unit 
 	return firstErr
 }
 
-// readAll decodes every row group (all columns) and fingerprints it.
-func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress, observe func(arrow.RecordBatch)) ([]arrow.RecordBatch, fingerprint.Sum, error) {
+// ReadAll decodes every row group (all columns) and fingerprints it,
+// handing each to observe and its row count to progress as it is read.
+func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(rows int64), observe func(arrow.RecordBatch)) ([]arrow.RecordBatch, fingerprint.Sum, error) {
 	refs := t.RowGroups()
 	recs := make([]arrow.RecordBatch, len(refs))
 	sums := make([]fingerprint.Sum, len(refs))
@@ -237,10 +239,10 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress, 
 		}
 		recs[i] = rec
 		observe(rec)
-		if sums[i], err = recordSum(rec, refs[i].File.Obj.URL); err != nil {
+		if sums[i], err = RecordSum(rec, refs[i].File.Obj.URL); err != nil {
 			return errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
 		}
-		prog.Add(refs[i].Rows())
+		progress(refs[i].Rows())
 		return nil
 	})
 	var total fingerprint.Sum
@@ -258,18 +260,18 @@ func readAll(ctx context.Context, t *source.Table, parallel int, prog Progress, 
 	return recs, total, nil
 }
 
-// routeRowGroup reads one input row group, fingerprints it, hands it to
+// RouteRowGroup reads one input row group, fingerprints it, hands it to
 // observe (may be nil), and passes each unit's rows of it, in input order, to
 // emit, unit by unit in unit order. Row groups must be routed in input order
-// (the router counts the rows of split slices).
-func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef, rt *router, sliceCols []int, parallel int,
+// (the Router counts the rows of split slices).
+func RouteRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
 	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
 	rec, err := t.Read(ctx, ref, nil, parallel)
 	if err != nil {
 		return fingerprint.Sum{}, err
 	}
 	defer rec.Release()
-	sum, err := recordSum(rec, fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup))
+	sum, err := RecordSum(rec, fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup))
 	if err != nil {
 		return sum, err
 	}
@@ -282,26 +284,26 @@ func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 	for i := 0; i < int(ref.Rows()); i++ {
 		buf = buf[:0]
 		for _, c := range sliceCols {
-			buf = partition.AppendKey(buf, rec.Column(c), i)
+			buf = AppendKey(buf, rec.Column(c), i)
 		}
-		u, err := rt.unitOfRow(buf, rec, i, off+int64(i))
+		u, err := rt.UnitOfRow(buf, rec, i, off+int64(i))
 		if err != nil {
 			return sum, err
 		}
 		byUnit[u] = append(byUnit[u], int64(i))
 	}
-	src := &unitSource{}
+	src := &UnitRows{}
 	for c := range rec.Columns() {
-		src.cols = append(src.cols, compute.NewDatum(rec.Column(c)))
+		src.Cols = append(src.Cols, compute.NewDatum(rec.Column(c)))
 	}
-	defer src.release()
+	defer src.Release()
 	units := make([]int, 0, len(byUnit))
 	for u := range byUnit {
 		units = append(units, u)
 	}
 	slices.Sort(units)
 	for _, u := range units {
-		part, err := src.take(ctx, rec.Schema(), byUnit[u])
+		part, err := src.Take(ctx, rec.Schema(), byUnit[u])
 		if err != nil {
 			return sum, err
 		}
@@ -314,8 +316,8 @@ func routeRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 	return sum, nil
 }
 
-// arrowRecord makes a record from arrays it takes ownership of.
-func arrowRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.RecordBatch {
+// NewRecord makes a record from arrays it takes ownership of.
+func NewRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.RecordBatch {
 	rec := array.NewRecordBatch(schema, arrs, n)
 	for _, a := range arrs {
 		a.Release()
@@ -323,10 +325,10 @@ func arrowRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.Record
 	return rec
 }
 
-// recordSum fingerprints a decoded record. Values the decoder produced from
+// RecordSum fingerprints a decoded record. Values the decoder produced from
 // damaged pages can make the hashing index out of range: that is bad input
 // (exit 3) naming what was read, not a crash.
-func recordSum(rec arrow.RecordBatch, what string) (sum fingerprint.Sum, err error) {
+func RecordSum(rec arrow.RecordBatch, what string) (sum fingerprint.Sum, err error) {
 	if what == "" {
 		what = "fingerprint"
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package partition
 
 import (
 	"fmt"
@@ -13,11 +13,11 @@ import (
 
 const spillPrefix = "relayout-spill-"
 
-// newSpillDir creates this run's spill folder in tmpDir (default: the system
+// NewSpillDir creates this run's spill folder in tmpDir (default: the system
 // temp folder) with a pid file, after removing the folders of runs that were
 // killed (their pid no longer alive), which could not clean up after
 // themselves.
-func newSpillDir(tmpDir string) (string, error) {
+func NewSpillDir(tmpDir string) (string, error) {
 	if tmpDir == "" {
 		tmpDir = os.TempDir()
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package partition
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/par"
-	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
 )
 
@@ -22,23 +21,23 @@ import (
 // makes it a partition boundary, so both hand the packer the same records.
 //
 // Rows of a slice that a unit boundary splits are routed by cuts: the sort
-// key and input position of the row at each boundary (computeCuts).
+// key and input position of the row at each boundary (ComputeCuts).
 
-// packCuts says where each packed output file starts, in flat (item) rows.
-type packCuts struct {
+// PackCuts says where each packed output file starts, in flat (item) rows.
+type PackCuts struct {
 	// starts[f] is the first item of flat file f's packed file, and
 	// starts[len(files)] the table's rows; a file with starts[f] ==
 	// starts[f+1] is empty (a query covered it whole).
-	starts []int64
+	Starts []int64
 	// queries counts, per flat file, the queries of split slices in it.
-	queries []int64
+	Queries []int64
 }
 
-// queryCut routes the rows of a slice split over units: rows ordered at or
+// Cut routes the rows of a slice split over units: rows ordered at or
 // after (Key, Pos) (up to the next cut) go to Unit. Key is the encoded sort
 // key (packed runs: query key, then item order) and Pos the input position
 // of the row at the unit's start: rows of a slice are ordered by both.
-type queryCut struct {
+type Cut struct {
 	Key  []byte `json:"key"`
 	Pos  int64  `json:"pos"`
 	Unit int    `json:"unit"`
@@ -46,7 +45,7 @@ type queryCut struct {
 
 // fileOfCut returns the file of a row of a split slice with the given key
 // and input position: -1 when the slice has no cuts, -2 before the first.
-func fileOfCut(cuts []queryCut, key []byte, pos int64) int {
+func fileOfCut(cuts []Cut, key []byte, pos int64) int {
 	if len(cuts) == 0 {
 		return -1
 	}
@@ -62,7 +61,7 @@ func fileOfCut(cuts []queryCut, key []byte, pos int64) int {
 
 // splitAt lists the slices that a cut position falls strictly inside, with
 // the indices of those positions (ascending).
-func splitAt(hist *partition.Histogram, at []int64) map[int32][]int {
+func splitAt(hist *Histogram, at []int64) map[int32][]int {
 	out := map[int32][]int{}
 	for i, c := range at {
 		rk := hist.Locate(c)
@@ -78,7 +77,7 @@ func splitAt(hist *partition.Histogram, at []int64) map[int32][]int {
 
 // splitBySlice lists the slices that a file cut falls strictly inside, with
 // those files.
-func splitBySlice(hist *partition.Histogram, lay partition.Layout) map[int32][]int {
+func splitBySlice(hist *Histogram, lay Layout) map[int32][]int {
 	starts := make([]int64, len(lay.Files))
 	for f, file := range lay.Files {
 		starts[f] = file.Start
@@ -93,14 +92,14 @@ func splitBySlice(hist *partition.Histogram, lay partition.Layout) map[int32][]i
 	return out
 }
 
-// computePackCuts reads the slice and query key columns of the input (only
+// ComputePackCuts reads the slice and query key columns of the input (only
 // when a file cut falls inside a slice) and places every packed file start.
-func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, lay partition.Layout, sliceCols, queryCols []int, parallel int) (*packCuts, error) {
-	pc := &packCuts{starts: make([]int64, len(lay.Files)+1), queries: make([]int64, len(lay.Files))}
+func ComputePackCuts(ctx context.Context, tbl *source.Table, hist *Histogram, lay Layout, sliceCols, queryCols []int, parallel int) (*PackCuts, error) {
+	pc := &PackCuts{Starts: make([]int64, len(lay.Files)+1), Queries: make([]int64, len(lay.Files))}
 	for f, file := range lay.Files {
-		pc.starts[f] = file.Start
+		pc.Starts[f] = file.Start
 	}
-	pc.starts[len(lay.Files)] = tbl.Rows
+	pc.Starts[len(lay.Files)] = tbl.Rows
 	split := splitBySlice(hist, lay)
 	if len(split) == 0 {
 		return pc, nil
@@ -139,22 +138,22 @@ func computePackCuts(ctx context.Context, tbl *source.Table, hist *partition.His
 		for _, f := range files {
 			r := lay.Files[f].Start - 1 - s.Start // rank of the last row before the cut
 			q := sort.Search(len(keys), func(q int) bool { return before[q+1] > r })
-			pc.starts[f] = s.Start + before[q]
+			pc.Starts[f] = s.Start + before[q]
 			// Queries qFirst..q-1 belong to the file before f (or earlier).
 			for x := qFirst; x < q; x++ {
-				pc.queries[fileAtItem(pc.starts, s.Start+before[x])]++
+				pc.Queries[fileAtItem(pc.Starts, s.Start+before[x])]++
 			}
 			qFirst = q
 		}
 		for x := qFirst; x < len(keys); x++ {
-			pc.queries[fileAtItem(pc.starts, s.Start+before[x])]++
+			pc.Queries[fileAtItem(pc.Starts, s.Start+before[x])]++
 		}
 	}
 	// Moved-back starts must stay ordered (two cuts inside one query give
 	// an empty file between them).
-	for f := 1; f < len(pc.starts); f++ {
-		if pc.starts[f] < pc.starts[f-1] {
-			pc.starts[f] = pc.starts[f-1]
+	for f := 1; f < len(pc.Starts); f++ {
+		if pc.Starts[f] < pc.Starts[f-1] {
+			pc.Starts[f] = pc.Starts[f-1]
 		}
 	}
 	return pc, nil
@@ -168,14 +167,14 @@ func fileAtItem(starts []int64, pos int64) int {
 	return max(f, 0)
 }
 
-// cutChunks splits chunks at the given item positions.
-func cutChunks(chunks []partition.RowGroup, at []int64) []partition.RowGroup {
+// CutChunks splits chunks at the given item positions.
+func CutChunks(chunks []RowGroup, at []int64) []RowGroup {
 	if len(at) == 0 {
 		return chunks
 	}
 	cuts := slices.Clone(at)
 	slices.Sort(cuts)
-	var out []partition.RowGroup
+	var out []RowGroup
 	k := 0
 	for _, c := range chunks {
 		start, end := c.Start, c.Start+c.Rows
@@ -183,33 +182,33 @@ func cutChunks(chunks []partition.RowGroup, at []int64) []partition.RowGroup {
 			k++
 		}
 		for k < len(cuts) && cuts[k] < end {
-			out = append(out, partition.RowGroup{Start: start, Rows: cuts[k] - start})
+			out = append(out, RowGroup{Start: start, Rows: cuts[k] - start})
 			start = cuts[k]
 			k++
 		}
-		out = append(out, partition.RowGroup{Start: start, Rows: end - start})
+		out = append(out, RowGroup{Start: start, Rows: end - start})
 	}
 	return out
 }
 
-// chunksIn returns the chunks inside [lo, hi), clipped.
-func chunksIn(chunks []partition.RowGroup, lo, hi int64) []partition.RowGroup {
-	var out []partition.RowGroup
+// ChunksIn returns the chunks inside [lo, hi), clipped.
+func ChunksIn(chunks []RowGroup, lo, hi int64) []RowGroup {
+	var out []RowGroup
 	for _, c := range chunks {
 		s, e := max(c.Start, lo), min(c.Start+c.Rows, hi)
 		if e > s {
-			out = append(out, partition.RowGroup{Start: s, Rows: e - s})
+			out = append(out, RowGroup{Start: s, Rows: e - s})
 		}
 	}
 	return out
 }
 
-// computeCuts finds, for each slice that a unit start falls inside, the
+// ComputeCuts finds, for each slice that a unit start falls inside, the
 // sort key and input position of the row at that start: rows of a slice are
 // ordered by (sort key, input position), so a map task routes a row by
 // comparing it with the cuts. It reads the slice and sort key columns and
 // holds the split slices' sort keys.
-func computeCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogram, unitStarts []int64, sliceCols, sortCols []int, parallel int) (map[int32][]queryCut, error) {
+func ComputeCuts(ctx context.Context, tbl *source.Table, hist *Histogram, unitStarts []int64, sliceCols, sortCols []int, parallel int) (map[int32][]Cut, error) {
 	split := splitAt(hist, unitStarts)
 	if len(split) == 0 {
 		return nil, nil
@@ -223,7 +222,7 @@ func computeCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogr
 	if err != nil {
 		return nil, err
 	}
-	out := map[int32][]queryCut{}
+	out := map[int32][]Cut{}
 	for rk, files := range split {
 		rs := rows[rk]
 		slices.SortFunc(rs, func(a, b splitRow) int {
@@ -238,7 +237,7 @@ func computeCuts(ctx context.Context, tbl *source.Table, hist *partition.Histogr
 		}
 		for _, u := range files {
 			x := rs[unitStarts[u]-s.Start]
-			out[rk] = append(out[rk], queryCut{Key: x.key, Pos: x.pos, Unit: u})
+			out[rk] = append(out[rk], Cut{Key: x.key, Pos: x.pos, Unit: u})
 		}
 	}
 	return out, nil
@@ -255,7 +254,7 @@ type splitRow struct {
 // scanSplit reads the slice and key columns of every row group, in
 // parallel, and hands the rows of the split slices to add, one row group
 // at a time (add is never called concurrently).
-func scanSplit(ctx context.Context, tbl *source.Table, hist *partition.Histogram, split map[int32][]int, sliceCols, keyCols []int, parallel int, add func([]splitRow)) error {
+func scanSplit(ctx context.Context, tbl *source.Table, hist *Histogram, split map[int32][]int, sliceCols, keyCols []int, parallel int, add func([]splitRow)) error {
 	var mu sync.Mutex
 	cols := append(append([]int{}, sliceCols...), keyCols...)
 	refs := tbl.RowGroups()
@@ -270,7 +269,7 @@ func scanSplit(ctx context.Context, tbl *source.Table, hist *partition.Histogram
 		for r := 0; r < int(rec.NumRows()); r++ {
 			sk = sk[:0]
 			for c := range sliceCols {
-				sk = partition.AppendKey(sk, rec.Column(c), r)
+				sk = AppendKey(sk, rec.Column(c), r)
 			}
 			rk, ok := hist.Rank(sk)
 			if !ok {
@@ -281,7 +280,7 @@ func scanSplit(ctx context.Context, tbl *source.Table, hist *partition.Histogram
 			}
 			var k []byte
 			for c := len(sliceCols); c < len(cols); c++ {
-				k = partition.AppendKey(k, rec.Column(c), r)
+				k = AppendKey(k, rec.Column(c), r)
 			}
 			rows = append(rows, splitRow{rank: rk, key: k, pos: refs[i].Offset() + int64(r)})
 		}
