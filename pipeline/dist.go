@@ -24,6 +24,7 @@ import (
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
@@ -644,7 +645,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if err != nil {
 		return nil, err
 	}
-	rep := newReport("commit", lp.opts)
+	rep := report.New("commit", lp.opts.MemoryLimit, lp.opts.Parallel, lp.opts.TmpDir)
 	rep.ConfigHash = lp.ConfigHash
 	var mapSeconds, detectSeconds, reduceSeconds float64
 	maps, err := lp.mapDones(ctx, "run the missing task, then commit again")
@@ -719,28 +720,28 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	// The report: the run's figures from the plan's key pass (before) and
 	// the written files (after); the tasks' times are summed, and the
 	// shuffle counts as spill.
-	before := beforeCosts{rgs: make([]int, len(lp.Slices)), bytes: make([]int64, len(lp.Slices)), noStats: lp.InputRowGroupsNoStats, rowGroups: tbl.NumRowGroups()}
+	before := report.Before{SliceRowGroups: make([]int, len(lp.Slices)), SliceBytes: make([]int64, len(lp.Slices)), NoStats: lp.InputRowGroupsNoStats, RowGroups: tbl.NumRowGroups()}
 	for i, s := range lp.Slices {
-		before.rgs[i], before.bytes[i] = s.RowGroupsBefore, s.ReadBytesBefore
+		before.SliceRowGroups[i], before.SliceBytes[i] = s.RowGroupsBefore, s.ReadBytesBefore
 	}
-	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: sizesOf(tbl).bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	rep.Input = report.Input{Files: len(tbl.Files), Bytes: sizesOf(tbl).bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	rep.Units = len(lp.Partitions)
 	maxItems := int64(0)
 	if lp.Packing != nil {
 		maxItems = lp.Packing.MaxItems
 	}
-	if err := fillRunReport(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, shards, lp.Layout, maxItems, lp.opts); err != nil {
+	if err := report.FillRun(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, shards, lp.Layout, maxItems, lp.opts.SliceKeys, lp.opts.ReportSlices); err != nil {
 		return m, err
 	}
-	rep.Stages = []ReportStage{{Name: "map (all tasks)", Seconds: mapSeconds}}
+	rep.Stages = []report.Stage{{Name: "map (all tasks)", Seconds: mapSeconds}}
 	if lp.Packing != nil {
-		rep.Stages = append(rep.Stages, ReportStage{Name: "detect (all tasks)", Seconds: detectSeconds})
+		rep.Stages = append(rep.Stages, report.Stage{Name: "detect (all tasks)", Seconds: detectSeconds})
 	}
-	rep.Stages = append(rep.Stages, ReportStage{Name: "reduce (all tasks)", Seconds: reduceSeconds}, ReportStage{Name: "commit", Seconds: time.Since(t0).Seconds()})
-	rep.finish(t0, m)
+	rep.Stages = append(rep.Stages, report.Stage{Name: "reduce (all tasks)", Seconds: reduceSeconds}, report.Stage{Name: "commit", Seconds: time.Since(t0).Seconds()})
+	rep.Finish(t0, m)
 	rep.Resources.Seconds = mapSeconds + detectSeconds + reduceSeconds + rep.Seconds
 	if data, err := json.MarshalIndent(rep, "", " "); err == nil {
-		if err := putObject(ctx, lp.out, ReportFileName, append(data, '\n')); err != nil {
+		if err := putObject(ctx, lp.out, report.FileName, append(data, '\n')); err != nil {
 			return m, err
 		}
 	}
@@ -753,7 +754,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 type keyPassResult struct {
 	hist   *partition.Histogram
 	ex     *partition.BuildExtra
-	before beforeCosts
+	before report.Before
 	layout partition.Layout
 	mp     memoryPlan
 	sample arrow.RecordBatch // the first row group: encodings and decoded size
@@ -769,7 +770,7 @@ func keyPass(ctx context.Context, tbl *source.Table, keys keyCols, in inputSizes
 	}
 	// What reading each slice costs on the input, for the report; the
 	// per-row-group vectors are dropped here, before the rows are read.
-	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
+	before, err := report.CostsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
 	if err != nil {
 		return nil, err
 	}
@@ -817,9 +818,9 @@ func buildPlan(ctx context.Context, tbl *source.Table, keys keyCols, ks *keyPass
 	}
 	for i, s := range hist.Slices {
 		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
-			ReadBytesBefore: before.bytes[i], RowGroupsBefore: before.rgs[i]})
+			ReadBytesBefore: before.SliceBytes[i], RowGroupsBefore: before.SliceRowGroups[i]})
 	}
-	p.InputRowGroupsNoStats = before.noStats
+	p.InputRowGroupsNoStats = before.NoStats
 	// One partition per output file: the files are the units every
 	// worker count shares, so the bytes never depend on the workers.
 	if keys.query != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -97,8 +98,8 @@ func TestDistributedMatchesRun(t *testing.T) {
 		t.Fatalf("run wrote %d tensor shards; the test wants several", shards)
 	}
 	sch := reportSchema(t)
-	readReport := func(dir string) *Report {
-		data, err := os.ReadFile(filepath.Join(dir, ReportFileName))
+	readReport := func(dir string) *report.Report {
+		data, err := os.ReadFile(filepath.Join(dir, report.FileName))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,8 +379,8 @@ func testPacked(t *testing.T, in string, unitRows int64) {
 		t.Fatal(err)
 	}
 	want := readTree(t, ref)
-	runRep := func(dir string) *Report {
-		data, err := os.ReadFile(filepath.Join(dir, ReportFileName))
+	runRep := func(dir string) *report.Report {
+		data, err := os.ReadFile(filepath.Join(dir, report.FileName))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/relayout/relayout/loader"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
@@ -36,7 +37,7 @@ const sampleBudget = 0.05
 // (rows, slices, queries, items per query, row groups, files, read costs
 // before) are exact; sizes are the real pipeline run on the sample in
 // memory, scaled by those counts.
-func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
+func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error) {
 	opts, err = opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -47,7 +48,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 		}
 	}()
 	t0 := time.Now()
-	rep = newReport("dry-run", opts)
+	rep = report.New("dry-run", opts.MemoryLimit, opts.Parallel, opts.TmpDir)
 	rep.Estimate = true
 	// The run would refuse an output holding a manifest: so does this. A
 	// local output folder that does not exist yet is fine.
@@ -69,14 +70,14 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 		return nil, err
 	}
 	defer tbl.Close()
-	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: in.bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	rep.Input = report.Input{Files: len(tbl.Files), Bytes: in.bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	_, rep.ConfigHash = configOf(opts, tr)
 
 	// The sample and its in-memory run do not depend on the key pass: run
 	// them alongside it.
 	type sampled struct {
 		smp     *sample
-		est     *sampleEstimate
+		est     *report.SampleEstimate
 		err     error
 		seconds float64
 	}
@@ -95,7 +96,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 		r.seconds = time.Since(t1).Seconds()
 	}()
 	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{QueryCols: keys.query, Vectors: true}, opts.Parallel)
-	rep.stage("keys", t0)
+	rep.AddStage("keys", t0)
 	if err != nil {
 		cancelSample()
 	}
@@ -110,7 +111,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 		return nil, sr.err
 	}
 	smp, est := sr.smp, sr.est
-	rep.Stages = append(rep.Stages, ReportStage{Name: "sample", Seconds: sr.seconds})
+	rep.Stages = append(rep.Stages, report.Stage{Name: "sample", Seconds: sr.seconds})
 	qc := ex.Queries
 	layout := planLayout(hist, in, opts)
 	var qs *queryScan
@@ -133,9 +134,13 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if qs != nil {
 		Q = float64(qs.queries)
 	}
-	outCost, dataBytes := predictOutput(hist, layout, qs, est, keys, opts)
-	nRG := len(outCost.rgs)
-	parquetBytes := int64(dataBytes + float64(len(layout.Files))*(12+est.footerBase) + float64(nRG)*est.perRGOverhead)
+	var perSliceQ []int64
+	if qs != nil {
+		perSliceQ = qs.perSlice
+	}
+	outCost, dataBytes := report.PredictOutput(hist, layout, perSliceQ, est, len(keys.slice), opts.PageBytes)
+	nRG := outCost.NumRowGroups()
+	parquetBytes := int64(dataBytes + float64(len(layout.Files))*(12+est.FooterBase) + float64(nRG)*est.PerRGOverhead)
 	outRows := tbl.Rows
 	if qs != nil {
 		outRows = qs.queries
@@ -146,11 +151,11 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 			nonEmpty++
 		}
 	}
-	rep.Output = ReportOutput{ParquetFiles: len(layout.Files), RowGroups: nRG, ParquetBytes: parquetBytes, Rows: outRows, Slices: nonEmpty}
+	rep.Output = report.Output{ParquetFiles: len(layout.Files), RowGroups: nRG, ParquetBytes: parquetBytes, Rows: outRows, Slices: nonEmpty}
 	if tbl.Rows == 0 {
 		rep.Output.ParquetFiles, rep.Output.RowGroups, rep.Output.ParquetBytes = 0, 0, 0
 	}
-	before, err := costsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
+	before, err := report.CostsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
 	if err != nil {
 		return nil, err
 	}
@@ -158,22 +163,22 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if qs != nil {
 		perSliceQueries = qs.perSlice
 	}
-	rep.Slices = reportSlices(hist, opts.SliceKeys, before, &outCost, perSliceQueries, opts.ReportSlices)
+	rep.Slices = report.SlicesOf(hist, opts.SliceKeys, before, &outCost, perSliceQueries, opts.ReportSlices)
 
 	if qs != nil {
-		rep.Packing = &ReportPacking{Rows: tbl.Rows, Queries: qs.queries, ItemsPerQuery: qs.dist,
-			QueryColumns: est.queryColumns, ItemColumns: est.itemColumns, MovedToItems: est.moved,
+		rep.Packing = &report.Packing{Rows: tbl.Rows, Queries: qs.queries, ItemsPerQuery: qs.dist,
+			QueryColumns: est.QueryColumns, ItemColumns: est.ItemColumns, MovedToItems: est.Moved,
 			BytesBefore: in.bytes, BytesAfter: parquetBytes, ParquetBytesSaved: in.bytes - parquetBytes}
 	}
 	var tensorData float64
-	if est.tensors != nil {
-		scaled := make([]float64, len(est.tensors))
-		for i, t := range est.tensorSchema {
+	if est.Tensors != nil {
+		scaled := make([]float64, len(est.Tensors))
+		for i, t := range est.TensorSchema {
 			switch {
-			case t.Level == "query" && est.queries > 0:
-				scaled[i] = est.tensors[i] / float64(est.queries) * Q
-			case est.rows > 0:
-				scaled[i] = est.tensors[i] / float64(est.rows) * N
+			case t.Level == "query" && est.Queries > 0:
+				scaled[i] = est.Tensors[i] / float64(est.Queries) * Q
+			case est.Rows > 0:
+				scaled[i] = est.Tensors[i] / float64(est.Rows) * N
 			}
 			tensorData += scaled[i]
 		}
@@ -187,14 +192,14 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 		}
 		shards = max(shards, 1)
 		rep.Output.Shards = int(shards)
-		rep.Output.TensorBytes = int64(tensorData + float64(shards)*est.shardHeader)
-		rep.Transfer = transferOf(est.tensorSchema, scaled, int64(Q), tbl.Rows)
+		rep.Output.TensorBytes = int64(tensorData + float64(shards)*est.ShardHeader)
+		rep.Transfer = report.TransferOf(est.TensorSchema, scaled, int64(Q), tbl.Rows)
 	}
 
 	// What the real run will need: its memory plan, with the budget's
 	// split measured on the sample.
 	decoded := N * mp.memRowBytes
-	res := ReportResources{MemoryBytes: opts.MemoryLimit}
+	res := report.Resources{MemoryBytes: opts.MemoryLimit}
 	if len(mp.units) <= 1 {
 		f := decodedPeakFlat
 		if qs != nil {
@@ -227,7 +232,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	}
 	sq := -1
 	if qs != nil {
-		sq = est.multiRowQueries
+		sq = est.MultiRowQueries
 	}
 	maxItems := opts.MaxItemsPerQuery
 	if maxItems == 0 {
@@ -236,11 +241,11 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *Report, err error) {
 	if qs == nil {
 		maxItems = 0
 	}
-	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, before: before, hist: hist, layout: layout,
-		outRowBytes: rowBytesOut, packing: rep.Packing, maxItems: maxItems, sampleQueries: sq})
+	rep.Warnings = report.WarningsOf(report.WarnFacts{SliceKeys: opts.SliceKeys, Before: before, Hist: hist, Layout: layout,
+		OutRowBytes: rowBytesOut, Packing: rep.Packing, MaxItems: maxItems, SampleQueries: sq})
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.Cost.BytesRead, rep.Cost.Requests, rep.Cost.Seconds = counts.Bytes.Load(), counts.Requests.Load(), rep.Seconds
-	rep.PeakRSSBytes = PeakRSS()
+	rep.PeakRSSBytes = report.PeakRSS()
 	return rep, nil
 }
 
@@ -370,134 +375,10 @@ func spreadOrder(n int) []int {
 	return out
 }
 
-// leafEst is one output leaf column's bytes in the sample's output.
-type leafEst struct {
-	// key: a slice-key column (what readers filter on); query: query-level
-	// in a packed output (it scales with queries, the others with rows).
-	key, query   bool
-	comp, uncomp float64
-	// dict is the dictionary pages' bytes, dictValues their entries,
-	// values the column's values; fixed is the bytes every row group pays
-	// whatever its rows: the dictionary, when it holds under a tenth as
-	// many entries as the values (few distinct values).
-	dict, fixed        float64
-	dictValues, values int64
-}
-
-// predictOutput models the output's row groups: rows and slices from the
-// layout (exact), queries from the query counts, column chunk and page
-// sizes from the sample's bytes per row (or per query). It returns the
-// model and the column chunk bytes in all.
-func predictOutput(hist *partition.Histogram, layout partition.Layout, qs *queryScan, est *sampleEstimate, keys keyCols, opts RunOptions) (tableCost, float64) {
-	var tc tableCost
-	for _, f := range layout.Files {
-		tc.footer += int64(est.footerBase+est.footerPerRG*float64(len(f.RowGroups))) + 8
-	}
-	// qpos maps an output position in flat rows to one in output rows
-	// (queries when packed): exact at slice boundaries, proportional
-	// inside a slice.
-	qstart := make([]float64, len(hist.Slices)+1)
-	for i, s := range hist.Slices {
-		n := float64(s.Rows)
-		if qs != nil {
-			n = float64(qs.perSlice[i])
-		}
-		qstart[i+1] = qstart[i] + n
-	}
-	qpos := func(x int64) int64 {
-		i := hist.Locate(x)
-		if i >= len(hist.Slices) {
-			return int64(qstart[len(hist.Slices)])
-		}
-		s := hist.Slices[i]
-		return int64(qstart[i] + (qstart[i+1]-qstart[i])*float64(x-s.Start)/float64(max(s.Rows, 1)))
-	}
-	rate := func(l leafEst, comp bool) float64 {
-		v := l.uncomp
-		if comp {
-			v = l.comp - l.fixed
-		}
-		if l.query && est.queries > 0 {
-			return v / float64(est.queries)
-		}
-		if est.rows > 0 {
-			return v / float64(est.rows)
-		}
-		return 0
-	}
-	var total float64
-	for _, f := range layout.Files {
-		for _, g := range f.RowGroups {
-			q0, q1 := qpos(g.Start), qpos(g.Start+g.Rows)
-			rc := rgCost{rows: q1 - q0, vectors: map[int32][]uint64{}}
-			var sl []partition.Slice
-			for i := hist.Locate(g.Start); i < len(hist.Slices) && hist.Slices[i].Start < g.Start+g.Rows; i++ {
-				if hist.Slices[i].Rows == 0 {
-					continue
-				}
-				sl = append(sl, hist.Slices[i])
-				lo, hi := max(int64(qstart[i]), q0)-q0, min(int64(qstart[i+1]), q1)-q0
-				rc.vectors[int32(i)] = vectorsOf(rc.rows, lo, hi)
-			}
-			rc.stats = statsOfSlices(sl, len(keys.slice))
-			for _, l := range est.leaves {
-				n := float64(g.Rows)
-				if l.query {
-					n = float64(rc.rows)
-				}
-				comp, uncomp := rate(l, true)*n+l.fixed, rate(l, false)*n
-				total += comp
-				rc.bytes += int64(comp)
-				if l.key {
-					rc.keyBytes += int64(comp)
-					continue
-				}
-				// The writer cuts a page when its buffered values reach
-				// --page-bytes: pages of equal rows, then the remainder.
-				perPage := rc.rows
-				if uncomp > 0 {
-					perPage = max(int64(float64(opts.PageBytes)/(uncomp/float64(max(rc.rows, 1)))), 1)
-				}
-				col := colCost{bytes: int64(comp)}
-				var firsts, sizes []int64
-				for first := int64(0); first < rc.rows || first == 0; first += perPage {
-					n := min(perPage, rc.rows-first)
-					firsts = append(firsts, first)
-					sizes = append(sizes, int64(comp*float64(n)/float64(max(rc.rows, 1))))
-					if rc.rows == 0 {
-						break
-					}
-				}
-				col.setPages(firsts, sizes)
-				rc.others = append(rc.others, col)
-			}
-			tc.rgs = append(tc.rgs, rc)
-		}
-	}
-	return tc, total
-}
-
-// sampleEstimate is the real pipeline's output for the sample.
-type sampleEstimate struct {
-	rows, queries int64
-	// leaves are the output's leaf columns with their sample bytes.
-	leaves []leafEst
-	// footerBase is a footer without row groups; footerPerRG what each row
-	// group adds to it; perRGOverhead what each adds to the file beyond its
-	// column chunks (footer entry and page index).
-	footerBase, footerPerRG, perRGOverhead float64
-	queryColumns, itemColumns, moved       []string
-	multiRowQueries                        int
-	tensorSchema                           []manifests.Tensor
-	tensors                                []float64
-	shardHeader                            float64
-	seconds                                float64
-}
-
 var dryRunSeq atomic.Int64
 
 // runSample runs the real pipeline on the sample, in memory.
-func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions, in inputSizes) (*sampleEstimate, error) {
+func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions, in inputSizes) (*report.SampleEstimate, error) {
 	bucket := fmt.Sprintf("relayout-dry-run-%d-%d", os.Getpid(), dryRunSeq.Add(1))
 	defer storage.DropMemBucket(bucket)
 	root := "mem://" + bucket
@@ -540,7 +421,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 		return nil, err
 	}
 	m := res.Manifest
-	est := &sampleEstimate{rows: m.Fingerprint.Rows, queries: m.Totals.Rows, multiRowQueries: -1}
+	est := &report.SampleEstimate{Rows: m.Fingerprint.Rows, Queries: m.Totals.Rows, MultiRowQueries: -1}
 	outLoc, err := storage.OpenDir(ctx, root+"/out", false)
 	if err != nil {
 		return nil, err
@@ -562,31 +443,31 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 			var data int64
 			for g := 0; g < md.NumRowGroups(); g++ {
 				rg := md.RowGroup(g)
-				if est.leaves == nil {
-					est.leaves = make([]leafEst, rg.NumColumns())
+				if est.Leaves == nil {
+					est.Leaves = make([]report.LeafEst, rg.NumColumns())
 				}
-				for c := 0; c < rg.NumColumns() && c < len(est.leaves); c++ {
+				for c := 0; c < rg.NumColumns() && c < len(est.Leaves); c++ {
 					cc, err := rg.ColumnChunk(c)
 					if err != nil {
 						continue
 					}
 					data += cc.TotalCompressedSize()
 					path := cc.PathInSchema()
-					l := &est.leaves[c]
-					l.comp += float64(cc.TotalCompressedSize())
-					l.uncomp += float64(cc.TotalUncompressedSize())
-					l.values += cc.NumValues()
+					l := &est.Leaves[c]
+					l.Comp += float64(cc.TotalCompressedSize())
+					l.Uncomp += float64(cc.TotalUncompressedSize())
+					l.Values += cc.NumValues()
 					if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DataPageOffset() > cc.DictionaryPageOffset() {
-						l.dict += float64(cc.DataPageOffset() - cc.DictionaryPageOffset())
+						l.Dict += float64(cc.DataPageOffset() - cc.DictionaryPageOffset())
 						if pr, err := f.Parquet().RowGroup(g).GetColumnPageReader(c); err == nil {
 							if dp, err := pr.GetDictionaryPage(); err == nil && dp != nil {
-								l.dictValues += int64(dp.NumValues())
+								l.DictValues += int64(dp.NumValues())
 							}
 							pr.Close()
 						}
 					}
-					l.query = m.Packing != nil && path[0] != "items"
-					l.key = len(path) == 1 && slices.Contains(opts.SliceKeys, path[0])
+					l.Query = m.Packing != nil && path[0] != "items"
+					l.Key = len(path) == 1 && slices.Contains(opts.SliceKeys, path[0])
 				}
 			}
 			base := float64(md.Size())
@@ -595,32 +476,32 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 					base = float64(len(ser))
 				}
 			}
-			est.footerBase = base
+			est.FooterBase = base
 			if n := md.NumRowGroups(); n > 0 {
-				est.footerPerRG = (float64(md.Size()) - base) / float64(n)
+				est.FooterPerRG = (float64(md.Size()) - base) / float64(n)
 			}
 			rgs += md.NumRowGroups()
 			overhead += float64(f.Obj.Size-data) - 12 - base
 		}
 	}
 	if rgs > 0 {
-		est.perRGOverhead = overhead / float64(rgs)
+		est.PerRGOverhead = overhead / float64(rgs)
 	}
-	for i := range est.leaves {
-		l := &est.leaves[i]
-		if rgs == 1 && l.dict > 0 && l.dictValues*10 < l.values {
-			l.fixed = l.dict
+	for i := range est.Leaves {
+		l := &est.Leaves[i]
+		if rgs == 1 && l.Dict > 0 && l.DictValues*10 < l.Values {
+			l.Fixed = l.Dict
 		}
 	}
 	if p := m.Packing; p != nil {
-		est.queryColumns, est.itemColumns, est.moved = nonNil(p.QueryColumns), nonNil(p.ItemColumns), nonNil(p.MovedToItems)
-		est.multiRowQueries = multiRowQueries(smp, schema, opts.QueryKey)
+		est.QueryColumns, est.ItemColumns, est.Moved = nonNil(p.QueryColumns), nonNil(p.ItemColumns), nonNil(p.MovedToItems)
+		est.MultiRowQueries = multiRowQueries(smp, schema, opts.QueryKey)
 	} else {
-		est.queries = est.rows
+		est.Queries = est.Rows
 	}
 	if mt := m.Tensors; mt != nil {
-		est.tensorSchema = mt.Schema
-		est.tensors = make([]float64, len(mt.Schema))
+		est.TensorSchema = mt.Schema
+		est.Tensors = make([]float64, len(mt.Schema))
 		idx := map[string]int{}
 		for i, t := range mt.Schema {
 			idx[t.Name] = i
@@ -642,13 +523,13 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 				n := t.End - t.Begin
 				data += n
 				if i, ok := idx[t.Name]; ok {
-					est.tensors[i] += float64(n)
+					est.Tensors[i] += float64(n)
 				}
 			}
 			hdr += float64(s.Bytes - data)
 		}
 		if len(mt.Shards) > 0 {
-			est.shardHeader = hdr / float64(len(mt.Shards))
+			est.ShardHeader = hdr / float64(len(mt.Shards))
 		}
 	}
 	return est, nil

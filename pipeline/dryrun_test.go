@@ -24,6 +24,7 @@ import (
 	"github.com/relayout/relayout/internal/letor"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -47,7 +48,7 @@ func reportSchema(t *testing.T) *jsonschema.Schema {
 
 // checkReportJSON validates a report's JSON against the schema and returns
 // it decoded.
-func checkReportJSON(t *testing.T, sch *jsonschema.Schema, data []byte) *Report {
+func checkReportJSON(t *testing.T, sch *jsonschema.Schema, data []byte) *report.Report {
 	t.Helper()
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
@@ -56,7 +57,7 @@ func checkReportJSON(t *testing.T, sch *jsonschema.Schema, data []byte) *Report 
 	if err := sch.Validate(v); err != nil {
 		t.Fatalf("report does not match its schema: %v", err)
 	}
-	var r Report
+	var r report.Report
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func checkReportJSON(t *testing.T, sch *jsonschema.Schema, data []byte) *Report 
 // dryThenRun runs the dry run, checks that it wrote nothing under the
 // output, then runs for real, and returns both reports as their JSON reads
 // back (the real one from <output>/_report.json).
-func dryThenRun(t *testing.T, o RunOptions) (dry, real *Report) {
+func dryThenRun(t *testing.T, o RunOptions) (dry, real *report.Report) {
 	t.Helper()
 	ctx := context.Background()
 	sch := reportSchema(t)
@@ -91,7 +92,7 @@ func dryThenRun(t *testing.T, o RunOptions) (dry, real *Report) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err = out.Bucket.ReadAll(ctx, out.Key(ReportFileName))
+	data, err = out.Bucket.ReadAll(ctx, out.Key(report.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func near(got, want, tol float64) bool {
 
 // compareEstimate checks a dry run's report against the real run's: counts
 // exact, sizes within sizeTol, per-slice read bytes after within sliceTol.
-func compareEstimate(t *testing.T, name string, dry, real *Report, sizeTol, sliceTol float64) {
+func compareEstimate(t *testing.T, name string, dry, real *report.Report, sizeTol, sliceTol float64) {
 	t.Helper()
 	if dry.Input != real.Input {
 		t.Errorf("%s: input %+v, run %+v", name, dry.Input, real.Input)
@@ -172,7 +173,7 @@ func compareEstimate(t *testing.T, name string, dry, real *Report, sizeTol, slic
 		t.Fatalf("%s: slices %d (%d rows, %d queries), run %d (%d, %d)", name, dry.Slices.Count, dry.Slices.Totals.Rows, dry.Slices.Totals.Queries,
 			real.Slices.Count, real.Slices.Totals.Rows, real.Slices.Totals.Queries)
 	}
-	want := map[string]ReportSlice{}
+	want := map[string]report.Slice{}
 	for _, s := range real.Slices.List {
 		want[fmt.Sprint(s.Key)] = s
 	}
@@ -192,7 +193,7 @@ func compareEstimate(t *testing.T, name string, dry, real *Report, sizeTol, slic
 
 // duckSliceReads runs SELECT * WHERE <slice> in DuckDB for each slice over
 // the glob and returns the bytes DuckDB read (rchar) for each.
-func duckSliceReads(t *testing.T, glob string, ss []ReportSlice) []int64 {
+func duckSliceReads(t *testing.T, glob string, ss []report.Slice) []int64 {
 	t.Helper()
 	sqls := []string{"SET enable_external_file_cache = false"}
 	for _, s := range ss {
@@ -217,13 +218,13 @@ func duckSliceReads(t *testing.T, glob string, ss []ReportSlice) []int64 {
 }
 
 // pickSlices returns up to n slices spread from the largest to the smallest.
-func pickSlices(list []ReportSlice, n int) []ReportSlice {
-	s := append([]ReportSlice{}, list...)
+func pickSlices(list []report.Slice, n int) []report.Slice {
+	s := append([]report.Slice{}, list...)
 	sort.SliceStable(s, func(a, b int) bool { return s[a].Rows > s[b].Rows })
 	if len(s) <= n {
 		return s
 	}
-	var out []ReportSlice
+	var out []report.Slice
 	for i := 0; i < n; i++ {
 		out = append(out, s[i*(len(s)-1)/(n-1)])
 	}
@@ -232,11 +233,11 @@ func pickSlices(list []ReportSlice, n int) []ReportSlice {
 
 // checkAgainstDuckDB compares the dry run's per-slice read bytes before and
 // after with what DuckDB reads from the input and from the real output.
-func checkAgainstDuckDB(t *testing.T, name string, dry, real *Report, inGlob, outGlob string, tol float64) {
+func checkAgainstDuckDB(t *testing.T, name string, dry, real *report.Report, inGlob, outGlob string, tol float64) {
 	t.Helper()
 	picked := pickSlices(dry.Slices.List, 6)
 	in, out := duckSliceReads(t, inGlob, picked), duckSliceReads(t, outGlob, picked)
-	realBy := map[string]ReportSlice{}
+	realBy := map[string]report.Slice{}
 	for _, s := range real.Slices.List {
 		realBy[fmt.Sprint(s.Key)] = s
 	}
@@ -455,14 +456,14 @@ func TestDryRunWarnings(t *testing.T) {
 	testutil.WriteArrow(t, p, b.NewRecordBatch(), parquet.WithStats(false), parquet.WithMaxRowGroupLength(4096))
 	o := RunOptions{Inputs: []string{p}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, FileBytes: 16 << 10}
 	dry, real := dryThenRun(t, o)
-	codes := func(r *Report) map[string]bool {
+	codes := func(r *report.Report) map[string]bool {
 		m := map[string]bool{}
 		for _, w := range r.Warnings {
 			m[w.Code] = true
 		}
 		return m
 	}
-	for _, r := range []*Report{dry, real} {
+	for _, r := range []*report.Report{dry, real} {
 		got := codes(r)
 		for _, want := range []string{"no_statistics", "huge_query", "slice_larger_than_file"} {
 			if !got[want] {

@@ -17,6 +17,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -107,7 +108,7 @@ func TestRunAndVerifyUnderNetworkFaults(t *testing.T) {
 		committed++
 		px.SetRates(faultproxy.Rates{})
 		got := testutil.BucketTree(t, loc.Bucket, fmt.Sprintf("out-%d/", trial))
-		delete(got, ReportFileName)
+		delete(got, report.FileName)
 		requireSameOutput(t, fmt.Sprintf("trial %d", trial), want, got)
 		for k := range got {
 			if _, ok := want[k]; !ok {
@@ -199,7 +200,7 @@ func TestDistributedUnderNetworkFaults(t *testing.T) {
 func requireSameOutput(t *testing.T, what string, want, got map[string][]byte) {
 	t.Helper()
 	for k, v := range want {
-		if k == ReportFileName {
+		if k == report.FileName {
 			continue
 		}
 		g := got[k]

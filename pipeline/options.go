@@ -78,7 +78,7 @@ type RunOptions struct {
 	Log *slog.Logger
 	// Progress receives progress updates (may be nil).
 	Progress Progress
-	// ReportSlices is how many slices the report lists, largest first
+	// report.Slices is how many slices the report lists, largest first
 	// (default 100; negative: all).
 	ReportSlices int
 	// SampleRows bounds the rows a dry run decodes in full to estimate

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -95,15 +96,15 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 		}
 	}
 	if out.Local != "" { // storage.Put's temporary files of a killed write at the root
-		for _, name := range []string{manifests.FileName, ReportFileName} { // not the lease's: a racing run may be writing it
+		for _, name := range []string{manifests.FileName, report.FileName} { // not the lease's: a racing run may be writing it
 			tmps, _ := filepath.Glob(filepath.Join(out.Local, "."+name+".*.tmp"))
 			for _, p := range tmps {
 				os.Remove(p)
 			}
 		}
 	}
-	if err := out.Bucket.Delete(ctx, out.Key(ReportFileName)); err != nil && !storage.IsNotFound(err) {
-		return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(ReportFileName), err))
+	if err := out.Bucket.Delete(ctx, out.Key(report.FileName)); err != nil && !storage.IsNotFound(err) {
+		return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(report.FileName), err))
 	}
 	ok = true
 	return &outputClaim{out: out, lease: lease, prefixes: prefixes}, nil

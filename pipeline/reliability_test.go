@@ -17,6 +17,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -95,8 +96,8 @@ func TestDiskFullWhileManifestIsWritten(t *testing.T) {
 		t.Fatalf("retry with room: %v (class %v)", err, errs.ClassOf(err))
 	}
 	a, b := readTree(t, ref), readTree(t, out)
-	delete(a, ReportFileName)
-	delete(b, ReportFileName)
+	delete(a, report.FileName)
+	delete(b, report.FileName)
 	if len(a) != len(b) {
 		t.Fatalf("retry wrote %d files, the reference %d", len(b), len(a))
 	}

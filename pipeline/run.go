@@ -18,6 +18,7 @@ import (
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
@@ -30,7 +31,7 @@ const runtimeReserve = 48 << 20
 // Result is what a successful run produced.
 type Result struct {
 	Manifest *manifests.Manifest
-	Report   *Report
+	Report   *report.Report
 }
 
 // layoutConfig is the part of the configuration that decides the output; it
@@ -75,7 +76,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			err = errs.TransientErr(fmt.Errorf("interrupted (%v); nothing was committed", context.Cause(ctx)))
 		}
 	}()
-	rep := newReport("run", opts)
+	rep := report.New("run", opts.MemoryLimit, opts.Parallel, opts.TmpDir)
 	log := opts.Log
 	t0 := time.Now()
 
@@ -104,7 +105,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		in.rowBytes, in.fileRowBytes = s.rowBytes, s.fileRowBytes
 	}
 	inBytes := in.bytes
-	rep.Input = ReportInput{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	rep.Input = report.Input{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
 
 	// A soft memory limit plus a low GC target: decoded columns are large
@@ -141,7 +142,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	units, _ := p.units()
 	rep.Units = len(units)
 	rep.ConfigHash = p.ConfigHash
-	rep.stage("plan", t0)
+	rep.AddStage("plan", t0)
 	whole := len(ks.mp.units) == 1 // the table fits one unit: no shuffle
 	if whole {
 		rep.Units = 1
@@ -166,7 +167,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 		maps = []*TaskManifest{{Kind: "map", Rows: fp.Rows, Hash: fp.String(), Profile: prof.Lengths()}}
-		rep.stage("read", t1)
+		rep.AddStage("read", t1)
 		t1 = time.Now()
 		ord, err := partition.Sort(ks.hist, recs, keys.slice, keys.sort)
 		if err == nil && int64(len(ord)) != tbl.Rows {
@@ -208,7 +209,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 				rep.SpillBytes += mp.Bytes
 			}
 		}
-		rep.stage("map", t1)
+		rep.AddStage("map", t1)
 	}
 	t1 = time.Now()
 	reader := func(j int) *partitionReader {
@@ -237,7 +238,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			}
 			det.Merge(d)
 		}
-		rep.stage("detect", t1)
+		rep.AddStage("detect", t1)
 		t1 = time.Now()
 	}
 
@@ -260,7 +261,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 	}
 	opts.Progress.Finish()
-	rep.stage("write", t1)
+	rep.AddStage("write", t1)
 
 	// 5. Check what was written against the plan and the input.
 	m, queries, shards, err := lp.assemble(tbl, maps, reduces, det)
@@ -278,7 +279,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if !vr.OK {
 			return nil, fmt.Errorf("output check failed, nothing committed: %s", vr.Problem)
 		}
-		rep.stage("check", t2)
+		rep.AddStage("check", t2)
 	}
 
 	// 6. Commit.
@@ -286,7 +287,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 	if opts.sample {
-		rep.finish(t0, m)
+		rep.Finish(t0, m)
 		return &Result{Manifest: m, Report: rep}, nil
 	}
 	maxItems := int64(0)
@@ -295,13 +296,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
 	t3 := time.Now()
-	if err := fillRunReport(ctx, rep, tbl, out, m, ks.hist, ks.before, queries, shards, ks.layout, maxItems, opts); err != nil {
+	if err := report.FillRun(ctx, rep, tbl, out, m, ks.hist, ks.before, queries, shards, ks.layout, maxItems, opts.SliceKeys, opts.ReportSlices); err != nil {
 		log.Warn("could not complete the report", "err", err)
 	}
-	rep.stage("report", t3)
-	rep.finish(t0, m)
+	rep.AddStage("report", t3)
+	rep.Finish(t0, m)
 	if rdata, err := json.MarshalIndent(rep, "", " "); err == nil {
-		if err := putObject(ctx, out, ReportFileName, append(rdata, '\n')); err != nil {
+		if err := putObject(ctx, out, report.FileName, append(rdata, '\n')); err != nil {
 			log.Warn("could not write report", "err", err)
 		}
 	}

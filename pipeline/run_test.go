@@ -19,6 +19,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/report"
 )
 
 // smallRun runs relayout on in with options sized so that a few tens of
@@ -261,7 +262,7 @@ func readTree(t *testing.T, out string) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(p, ReportFileName) {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, report.FileName) {
 			return err
 		}
 		data, err := os.ReadFile(p)

@@ -14,6 +14,7 @@ import (
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/writer"
@@ -58,7 +59,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	}
 	defer claim.release(ctx)
 	t0 := time.Now()
-	rep := newReport("unpack", RunOptions{Parallel: max(o.Parallel, 1)})
+	rep := report.New("unpack", 0, max(o.Parallel, 1), "")
 	var objs []storage.Object
 	for _, f := range pm.Files {
 		obj := storage.Object{Loc: in, Key: in.Key(f.Path), URL: in.URL(f.Path), Size: f.Bytes}
@@ -145,7 +146,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err := claim.commit(ctx, m); err != nil {
 		return nil, err
 	}
-	rep.finish(t0, m)
+	rep.Finish(t0, m)
 	return &Result{Manifest: m, Report: rep}, nil
 }
 

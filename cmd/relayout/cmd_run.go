@@ -12,6 +12,7 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/pipeline"
+	"github.com/relayout/relayout/report"
 )
 
 func runFlags() []cli.Flag {
@@ -183,7 +184,7 @@ func checkRunFlags(c *cli.Context, opts pipeline.RunOptions) error {
 }
 
 // writeReportJSON writes the report to a local path ("" : nowhere).
-func writeReportJSON(path string, rep *pipeline.Report) error {
+func writeReportJSON(path string, rep *report.Report) error {
 	if path == "" {
 		return nil
 	}

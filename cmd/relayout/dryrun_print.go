@@ -5,13 +5,13 @@ import (
 	"io"
 	"strings"
 
-	"github.com/relayout/relayout/pipeline"
+	"github.com/relayout/relayout/report"
 )
 
 // printDryRun prints a dry run's report for people: what the run would
 // write, what reading slices costs before and after, packing, transfer,
 // what the run needs and what the estimate itself cost.
-func printDryRun(w io.Writer, r *pipeline.Report) {
+func printDryRun(w io.Writer, r *report.Report) {
 	fmt.Fprintf(w, "dry run: nothing written. Estimated from footers, key columns and %d sampled rows.\n\n", r.Cost.SampleRows)
 	row := func(name, before, after string) { fmt.Fprintf(w, "  %-28s %18s %18s\n", name, before, after) }
 	row("", "input", "output (est.)")

@@ -1,4 +1,4 @@
-package pipeline
+package report
 
 import (
 	"os"
@@ -10,16 +10,16 @@ import (
 	"github.com/relayout/relayout/manifests"
 )
 
-// ReportFileName is the run report's name in the output root. Unlike the
+// FileName is the run report's name in the output root. Unlike the
 // manifest it holds timings and host facts, so it differs between runs.
-const ReportFileName = "_report.json"
+const FileName = "_report.json"
 
-// ReportFormat and ReportFormatVersion name the report's schema
+// Format and FormatVersion name the report's schema
 // (docs/report.md; manifests/report.schema.json). The version changes when
 // a field changes meaning or goes away, not when one is added.
 const (
-	ReportFormat        = "relayout-report"
-	ReportFormatVersion = 1
+	Format        = "relayout-report"
+	FormatVersion = 1
 )
 
 // Report describes what a command did (run) or would do (dry run). A dry
@@ -27,46 +27,46 @@ const (
 // estimate and the outcome compare field by field; Estimate says which one
 // this is.
 type Report struct {
-	Format          string        `json:"format"`
-	FormatVersion   int           `json:"format_version"`
-	Command         string        `json:"command"`
-	Estimate        bool          `json:"estimate"`
-	RelayoutVersion string        `json:"relayout_version"`
-	StartedAt       string        `json:"started_at"`
-	ConfigHash      string        `json:"config_hash"`
-	Host            ReportHost    `json:"host"`
-	Settings        ReportSetting `json:"settings"`
-	Input           ReportInput   `json:"input"`
-	Output          ReportOutput  `json:"output"`
-	Slices          ReportSlices  `json:"slices"`
+	Format          string  `json:"format"`
+	FormatVersion   int     `json:"format_version"`
+	Command         string  `json:"command"`
+	Estimate        bool    `json:"estimate"`
+	RelayoutVersion string  `json:"relayout_version"`
+	StartedAt       string  `json:"started_at"`
+	ConfigHash      string  `json:"config_hash"`
+	Host            Host    `json:"host"`
+	Settings        Setting `json:"settings"`
+	Input           Input   `json:"input"`
+	Output          Output  `json:"output"`
+	Slices          Slices  `json:"slices"`
 	// Packing and Transfer are set for packed runs and tensor runs.
-	Packing   *ReportPacking  `json:"packing,omitempty"`
-	Transfer  *ReportTransfer `json:"transfer,omitempty"`
-	Cost      ReportCost      `json:"cost"`
-	Resources ReportResources `json:"resources"`
-	Warnings  []ReportWarning `json:"warnings"`
+	Packing   *Packing  `json:"packing,omitempty"`
+	Transfer  *Transfer `json:"transfer,omitempty"`
+	Cost      Cost      `json:"cost"`
+	Resources Resources `json:"resources"`
+	Warnings  []Warning `json:"warnings"`
 	// Units, SpillBytes and Stages describe how a real run went.
-	Units        int           `json:"units"`
-	SpillBytes   int64         `json:"spill_bytes"`
-	Stages       []ReportStage `json:"stages"`
-	Seconds      float64       `json:"seconds"`
-	PeakRSSBytes int64         `json:"peak_rss_bytes"`
+	Units        int     `json:"units"`
+	SpillBytes   int64   `json:"spill_bytes"`
+	Stages       []Stage `json:"stages"`
+	Seconds      float64 `json:"seconds"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 }
 
-// ReportSlices lists slices with what reading each costs a reader that
+// Slices lists slices with what reading each costs a reader that
 // prunes row groups by their statistics (DuckDB, Spark, pyarrow), for
 // SELECT * WHERE <slice>: before (the input) and after (the output).
-type ReportSlices struct {
+type Slices struct {
 	// Count is the number of slices; Listed how many List holds (the
 	// largest by rows, largest first).
-	Count  int               `json:"count"`
-	Listed int               `json:"listed"`
-	Totals ReportSliceTotals `json:"totals"`
-	List   []ReportSlice     `json:"list"`
+	Count  int         `json:"count"`
+	Listed int         `json:"listed"`
+	Totals SliceTotals `json:"totals"`
+	List   []Slice     `json:"list"`
 }
 
-// ReportSliceTotals sums every slice (listed or not).
-type ReportSliceTotals struct {
+// SliceTotals sums every slice (listed or not).
+type SliceTotals struct {
 	Rows            int64 `json:"rows"`
 	Queries         int64 `json:"queries,omitempty"`
 	ReadBytesBefore int64 `json:"read_bytes_before"`
@@ -78,9 +78,9 @@ type ReportSliceTotals struct {
 	ReadReduction float64 `json:"read_reduction"`
 }
 
-// ReportSlice is one slice. Rows are input rows; Queries the packed rows
+// Slice is one slice. Rows are input rows; Queries the packed rows
 // when packing. Read bytes include every file's footer.
-type ReportSlice struct {
+type Slice struct {
 	Key             manifests.KeyValues `json:"key"`
 	Rows            int64               `json:"rows"`
 	Queries         int64               `json:"queries,omitempty"`
@@ -90,8 +90,8 @@ type ReportSlice struct {
 	RowGroupsAfter  int                 `json:"row_groups_after"`
 }
 
-// ReportPacking describes query packing.
-type ReportPacking struct {
+// Packing describes query packing.
+type Packing struct {
 	Rows          int64                  `json:"rows"`
 	Queries       int64                  `json:"queries"`
 	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
@@ -105,17 +105,17 @@ type ReportPacking struct {
 	ParquetBytesSaved int64 `json:"parquet_bytes_saved"`
 }
 
-// ReportTransfer is the tensor bytes a loader moves per epoch (data only,
+// Transfer is the tensor bytes a loader moves per epoch (data only,
 // no headers): Unpacked repeats the query-level tensors on every item, as a
 // flat layout does; Packed sends them once per query, with the offsets.
-type ReportTransfer struct {
+type Transfer struct {
 	UnpackedBytes int64   `json:"unpacked_bytes"`
 	PackedBytes   int64   `json:"packed_bytes"`
 	Ratio         float64 `json:"ratio"`
 }
 
-// ReportCost is what the command itself read from the input.
-type ReportCost struct {
+// Cost is what the command itself read from the input.
+type Cost struct {
 	BytesRead int64   `json:"bytes_read"`
 	Requests  int64   `json:"requests"`
 	Seconds   float64 `json:"seconds"`
@@ -123,22 +123,22 @@ type ReportCost struct {
 	SampleRows int64 `json:"sample_rows,omitempty"`
 }
 
-// ReportResources is what the real run needs (dry run: estimated) or used
+// Resources is what the real run needs (dry run: estimated) or used
 // (run: measured).
-type ReportResources struct {
+type Resources struct {
 	MemoryBytes   int64   `json:"memory_bytes"`
 	TempDiskBytes int64   `json:"temp_disk_bytes"`
 	Seconds       float64 `json:"seconds"`
 }
 
-// ReportWarning is something a user should know before scheduling the run.
-type ReportWarning struct {
+// Warning is something a user should know before scheduling the run.
+type Warning struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
-// ReportHost describes the machine.
-type ReportHost struct {
+// Host describes the machine.
+type Host struct {
 	Hostname string `json:"hostname"`
 	OS       string `json:"os"`
 	Arch     string `json:"arch"`
@@ -146,23 +146,23 @@ type ReportHost struct {
 	Go       string `json:"go"`
 }
 
-// ReportSetting holds the operational settings that do not change the output.
-type ReportSetting struct {
+// Setting holds the operational settings that do not change the output.
+type Setting struct {
 	MemoryLimit int64  `json:"memory_limit"`
 	Parallel    int    `json:"parallel"`
 	TmpDir      string `json:"tmp_dir"`
 }
 
-// ReportInput sums the input.
-type ReportInput struct {
+// Input sums the input.
+type Input struct {
 	Files     int   `json:"files"`
 	Bytes     int64 `json:"bytes"`
 	Rows      int64 `json:"rows"`
 	RowGroups int   `json:"row_groups"`
 }
 
-// ReportOutput sums the output.
-type ReportOutput struct {
+// Output sums the output.
+type Output struct {
 	ParquetFiles int   `json:"parquet_files"`
 	RowGroups    int   `json:"row_groups"`
 	ParquetBytes int64 `json:"parquet_bytes"`
@@ -172,41 +172,45 @@ type ReportOutput struct {
 	TensorBytes  int64 `json:"tensor_bytes"`
 }
 
-// ReportStage is one stage's wall time.
-type ReportStage struct {
+// Stage is one stage's wall time.
+type Stage struct {
 	Name    string  `json:"name"`
 	Seconds float64 `json:"seconds"`
 }
 
-func newReport(cmd string, o RunOptions) *Report {
+// New starts the report of a command run with these resources.
+func New(cmd string, memoryLimit int64, parallel int, tmpDir string) *Report {
 	h, _ := os.Hostname()
-	tmp := o.TmpDir
+	tmp := tmpDir
 	if tmp == "" {
 		tmp = os.TempDir()
 	}
 	return &Report{
-		Format: ReportFormat, FormatVersion: ReportFormatVersion, Warnings: []ReportWarning{},
-		Slices: ReportSlices{List: []ReportSlice{}}, Stages: []ReportStage{},
+		Format: Format, FormatVersion: FormatVersion, Warnings: []Warning{},
+		Slices: Slices{List: []Slice{}}, Stages: []Stage{},
 		Command: cmd, RelayoutVersion: version.Version,
 		StartedAt: time.Now().UTC().Format(time.RFC3339),
-		Host:      ReportHost{Hostname: h, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version()},
-		Settings:  ReportSetting{MemoryLimit: o.MemoryLimit, Parallel: o.Parallel, TmpDir: tmp},
+		Host:      Host{Hostname: h, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version()},
+		Settings:  Setting{MemoryLimit: memoryLimit, Parallel: parallel, TmpDir: tmp},
 	}
 }
 
-func (r *Report) stage(name string, since time.Time) {
-	r.Stages = append(r.Stages, ReportStage{Name: name, Seconds: time.Since(since).Seconds()})
+// AddStage records a stage that started at since and ends now.
+func (r *Report) AddStage(name string, since time.Time) {
+	r.Stages = append(r.Stages, Stage{Name: name, Seconds: time.Since(since).Seconds()})
 }
 
-func (r *Report) finish(t0 time.Time, m *manifests.Manifest) {
+// Finish records the totals of the committed output m and the resources
+// used since t0.
+func (r *Report) Finish(t0 time.Time, m *manifests.Manifest) {
 	r.Seconds = time.Since(t0).Seconds()
-	r.Output = ReportOutput{ParquetFiles: m.Totals.Files, RowGroups: m.Totals.RowGroups, ParquetBytes: m.Totals.Bytes, Rows: m.Totals.Rows, Slices: m.Totals.Slices}
+	r.Output = Output{ParquetFiles: m.Totals.Files, RowGroups: m.Totals.RowGroups, ParquetBytes: m.Totals.Bytes, Rows: m.Totals.Rows, Slices: m.Totals.Slices}
 	if m.Tensors != nil {
 		r.Output.Shards, r.Output.TensorBytes = m.Tensors.Totals.Shards, m.Tensors.Totals.Bytes
 	}
 	r.PeakRSSBytes = PeakRSS()
 	r.Cost.Seconds = r.Seconds
-	r.Resources = ReportResources{MemoryBytes: r.PeakRSSBytes, TempDiskBytes: r.SpillBytes, Seconds: r.Seconds}
+	r.Resources = Resources{MemoryBytes: r.PeakRSSBytes, TempDiskBytes: r.SpillBytes, Seconds: r.Seconds}
 }
 
 // PeakRSS returns the process's peak resident set size in bytes.

@@ -1,4 +1,4 @@
-package pipeline
+package report
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 // itemOffsetsTensor is the packed layout's CSR offsets tensor.
 const itemOffsetsTensor = "query.item_offsets"
 
-// transferOf sums tensor data bytes per epoch from each tensor's total bytes
+// TransferOf sums tensor data bytes per epoch from each tensor's total bytes
 // (schema order). Packed runs also give what a flat layout would move: the
 // query-level tensors once per item instead of once per query.
-func transferOf(schema []manifests.Tensor, bytes []float64, queries, items int64) *ReportTransfer {
+func TransferOf(schema []manifests.Tensor, bytes []float64, queries, items int64) *Transfer {
 	var packed, unpacked float64
 	for i, t := range schema {
 		b := bytes[i]
@@ -31,35 +31,36 @@ func transferOf(schema []manifests.Tensor, bytes []float64, queries, items int64
 			unpacked += b
 		}
 	}
-	tr := &ReportTransfer{UnpackedBytes: int64(unpacked), PackedBytes: int64(packed)}
+	tr := &Transfer{UnpackedBytes: int64(unpacked), PackedBytes: int64(packed)}
 	if packed > 0 {
 		tr.Ratio = unpacked / packed
 	}
 	return tr
 }
 
-func packingOf(p *manifests.Packing) *ReportPacking {
-	return &ReportPacking{
+func PackingOf(p *manifests.Packing) *Packing {
+	return &Packing{
 		Rows: p.Items, Queries: p.Queries, ItemsPerQuery: p.ItemsPerQuery,
 		QueryColumns: nonNil(p.QueryColumns), ItemColumns: nonNil(p.ItemColumns), MovedToItems: nonNil(p.MovedToItems),
 		BytesBefore: p.BytesBefore, BytesAfter: p.BytesAfter, ParquetBytesSaved: p.BytesBefore - p.BytesAfter,
 	}
 }
 
-// warnFacts are what the warnings are decided from; a dry run and a real
+// WarnFacts are what the warnings are decided from; a dry run and a real
 // run fill them from the same exact figures where they can.
-type warnFacts struct {
-	sliceKeys []string
-	before    beforeCosts
-	hist      *partition.Histogram
-	layout    partition.Layout
-	// outRowBytes is output bytes per input row.
-	outRowBytes float64
-	packing     *ReportPacking
-	maxItems    int64
-	// sampleQueries is how many queries with two or more rows the dry run's
+// WarnFacts are what the report's warnings are decided from.
+type WarnFacts struct {
+	SliceKeys []string
+	Before    Before
+	Hist      *partition.Histogram
+	Layout    partition.Layout
+	// OutRowBytes is output bytes per input row.
+	OutRowBytes float64
+	Packing     *Packing
+	MaxItems    int64
+	// SampleQueries is how many queries with two or more rows the dry run's
 	// sample held (-1: not a dry run, or not packing).
-	sampleQueries int
+	SampleQueries int
 }
 
 const (
@@ -68,62 +69,62 @@ const (
 	hugeQueryRatio = 100
 )
 
-func warningsOf(f warnFacts) []ReportWarning {
-	w := []ReportWarning{}
+func WarningsOf(f WarnFacts) []Warning {
+	w := []Warning{}
 	add := func(code, format string, a ...any) {
-		w = append(w, ReportWarning{Code: code, Message: fmt.Sprintf(format, a...)})
+		w = append(w, Warning{Code: code, Message: fmt.Sprintf(format, a...)})
 	}
-	if len(f.sliceKeys) > 0 && f.before.noStats > 0 {
+	if len(f.SliceKeys) > 0 && f.Before.NoStats > 0 {
 		add("no_statistics", "%d of %d input row groups have no min/max statistics for a slice key (%s): readers cannot skip them before the re-layout",
-			f.before.noStats, f.before.rowGroups, strings.Join(f.sliceKeys, ","))
+			f.Before.NoStats, f.Before.RowGroups, strings.Join(f.SliceKeys, ","))
 	}
-	if f.hist != nil && len(f.sliceKeys) > 0 {
+	if f.Hist != nil && len(f.SliceKeys) > 0 {
 		var big []string
 		tiny := 0
-		for _, s := range f.hist.Slices {
-			if s.Rows > f.layout.FileRows && f.layout.FileRows > 0 {
+		for _, s := range f.Hist.Slices {
+			if s.Rows > f.Layout.FileRows && f.Layout.FileRows > 0 {
 				if len(big) < 3 {
 					big = append(big, fmt.Sprint(s.Values))
 				}
 			}
-			if float64(s.Rows)*f.outRowBytes < tinySliceBytes {
+			if float64(s.Rows)*f.OutRowBytes < tinySliceBytes {
 				tiny++
 			}
 		}
 		if len(big) > 0 {
 			add("slice_larger_than_file", "slices larger than one output file (%d rows at --file-bytes), e.g. %s: each spans several files; raise --file-bytes to keep a slice in one file",
-				f.layout.FileRows, strings.Join(big, ", "))
+				f.Layout.FileRows, strings.Join(big, ", "))
 		}
-		if len(f.hist.Slices) >= tinySliceCount && tiny*2 >= len(f.hist.Slices) {
+		if len(f.Hist.Slices) >= tinySliceCount && tiny*2 >= len(f.Hist.Slices) {
 			add("tiny_slices", "%d slices, %d of them under %d KiB of output: row groups are shared by many slices; consider fewer slice keys",
-				len(f.hist.Slices), tiny, tinySliceBytes>>10)
+				len(f.Hist.Slices), tiny, tinySliceBytes>>10)
 		}
 	}
-	if p := f.packing; p != nil {
+	if p := f.Packing; p != nil {
 		d := p.ItemsPerQuery
-		if f.maxItems > 0 && d.Max > f.maxItems {
-			add("huge_query", "a query has %d items, more than the %d one query may hold in memory: the run will fail; raise --max-items-per-query or --memory-limit", d.Max, f.maxItems)
+		if f.MaxItems > 0 && d.Max > f.MaxItems {
+			add("huge_query", "a query has %d items, more than the %d one query may hold in memory: the run will fail; raise --max-items-per-query or --memory-limit", d.Max, f.MaxItems)
 		} else if d.P50 > 0 && d.Max > hugeQueryRatio*d.P50 {
 			add("huge_query", "the largest query has %d items, %dx the median (%d): its row is large and its loader batch uneven", d.Max, d.Max/d.P50, d.P50)
 		}
 		if len(p.MovedToItems) > 0 {
 			add("columns_not_packed", "declared query columns vary within a query and stay per item: %s", strings.Join(p.MovedToItems, ","))
 		}
-		if len(p.QueryColumns) <= len(f.sliceKeys)+1 {
+		if len(p.QueryColumns) <= len(f.SliceKeys)+1 {
 			add("columns_not_packed", "no feature column is constant within every query: packing saves little")
 		}
-		if f.sampleQueries >= 0 && f.sampleQueries < 100 {
-			add("sample_few_queries", "the sample holds only %d queries with two or more rows, so which columns are query-level is uncertain; raise --sample-rows", f.sampleQueries)
+		if f.SampleQueries >= 0 && f.SampleQueries < 100 {
+			add("sample_few_queries", "the sample holds only %d queries with two or more rows, so which columns are query-level is uncertain; raise --sample-rows", f.SampleQueries)
 		}
 	}
 	return w
 }
 
-// fillRunReport completes a real run's report with measured figures: the
+// FillRun completes a real run's report with measured figures: the
 // slices' read costs on the input and on the written output, packing,
 // transfer and warnings.
-func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
-	hist *partition.Histogram, before beforeCosts, queries []int64, shards []writer.Shard, layout partition.Layout, maxItems int64, opts RunOptions) error {
+func FillRun(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
+	hist *partition.Histogram, before Before, queries []int64, shards []writer.Shard, layout partition.Layout, maxItems int64, sliceKeys []string, listSlices int) error {
 	var objs []storage.Object
 	for _, f := range m.Files {
 		obj := storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes}
@@ -132,21 +133,21 @@ func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out stor
 		}
 		objs = append(objs, obj)
 	}
-	after := tableCost{}
+	after := TableCost{}
 	if len(objs) > 0 {
 		otbl, err := source.Open(ctx, objs, nil)
 		if err != nil {
 			return err
 		}
-		after, err = costOfTable(otbl, opts.SliceKeys, outputVectors(hist, m))
+		after, err = costOfTable(otbl, sliceKeys, outputVectors(hist, m))
 		otbl.Close()
 		if err != nil {
 			return err
 		}
 	}
-	rep.Slices = reportSlices(hist, opts.SliceKeys, before, &after, queries, opts.ReportSlices)
+	rep.Slices = SlicesOf(hist, sliceKeys, before, &after, queries, listSlices)
 	if m.Packing != nil {
-		rep.Packing = packingOf(m.Packing)
+		rep.Packing = PackingOf(m.Packing)
 	}
 	if m.Tensors != nil {
 		per := make([]float64, len(m.Tensors.Schema))
@@ -159,14 +160,14 @@ func fillRunReport(ctx context.Context, rep *Report, tbl *source.Table, out stor
 		if m.Packing != nil {
 			q, items = m.Packing.Queries, m.Packing.Items
 		}
-		rep.Transfer = transferOf(m.Tensors.Schema, per, q, items)
+		rep.Transfer = TransferOf(m.Tensors.Schema, per, q, items)
 	}
 	outRowBytes := 0.0
 	if tbl.Rows > 0 {
 		outRowBytes = float64(m.Totals.Bytes) / float64(tbl.Rows)
 	}
-	rep.Warnings = warningsOf(warnFacts{sliceKeys: opts.SliceKeys, before: before, hist: hist, layout: layout,
-		outRowBytes: outRowBytes, packing: rep.Packing, maxItems: maxItems, sampleQueries: -1})
+	rep.Warnings = WarningsOf(WarnFacts{SliceKeys: sliceKeys, Before: before, Hist: hist, Layout: layout,
+		OutRowBytes: outRowBytes, Packing: rep.Packing, MaxItems: maxItems, SampleQueries: -1})
 	return nil
 }
 
@@ -206,4 +207,11 @@ func outputVectors(hist *partition.Histogram, m *manifests.Manifest) []map[int32
 		j++
 	}
 	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package pipeline
+package report
 
 import (
 	"math/bits"
@@ -94,19 +94,22 @@ type rgCost struct {
 	vectors map[int32][]uint64
 }
 
-// tableCost is a table as the model sees it. Footer is what a reader reads
+// TableCost is a table as the model sees it. Footer is what a reader reads
 // of every file before deciding anything: the footers and their 8-byte
 // trailers.
-type tableCost struct {
+type TableCost struct {
 	rgs    []rgCost
 	footer int64
 	// noStats counts row groups with a slice-key column without min/max.
 	noStats int
 }
 
+// NumRowGroups returns the row groups modelled.
+func (t *TableCost) NumRowGroups() int { return len(t.rgs) }
+
 // readsFor returns how many row groups a reader reads (does not skip by
 // statistics) and how many bytes in all for slice `rank` with key parts.
-func (t *tableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
+func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 	n, b := 0, t.footer
 	for _, rg := range t.rgs {
 		read := true
@@ -138,7 +141,7 @@ func (t *tableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 // locations from the footers and page indexes (by name, so it also serves a
 // packed output), with vectors[i] saying where each slice's rows lie in
 // row group i (nil: unknown).
-func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64) (tc tableCost, err error) {
+func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64) (tc TableCost, err error) {
 	defer errs.Recover(&err, "read page indexes")
 	i := 0
 	for _, f := range tbl.Files {
@@ -248,45 +251,47 @@ func statsOfSlices(slices []partition.Slice, nkeys int) []partition.StatsRange {
 	return out
 }
 
-// beforeCosts is every slice's read cost on the input, computed right after
+// Before is every slice's read cost on the input, computed right after
 // the key pass so the per-row-group vectors need not be kept.
-type beforeCosts struct {
-	rgs   []int
-	bytes []int64
-	// noStats of rowGroups input row groups lack slice-key statistics.
-	noStats, rowGroups int
+type Before struct {
+	// SliceRowGroups and SliceBytes are, per slice rank, the row groups
+	// and bytes a reader of that slice fetches from the input.
+	SliceRowGroups []int
+	SliceBytes     []int64
+	// NoStats of RowGroups input row groups lack slice-key statistics.
+	NoStats, RowGroups int
 }
 
-// costsBefore reads the input's page indexes and prices every slice.
-func costsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, vectors []map[int32][]uint64) (beforeCosts, error) {
+// CostsBefore reads the input's page indexes and prices every slice.
+func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, vectors []map[int32][]uint64) (Before, error) {
 	tc, err := costOfTable(tbl, sliceKeys, vectors)
 	if err != nil {
-		return beforeCosts{}, err
+		return Before{}, err
 	}
-	b := beforeCosts{rgs: make([]int, len(hist.Slices)), bytes: make([]int64, len(hist.Slices)), noStats: tc.noStats, rowGroups: len(tc.rgs)}
+	b := Before{SliceRowGroups: make([]int, len(hist.Slices)), SliceBytes: make([]int64, len(hist.Slices)), NoStats: tc.noStats, RowGroups: len(tc.rgs)}
 	for i, s := range hist.Slices {
-		b.rgs[i], b.bytes[i] = tc.readsFor(int32(i), s.Parts)
+		b.SliceRowGroups[i], b.SliceBytes[i] = tc.readsFor(int32(i), s.Parts)
 	}
 	return b, nil
 }
 
-// reportSlices fills the per-slice read costs before and after (out)
+// SlicesOf fills the per-slice read costs before and after (out)
 // for the histogram's slices, listing the largest `limit` (negative: all).
-func reportSlices(hist *partition.Histogram, keys []string, before beforeCosts, out *tableCost, queries []int64, limit int) ReportSlices {
-	rs := ReportSlices{List: []ReportSlice{}}
-	var all []ReportSlice
+func SlicesOf(hist *partition.Histogram, keys []string, before Before, out *TableCost, queries []int64, limit int) Slices {
+	rs := Slices{List: []Slice{}}
+	var all []Slice
 	for i, s := range hist.Slices {
 		if s.Rows == 0 {
 			continue
 		}
-		r := ReportSlice{Key: manifests.KeyValues{}, Rows: s.Rows}
+		r := Slice{Key: manifests.KeyValues{}, Rows: s.Rows}
 		for k, name := range keys {
 			r.Key = append(r.Key, manifests.KV{Name: name, Value: s.Values[k]})
 		}
 		if queries != nil {
 			r.Queries = queries[i]
 		}
-		r.RowGroupsBefore, r.ReadBytesBefore = before.rgs[i], before.bytes[i]
+		r.RowGroupsBefore, r.ReadBytesBefore = before.SliceRowGroups[i], before.SliceBytes[i]
 		r.RowGroupsAfter, r.ReadBytesAfter = out.readsFor(int32(i), s.Parts)
 		rs.Totals.Rows += r.Rows
 		rs.Totals.Queries += r.Queries
