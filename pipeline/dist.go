@@ -8,14 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/dedupe"
@@ -24,119 +22,13 @@ import (
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/writer"
 )
-
-// The distributed run (docs/distributed.md): plan fixes the layout and cuts
-// it into partitions (one per output file) of memory-sized units, and the
-// input into map tasks; each map task routes its rows to the units through
-// the object store; in packed plans each detect task finds the columns that
-// vary inside a query in one partition; each reduce task orders (and packs)
-// one partition, unit by unit, and writes its file and shards; commit checks
-// every task and writes the manifest. Tasks write under the work prefix,
-// attempt-specific, with a small task manifest last, so a retried or
-// duplicated task is harmless. run executes the same plan in one process.
-const (
-	PlanFormat        = "relayout-plan"
-	PlanFormatVersion = 1
-	// WorkPrefix holds the plan and the tasks' outputs until commit.
-	WorkPrefix   = "_relayout/"
-	PlanFileName = WorkPrefix + "plan.json"
-	// SampleFileName holds the first input row group (Arrow IPC), from
-	// which every reduce task chooses column encodings as run does.
-	SampleFileName  = WorkPrefix + "sample.arrows"
-	defaultMapBytes = 256 << 20
-)
-
-// Plan is plan.json: everything a task needs, fixed once.
-type Plan struct {
-	Format          string            `json:"format"`
-	FormatVersion   int               `json:"format_version"`
-	RelayoutVersion string            `json:"relayout_version"`
-	Config          json.RawMessage   `json:"config"`
-	ConfigHash      string            `json:"config_hash"`
-	InputArgs       []string          `json:"input_args"`
-	Inputs          []manifests.Input `json:"inputs"`
-	Rows            int64             `json:"rows"`
-	RowBytes        float64           `json:"row_bytes"` // uncompressed input bytes per row
-	ChunkRows       int64             `json:"chunk_rows"`
-	// UnitRows caps the rows a map task routes to one object and a
-	// reduce task sorts at once: the plan's --memory-limit sizes it as run
-	// sizes its units. Units never span partitions.
-	UnitRows int64 `json:"unit_rows"`
-	// MemoryLimit is the budget UnitRows was sized for: detect and reduce
-	// tasks need at least as much.
-	MemoryLimit int64            `json:"memory_limit"`
-	Layout      partition.Layout `json:"layout"`
-	Slices      []PlanSlice      `json:"slices"`
-	Partitions  []PlanPartition  `json:"partitions"`
-	Maps        []PlanMap        `json:"maps"`
-	// InputRowGroupsNoStats counts input row groups without slice-key
-	// statistics (for the report's warnings).
-	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
-	// Packing is set for packed plans (--query-key).
-	Packing *PlanPacking `json:"packing,omitempty"`
-
-	unitsOf  []partition.Unit // units(), once computed
-	unitPart []int
-	// Cuts routes the rows of slices split over units, in plans with sort
-	// keys (packed plans sort by query key): slice rank -> the sort key and
-	// input position of the row at each unit start inside it. Without sort
-	// keys a slice's rows keep input order: map tasks count them
-	// (PlanMap.Counters).
-	Cuts map[string][]partition.Cut `json:"cuts,omitempty"`
-}
-
-// PlanPacking is what a packed plan adds: exact query counts from the key
-// pass, and how the queries of slices split over files are routed.
-type PlanPacking struct {
-	Queries       int64                  `json:"queries"`
-	Items         int64                  `json:"items"`
-	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
-	PerSlice      []int64                `json:"queries_per_slice"`
-	MaxItems      int64                  `json:"max_items_per_query"`
-}
-
-// PlanSlice is one histogram entry.
-type PlanSlice struct {
-	Parts          [][]byte `json:"parts"`
-	Values         []any    `json:"values"`
-	Rows           int64    `json:"rows"`
-	Start          int64    `json:"start"`
-	InputRowGroups int      `json:"input_row_groups"`
-	// What reading the slice costs on the input (the report's "before").
-	ReadBytesBefore int64 `json:"read_bytes_before"`
-	RowGroupsBefore int   `json:"row_groups_before"`
-}
-
-// PlanPartition is one reduce task: a run of output files.
-type PlanPartition struct {
-	Index int   `json:"index"`
-	Files []int `json:"files"`
-	// Start and Rows are the partition's range in the ordered flat rows
-	// (items when packed); Units counts its units.
-	Start int64 `json:"start"`
-	Rows  int64 `json:"rows"`
-	Units int   `json:"units"`
-	// Queries is a packed partition's queries: its file's rows. A packed
-	// partition may be empty (one query covered its whole file range).
-	Queries int64 `json:"queries,omitempty"`
-}
-
-// PlanMap is one map task: a run of input row groups in input order, and,
-// for every slice split over units that keeps input order (no sort keys),
-// how many of its rows come before.
-type PlanMap struct {
-	Index     int              `json:"index"`
-	RowGroups [][2]int         `json:"row_groups"` // (input file, row group)
-	Rows      int64            `json:"rows"`
-	Bytes     int64            `json:"bytes"`
-	Counters  map[string]int64 `json:"counters"` // slice rank -> rows before
-}
 
 // PlanResult is what plan reports for XCom or Argo output parameters.
 type PlanResult struct {
@@ -170,9 +62,13 @@ func (d TaskManifest) sum() (fingerprint.Sum, error) {
 	return fingerprint.Sum{Rows: d.Rows, Hash: h}, err
 }
 
-func mapDoneName(i int) string    { return fmt.Sprintf("%smap/m-%05d/_done.json", WorkPrefix, i) }
-func reduceDoneName(j int) string { return fmt.Sprintf("%sreduce/r-%05d/_done.json", WorkPrefix, j) }
-func detectDoneName(j int) string { return fmt.Sprintf("%sdetect/d-%05d/_done.json", WorkPrefix, j) }
+func mapDoneName(i int) string { return fmt.Sprintf("%smap/m-%05d/_done.json", plan.WorkPrefix, i) }
+func reduceDoneName(j int) string {
+	return fmt.Sprintf("%sreduce/r-%05d/_done.json", plan.WorkPrefix, j)
+}
+func detectDoneName(j int) string {
+	return fmt.Sprintf("%sdetect/d-%05d/_done.json", plan.WorkPrefix, j)
+}
 
 func newAttempt() string {
 	var b [6]byte
@@ -183,7 +79,7 @@ func newAttempt() string {
 // PlanJob is `relayout plan`: it reads footers and key columns, fixes the
 // layout, the partitions and the map split, and writes plan.json under the
 // output's work prefix.
-func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult, *Plan, error) {
+func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult, *plan.Plan, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, nil, err
@@ -193,7 +89,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	if mapBytes <= 0 {
-		mapBytes = defaultMapBytes
+		mapBytes = plan.DefaultMapBytes
 	}
 	out, err := storage.OpenDir(ctx, opts.Output, true)
 	if err != nil {
@@ -202,7 +98,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	// The plan holds the output's lease while it prepares it and writes
 	// plan.json; plan.json then marks the work as relayout's, and the
 	// commit's conditional create of the manifest is the commit point.
-	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "plan", WorkPrefix) // and an old work prefix
+	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "plan", plan.WorkPrefix) // and an old work prefix
 	if err != nil {
 		return nil, nil, err
 	}
@@ -212,19 +108,19 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	defer tbl.Close()
-	ks, err := keyPass(ctx, tbl, keys, in, tr != nil, opts)
+	ks, err := plan.AnalyzeSized(ctx, tbl, keys, in, opts.layout(tr), opts.resources())
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := buildPlan(ctx, tbl, keys, ks, tr, opts, mapBytes)
+	p, err := plan.Build(ctx, tbl, keys, ks, opts.layout(tr), opts.resources(), opts.Inputs, mapBytes)
 	if err != nil {
 		return nil, nil, err
 	}
-	if ks.sample != nil {
+	if ks.Sample != nil {
 		// Stored once, so reduce tasks need not each read the input's
 		// first row group again.
-		err := putSample(ctx, out, ks.sample)
-		ks.sample.Release()
+		err := putSample(ctx, out, ks.Sample)
+		ks.Sample.Release()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -233,93 +129,24 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := claim.put(ctx, PlanFileName, append(data, '\n'), false); err != nil {
+	if err := claim.put(ctx, plan.FileName, append(data, '\n'), false); err != nil {
 		return nil, nil, err
 	}
-	res := &PlanResult{Plan: out.URL(PlanFileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
+	res := &PlanResult{Plan: out.URL(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
 	if p.Packing != nil {
 		res.DetectTasks = len(p.Partitions)
 	}
 	return res, p, nil
 }
 
-// planPacking places a packed plan's partitions: each file's packed range
-// starts at a query boundary (partition.ComputePackCuts), and a partition whose range
-// is empty writes no file, so the files after it are numbered down, as run
-// numbers them.
-func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys keyCols, qc *partition.QueryCounts, opts RunOptions) error {
-	pc, err := partition.ComputePackCuts(ctx, tbl, hist, layout, keys.slice, keys.query, opts.Parallel)
-	if err != nil {
-		return err
-	}
-	pk := &PlanPacking{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: manifests.DistributionOf(qc.Items),
-		PerSlice: qc.PerSlice, MaxItems: opts.MaxItemsPerQuery}
-	rt := partition.NewRouter(hist, planUnits(layout, 1<<62))
-	queries := slices.Clone(pc.Queries)
-	for i, s := range hist.Slices {
-		if s.Rows > 0 && rt.Whole[i] >= 0 {
-			queries[rt.Whole[i]] += qc.PerSlice[i]
-		}
-	}
-	next := 0 // the next output file's number
-	for k := range layout.Files {
-		pp := PlanPartition{Index: k, Files: []int{}, Start: pc.Starts[k], Rows: pc.Starts[k+1] - pc.Starts[k], Queries: queries[k]}
-		if pp.Rows > 0 || (k == 0 && tbl.Rows == 0) {
-			pp.Files = []int{next}
-			next++
-		}
-		p.Partitions = append(p.Partitions, pp)
-	}
-	p.Packing = pk
-	return nil
-}
-
-// units returns the plan's units in output order, with each one's
-// partition: the writer's chunks (cut at the partitions' starts), grouped
-// per partition by UnitRows. Run groups its chunks the same way.
-func (p *Plan) units() ([]partition.Unit, []int) {
-	if p.unitsOf != nil {
-		return p.unitsOf, p.unitPart
-	}
-	starts := make([]int64, len(p.Partitions))
-	for j, pp := range p.Partitions {
-		starts[j] = pp.Start
-	}
-	chunks := partition.CutChunks(partition.Chunks(p.Layout, p.ChunkRows), starts)
-	var units []partition.Unit
-	var part []int
-	for j, pp := range p.Partitions {
-		in := partition.ChunksIn(chunks, pp.Start, pp.Start+pp.Rows)
-		if len(in) == 0 {
-			continue
-		}
-		for _, u := range partition.GroupUnits(in, p.UnitRows) {
-			units = append(units, u)
-			part = append(part, j)
-		}
-	}
-	p.unitsOf, p.unitPart = units, part
-	return units, part
-}
-
-// planUnits is one unit per output file, cut into the writer's chunks.
-func planUnits(l partition.Layout, chunkRows int64) []partition.Unit {
-	var units []partition.Unit
-	for _, f := range l.Files {
-		units = append(units, partition.Unit{Start: f.Start, Rows: f.Rows,
-			Chunks: partition.Chunks(partition.Layout{Files: []partition.File{f}}, chunkRows)})
-	}
-	return units
-}
-
 // loadedPlan is a plan with what every task derives from it.
 type loadedPlan struct {
-	*Plan
+	*plan.Plan
 	out  storage.Location
 	opts RunOptions
 	hist *partition.Histogram
 	// tensors is the plan's tensor config (nil: no tensors).
-	tensors *tensorConfig
+	tensors *plan.TensorOptions
 	// work holds the work prefix (_relayout/): the output for distributed
 	// runs, a local temporary folder when run executes the plan.
 	work storage.Location
@@ -329,10 +156,10 @@ type loadedPlan struct {
 // URL's query parameters, if any, after it) into the output's URL.
 func planLocation(planURL string) (string, error) {
 	base, query, _ := strings.Cut(planURL, "?")
-	if !strings.HasSuffix(base, "/"+PlanFileName) {
-		return "", errs.Usagef("--plan must name %s under the output (got %s)", PlanFileName, planURL)
+	if !strings.HasSuffix(base, "/"+plan.FileName) {
+		return "", errs.Usagef("--plan must name %s under the output (got %s)", plan.FileName, planURL)
 	}
-	out := strings.TrimSuffix(base, "/"+PlanFileName)
+	out := strings.TrimSuffix(base, "/"+plan.FileName)
 	if query != "" {
 		out += "?" + query
 	}
@@ -378,26 +205,26 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	if err != nil {
 		return nil, err
 	}
-	data, err := storage.Get(ctx, out, PlanFileName)
+	data, err := storage.Get(ctx, out, plan.FileName)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, errs.Preconditionf("run relayout plan first", "no plan at %s: %w", out.URL(PlanFileName), errNoPlan)
+			return nil, errs.Preconditionf("run relayout plan first", "no plan at %s: %w", out.URL(plan.FileName), errNoPlan)
 		}
 		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // slice values print back exactly as the run prints them
-	var p Plan
-	if err := dec.Decode(&p); err != nil || p.Format != PlanFormat {
-		return nil, errs.BadInputf("%s is not a relayout plan: %v", out.URL(PlanFileName), err)
+	var p plan.Plan
+	if err := dec.Decode(&p); err != nil || p.Format != plan.Format {
+		return nil, errs.BadInputf("%s is not a relayout plan: %v", out.URL(plan.FileName), err)
 	}
-	if p.FormatVersion != PlanFormatVersion || p.RelayoutVersion != version.Version {
+	if p.FormatVersion != plan.FormatVersion || p.RelayoutVersion != version.Version {
 		return nil, errs.Preconditionf("run every step with the same relayout version",
-			"plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(PlanFileName), p.RelayoutVersion, p.FormatVersion, version.Version)
+			"plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(plan.FileName), p.RelayoutVersion, p.FormatVersion, version.Version)
 	}
-	var cfg layoutConfig
-	if err := json.Unmarshal(p.Config, &cfg); err != nil {
-		return nil, errs.BadInputf("%s: config: %v", out.URL(PlanFileName), err)
+	cfg, err := plan.DecodeConfig(p.Config)
+	if err != nil {
+		return nil, errs.BadInputf("%s: config: %v", out.URL(plan.FileName), err)
 	}
 	opts := RunOptions{
 		Inputs: p.InputArgs, Output: outURL, SliceKeys: cfg.SliceKeys, SortKeys: cfg.SortKeys,
@@ -423,7 +250,7 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		tr = &tensorRun{spec: cfg.Tensors.Spec}
 	}
 	if _, h := configOf(opts, tr); h != p.ConfigHash {
-		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(PlanFileName), p.ConfigHash)
+		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(plan.FileName), p.ConfigHash)
 	}
 	slices := make([]partition.Slice, len(p.Slices))
 	for i, s := range p.Slices {
@@ -442,19 +269,6 @@ func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 		return nil
 	}
 	return &tensorRun{spec: lp.tensors.Spec, prof: prof}
-}
-
-// cutsOf parses a plan's cuts, keyed by slice rank.
-func cutsOf(m map[string][]partition.Cut, slices int) (map[int32][]partition.Cut, error) {
-	out := map[int32][]partition.Cut{}
-	for k, cuts := range m {
-		rk, err := strconv.Atoi(k)
-		if err != nil || rk < 0 || rk >= slices {
-			return nil, errs.BadInputf("plan: bad cut slice %q", k)
-		}
-		out[int32(rk)] = cuts
-	}
-	return out, nil
 }
 
 // openInputs opens the plan's inputs, failing if any changed since the plan.
@@ -496,7 +310,7 @@ func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest,
 
 // loadTask loads the plan and checks the task index against the step's
 // task count.
-func loadTask(ctx context.Context, planURL string, local RunOptions, step string, task int, count func(*Plan) int) (*loadedPlan, error) {
+func loadTask(ctx context.Context, planURL string, local RunOptions, step string, task int, count func(*plan.Plan) int) (*loadedPlan, error) {
 	lp, err := loadPlan(ctx, planURL, local)
 	if err != nil {
 		return nil, err
@@ -511,7 +325,7 @@ func loadTask(ctx context.Context, planURL string, local RunOptions, step string
 // and writes their rows, routed to the plan's units, as one Arrow IPC object
 // per unit, then its task manifest.
 func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
-	lp, err := loadTask(ctx, planURL, local, "map", task, func(p *Plan) int { return len(p.Maps) })
+	lp, err := loadTask(ctx, planURL, local, "map", task, func(p *plan.Plan) int { return len(p.Maps) })
 	if err != nil {
 		return nil, err
 	}
@@ -545,7 +359,7 @@ func writeDone(ctx context.Context, out storage.Location, attemptName, doneName 
 // that every reduce task decides the query-level columns over all rows.
 func DetectTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
 	t0 := time.Now()
-	lp, err := loadTask(ctx, planURL, local, "detect", task, func(p *Plan) int { return len(p.Partitions) })
+	lp, err := loadTask(ctx, planURL, local, "detect", task, func(p *plan.Plan) int { return len(p.Partitions) })
 	if err != nil {
 		return nil, err
 	}
@@ -563,7 +377,7 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 	}
 	attempt := newAttempt()
 	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det, Seconds: time.Since(t0).Seconds()}
-	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", WorkPrefix, task, attempt), detectDoneName(task), d)
+	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", plan.WorkPrefix, task, attempt), detectDoneName(task), d)
 }
 
 // detection merges every detect task's result, in partition order.
@@ -590,7 +404,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 // partition's files and then its task manifest.
 func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
 	t0 := time.Now()
-	lp, err := loadTask(ctx, planURL, local, "reduce", task, func(p *Plan) int { return len(p.Partitions) })
+	lp, err := loadTask(ctx, planURL, local, "reduce", task, func(p *plan.Plan) int { return len(p.Partitions) })
 	if err != nil {
 		return nil, err
 	}
@@ -626,7 +440,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		return nil, err
 	}
 	d.Task, d.Attempt, d.Seconds = task, newAttempt(), time.Since(t0).Seconds()
-	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", WorkPrefix, task, d.Attempt), reduceDoneName(task), d)
+	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", plan.WorkPrefix, task, d.Attempt), reduceDoneName(task), d)
 }
 
 // CommitJob is `relayout commit`: it requires every task manifest, checks
@@ -714,7 +528,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		}
 		lp.opts.Log.Info("already committed by this plan; finishing the cleanup", "manifest", lp.out.URL(manifests.FileName))
 	}
-	if err := removePrefix(ctx, lp.work, WorkPrefix); err != nil {
+	if err := removePrefix(ctx, lp.work, plan.WorkPrefix); err != nil {
 		return m, err
 	}
 	// The report: the run's figures from the plan's key pass (before) and
@@ -724,7 +538,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	for i, s := range lp.Slices {
 		before.SliceRowGroups[i], before.SliceBytes[i] = s.RowGroupsBefore, s.ReadBytesBefore
 	}
-	rep.Input = report.Input{Files: len(tbl.Files), Bytes: sizesOf(tbl).bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	rep.Input = report.Input{Files: len(tbl.Files), Bytes: plan.SizesOf(tbl).Bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	rep.Units = len(lp.Partitions)
 	maxItems := int64(0)
 	if lp.Packing != nil {
@@ -748,144 +562,6 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	return m, nil
 }
 
-// keyPassResult is what the key pass and the footers fix before a plan:
-// the histogram, per-row-group counts and query counts, each slice's read
-// cost on the input, the layout and the memory plan.
-type keyPassResult struct {
-	hist   *partition.Histogram
-	ex     *partition.BuildExtra
-	before report.Before
-	layout partition.Layout
-	mp     memoryPlan
-	sample arrow.RecordBatch // the first row group: encodings and decoded size
-	in     inputSizes
-}
-
-// keyPass reads the key columns (slice keys, query key) of every row group
-// and fixes the layout and the memory plan, as run and plan both start.
-func keyPass(ctx context.Context, tbl *source.Table, keys keyCols, in inputSizes, tensors bool, opts RunOptions) (*keyPassResult, error) {
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{Counts: true, Vectors: len(keys.slice) > 0, QueryCols: keys.query}, opts.Parallel)
-	if err != nil {
-		return nil, err
-	}
-	// What reading each slice costs on the input, for the report; the
-	// per-row-group vectors are dropped here, before the rows are read.
-	before, err := report.CostsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
-	if err != nil {
-		return nil, err
-	}
-	ex.Vectors = nil
-	layout := planLayout(hist, in, opts)
-	// Units are sized with decoded bytes measured on the first row group
-	// (dictionary-encoded columns decode larger than Parquet says).
-	sample, err := readSample(ctx, tbl)
-	if err != nil {
-		return nil, err
-	}
-	memRowBytes := in.rowBytes
-	if sample != nil && sample.NumRows() > 0 {
-		memRowBytes = float64(recordBytes(sample)) / float64(sample.NumRows())
-	}
-	if sample != nil { // keep only the rows that choose encodings
-		trimmed, err := writer.TrimSample(sample, memory.DefaultAllocator)
-		sample.Release()
-		if err != nil {
-			return nil, err
-		}
-		sample = trimmed
-	}
-	mp, err := planMemory(tbl, in, layout, memRowBytes, tensors, opts)
-	if err != nil {
-		if sample != nil {
-			sample.Release()
-		}
-		return nil, err
-	}
-	return &keyPassResult{hist: hist, ex: ex, before: before, layout: layout, mp: mp, sample: sample, in: in}, nil
-}
-
-// buildPlan fixes the partitions (one per output file), the units, the
-// cuts that route split slices and the map tasks (runs of input row groups
-// of about mapBytes): plan.json's content, and what run executes.
-func buildPlan(ctx context.Context, tbl *source.Table, keys keyCols, ks *keyPassResult, tr *tensorRun, opts RunOptions, mapBytes int64) (*Plan, error) {
-	hist, ex, before, layout, mp, in := ks.hist, ks.ex, ks.before, ks.layout, ks.mp, ks.in
-	cfgJSON, cfgHash := configOf(opts, tr)
-	p := &Plan{Format: PlanFormat, FormatVersion: PlanFormatVersion, RelayoutVersion: version.Version,
-		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: opts.Inputs, Rows: tbl.Rows, RowBytes: in.rowBytes, ChunkRows: mp.chunkRows,
-		UnitRows: mp.unitRows, MemoryLimit: opts.MemoryLimit, Layout: layout}
-	for _, f := range tbl.Files {
-		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
-	}
-	for i, s := range hist.Slices {
-		p.Slices = append(p.Slices, PlanSlice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
-			ReadBytesBefore: before.SliceBytes[i], RowGroupsBefore: before.SliceRowGroups[i]})
-	}
-	p.InputRowGroupsNoStats = before.NoStats
-	// One partition per output file: the files are the units every
-	// worker count shares, so the bytes never depend on the workers.
-	if keys.query != nil {
-		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, opts); err != nil {
-			return nil, err
-		}
-	} else {
-		for k, f := range layout.Files {
-			p.Partitions = append(p.Partitions, PlanPartition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
-		}
-	}
-	if p.Packing != nil && p.Packing.MaxItems == 0 {
-		p.Packing.MaxItems = mp.unitRows // a query must fit a unit
-	}
-	units, part := p.units()
-	for _, j := range part {
-		p.Partitions[j].Units++
-	}
-	rt := partition.NewRouter(hist, units)
-	split := rt.Split()
-	if len(split) > 0 && len(keys.sort) > 0 {
-		// Rows of a split slice are ordered by sort key, not input order:
-		// route them by the sort key (and position) at each unit start.
-		starts := make([]int64, len(units))
-		for u, un := range units {
-			starts[u] = un.Start
-		}
-		cuts, err := partition.ComputeCuts(ctx, tbl, hist, starts, keys.slice, keys.sort, opts.Parallel)
-		if err != nil {
-			return nil, err
-		}
-		p.Cuts = map[string][]partition.Cut{}
-		for rk, c := range cuts {
-			p.Cuts[strconv.Itoa(int(rk))] = c
-		}
-		split = nil
-	}
-	// Map tasks: consecutive row groups of about mapBytes.
-	refs := tbl.RowGroups()
-	rowsBefore := map[int32]int64{}
-	var cur *PlanMap
-	for i, ref := range refs {
-		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
-			p.Maps = append(p.Maps, PlanMap{Index: len(p.Maps), Counters: map[string]int64{}})
-			cur = &p.Maps[len(p.Maps)-1]
-			for _, rk := range split {
-				cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
-			}
-		}
-		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
-		cur.Rows += ref.Rows()
-		cur.Bytes += rowGroupBytes(ref)
-		for _, rk := range split {
-			rowsBefore[rk] += ex.Counts[i][rk]
-		}
-	}
-	if len(p.Maps) == 0 {
-		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
-	}
-	if len(p.Maps) == 0 {
-		p.Maps = append(p.Maps, PlanMap{Index: 0, Counters: map[string]int64{}})
-	}
-	return p, nil
-}
-
 // putSample stores the encoding sample under the work prefix.
 func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBatch) error {
 	var buf bytes.Buffer
@@ -896,18 +572,18 @@ func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBa
 	if err := w.Close(); err != nil {
 		return err
 	}
-	if err := work.Bucket.WriteAll(ctx, work.Key(SampleFileName), buf.Bytes(), nil); err != nil {
-		return storage.Classify(fmt.Errorf("write %s: %w", work.URL(SampleFileName), err))
+	if err := work.Bucket.WriteAll(ctx, work.Key(plan.SampleFileName), buf.Bytes(), nil); err != nil {
+		return storage.Classify(fmt.Errorf("write %s: %w", work.URL(plan.SampleFileName), err))
 	}
 	return nil
 }
 
 // sample reads the encoding sample plan stored (nil for an empty input).
 func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.RecordBatch, error) {
-	data, err := storage.Get(ctx, lp.work, SampleFileName)
+	data, err := storage.Get(ctx, lp.work, plan.SampleFileName)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		if lp.Rows > 0 {
-			return nil, errs.Preconditionf("re-run relayout plan", "the plan's encoding sample %s is missing", lp.work.URL(SampleFileName))
+			return nil, errs.Preconditionf("re-run relayout plan", "the plan's encoding sample %s is missing", lp.work.URL(plan.SampleFileName))
 		}
 		return nil, nil
 	}
@@ -916,11 +592,11 @@ func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.R
 	}
 	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithSchema(schema))
 	if err != nil {
-		return nil, errs.BadInputf("read %s: %v", lp.work.URL(SampleFileName), err)
+		return nil, errs.BadInputf("read %s: %v", lp.work.URL(plan.SampleFileName), err)
 	}
 	defer rd.Release()
 	if !rd.Next() {
-		return nil, errs.BadInputf("read %s: no record (%v)", lp.work.URL(SampleFileName), rd.Err())
+		return nil, errs.BadInputf("read %s: no record (%v)", lp.work.URL(plan.SampleFileName), rd.Err())
 	}
 	rec := rd.RecordBatch()
 	rec.Retain()

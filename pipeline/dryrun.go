@@ -21,6 +21,7 @@ import (
 	"github.com/relayout/relayout/loader"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
@@ -70,7 +71,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 		return nil, err
 	}
 	defer tbl.Close()
-	rep.Input = report.Input{Files: len(tbl.Files), Bytes: in.bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
+	rep.Input = report.Input{Files: len(tbl.Files), Bytes: in.Bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	_, rep.ConfigHash = configOf(opts, tr)
 
 	// The sample and its in-memory run do not depend on the key pass: run
@@ -89,13 +90,13 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 		defer func() { sampleDone <- r }()
 		defer errs.Recover(&r.err, "dry run: sample")
 		t1 := time.Now()
-		if r.smp, r.err = sampleHeads(sctx, tbl, opts.SampleRows, int64(sampleBudget*float64(in.bytes))); r.err != nil {
+		if r.smp, r.err = sampleHeads(sctx, tbl, opts.SampleRows, int64(sampleBudget*float64(in.Bytes))); r.err != nil {
 			return
 		}
 		r.est, r.err = runSample(sctx, tbl.Schema, r.smp, opts, in)
 		r.seconds = time.Since(t1).Seconds()
 	}()
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.slice, partition.BuildOptions{QueryCols: keys.query, Vectors: true}, opts.Parallel)
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.Slice, partition.BuildOptions{QueryCols: keys.Query, Vectors: true}, opts.Parallel)
 	rep.AddStage("keys", t0)
 	if err != nil {
 		cancelSample()
@@ -113,17 +114,17 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	smp, est := sr.smp, sr.est
 	rep.Stages = append(rep.Stages, report.Stage{Name: "sample", Seconds: sr.seconds})
 	qc := ex.Queries
-	layout := planLayout(hist, in, opts)
+	layout := plan.Layout(hist, in, opts.layout(tr))
 	var qs *queryScan
 	if qc != nil {
 		qs = &queryScan{queries: qc.Queries, perSlice: qc.PerSlice, dist: manifests.DistributionOf(qc.Items)}
 	}
 	rep.Cost.SampleRows = smp.rows
-	memRowBytes := in.rowBytes
+	memRowBytes := in.RowBytes
 	if smp.rows > 0 {
 		memRowBytes = float64(smp.bytes) / float64(smp.rows)
 	}
-	mp, err := planMemory(tbl, in, layout, memRowBytes, tr != nil, opts)
+	mp, err := plan.SizeMemory(tbl, in, layout, memRowBytes, opts.layout(tr), opts.resources())
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +139,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if qs != nil {
 		perSliceQ = qs.perSlice
 	}
-	outCost, dataBytes := report.PredictOutput(hist, layout, perSliceQ, est, len(keys.slice), opts.PageBytes)
+	outCost, dataBytes := report.PredictOutput(hist, layout, perSliceQ, est, len(keys.Slice), opts.PageBytes)
 	nRG := outCost.NumRowGroups()
 	parquetBytes := int64(dataBytes + float64(len(layout.Files))*(12+est.FooterBase) + float64(nRG)*est.PerRGOverhead)
 	outRows := tbl.Rows
@@ -168,7 +169,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if qs != nil {
 		rep.Packing = &report.Packing{Rows: tbl.Rows, Queries: qs.queries, ItemsPerQuery: qs.dist,
 			QueryColumns: est.QueryColumns, ItemColumns: est.ItemColumns, MovedToItems: est.Moved,
-			BytesBefore: in.bytes, BytesAfter: parquetBytes, ParquetBytesSaved: in.bytes - parquetBytes}
+			BytesBefore: in.Bytes, BytesAfter: parquetBytes, ParquetBytesSaved: in.Bytes - parquetBytes}
 	}
 	var tensorData float64
 	if est.Tensors != nil {
@@ -198,14 +199,14 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 
 	// What the real run will need: its memory plan, with the budget's
 	// split measured on the sample.
-	decoded := N * mp.memRowBytes
+	decoded := N * mp.MemRowBytes
 	res := report.Resources{MemoryBytes: opts.MemoryLimit}
-	if len(mp.units) <= 1 {
+	if len(mp.Units) <= 1 {
 		f := decodedPeakFlat
 		if qs != nil {
 			f = decodedPeakPacked
 		}
-		res.MemoryBytes = min(opts.MemoryLimit, int64(runtimeReserve+f*decoded+min(tensorData, float64(opts.ShardBytes))))
+		res.MemoryBytes = min(opts.MemoryLimit, int64(plan.RuntimeReserve+f*decoded+min(tensorData, float64(opts.ShardBytes))))
 	} else {
 		res.TempDiskBytes = int64(decoded * spillRatio)
 	}
@@ -219,12 +220,12 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if tr != nil {
 		work *= tensorWork
 	}
-	if len(mp.units) > 1 {
+	if len(mp.Units) > 1 {
 		work *= spillWork
 	}
 	res.Seconds = work / (parallelEfficiency * float64(min(opts.Parallel, 8)))
 	rep.Resources = res
-	rep.Units = len(mp.units)
+	rep.Units = len(mp.Units)
 
 	rowBytesOut := 0.0
 	if N > 0 {
@@ -236,7 +237,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	}
 	maxItems := opts.MaxItemsPerQuery
 	if maxItems == 0 {
-		maxItems = mp.unitRows
+		maxItems = mp.UnitRows
 	}
 	if qs == nil {
 		maxItems = 0
@@ -311,7 +312,7 @@ func sampleHeads(ctx context.Context, tbl *source.Table, maxRows, budget int64) 
 		if r.Rows() == 0 || r.Rows() < need {
 			continue
 		}
-		if c := float64(rowGroupBytes(r)) / float64(min(r.Rows(), maxRows)); first < 0 || c < best {
+		if c := float64(plan.RowGroupBytes(r)) / float64(min(r.Rows(), maxRows)); first < 0 || c < best {
 			first, best = k, c
 		}
 	}
@@ -326,7 +327,7 @@ func sampleHeads(ctx context.Context, tbl *source.Table, maxRows, budget int64) 
 		if ref.Rows() == 0 {
 			continue
 		}
-		cost := rowGroupBytes(ref)
+		cost := plan.RowGroupBytes(ref)
 		if s.rows > 0 && spent+cost > budget {
 			break
 		}
@@ -339,20 +340,9 @@ func sampleHeads(ctx context.Context, tbl *source.Table, maxRows, budget int64) 
 		spent += tbl.Counts.Bytes.Load() - before
 		s.recs = append(s.recs, rec)
 		s.rows += rec.NumRows()
-		s.bytes += recordBytes(rec)
+		s.bytes += plan.RecordBytes(rec)
 	}
 	return s, nil
-}
-
-func rowGroupBytes(ref source.RowGroupRef) int64 {
-	rg := ref.File.Parquet().MetaData().RowGroup(ref.RowGroup)
-	var n int64
-	for c := 0; c < rg.NumColumns(); c++ {
-		if cc, err := rg.ColumnChunk(c); err == nil {
-			n += cc.TotalCompressedSize()
-		}
-	}
-	return n
 }
 
 // spreadOrder lists 0..n-1 so that every prefix is spread over the range:
@@ -378,7 +368,7 @@ func spreadOrder(n int) []int {
 var dryRunSeq atomic.Int64
 
 // runSample runs the real pipeline on the sample, in memory.
-func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions, in inputSizes) (*report.SampleEstimate, error) {
+func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunOptions, in plan.Sizes) (*report.SampleEstimate, error) {
 	bucket := fmt.Sprintf("relayout-dry-run-%d-%d", os.Getpid(), dryRunSeq.Add(1))
 	defer storage.DropMemBucket(bucket)
 	root := "mem://" + bucket

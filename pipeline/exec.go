@@ -15,6 +15,7 @@ import (
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/writer"
@@ -28,17 +29,17 @@ import (
 // mapRows is map task i: it reads the task's row groups once and writes
 // their rows, routed to the plan's units, as one Arrow IPC object per unit
 // under the work prefix, then its task manifest.
-func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCols, task, parallel int) (*TaskManifest, error) {
+func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.Keys, task, parallel int) (*TaskManifest, error) {
 	t0 := time.Now()
 	pm := lp.Maps[task]
-	units, part := lp.units()
+	units, part := lp.Units()
 	rt := partition.NewRouter(lp.hist, units)
 	if lp.Cuts != nil {
 		var err error
-		if rt.Cuts, err = cutsOf(lp.Cuts, len(lp.Slices)); err != nil {
+		if rt.Cuts, err = lp.SplitCuts(); err != nil {
 			return nil, err
 		}
-		rt.CutCols = keys.sort
+		rt.CutCols = keys.Sort
 	}
 	for k, v := range pm.Counters {
 		rk, err := strconv.Atoi(k)
@@ -48,7 +49,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 		rt.Counter[rk] = v
 	}
 	attempt := newAttempt()
-	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", WorkPrefix, task, attempt)
+	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", plan.WorkPrefix, task, attempt)
 	sw, err := partition.NewShuffleWriter(lp.work, prefix, lp.opts.TmpDir)
 	if err != nil {
 		return nil, err
@@ -66,7 +67,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys keyCo
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
 		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		s, err := partition.RouteRowGroup(ctx, tbl, ref, rt, keys.slice, parallel, observe, sw.Write)
+		s, err := partition.RouteRowGroup(ctx, tbl, ref, rt, keys.Slice, parallel, observe, sw.Write)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +113,7 @@ type partitionReader struct {
 	*partition.Reader
 	tbl  *source.Table
 	own  bool // tbl is closed with the reader
-	keys keyCols
+	keys plan.Keys
 	task int
 	prof *tensors.Profile // the map tasks' merged profile: every input row
 }
@@ -144,12 +145,12 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 }
 
 // partitionReader reads partition task from the map tasks' objects.
-func (lp *loadedPlan) partitionReader(tbl *source.Table, keys keyCols, task int, dones []*TaskManifest) *partitionReader {
+func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task int, dones []*TaskManifest) *partitionReader {
 	pp := lp.Partitions[task]
-	r := &partition.Reader{Work: lp.work, Hist: lp.hist, Schema: tbl.Schema, SliceCols: keys.slice, SortCols: keys.sort,
+	r := &partition.Reader{Work: lp.work, Hist: lp.hist, Schema: tbl.Schema, SliceCols: keys.Slice, SortCols: keys.Sort,
 		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}}
 	pr := &partitionReader{Reader: r, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile()}
-	units, part := lp.units()
+	units, part := lp.Units()
 	for u, j := range part {
 		if j == task {
 			r.Units, r.IDs = append(r.Units, units[u]), append(r.IDs, u)
@@ -174,7 +175,7 @@ func (pr *partitionReader) close() {
 
 // detect finds the columns that vary inside a query in the partition.
 func (pr *partitionReader) detect(ctx context.Context) (dedupe.Detection, int64, error) {
-	det := dedupe.NewDetector(pr.tbl.Schema, pr.keys.query)
+	det := dedupe.NewDetector(pr.tbl.Schema, pr.keys.Query)
 	var rows int64
 	err := pr.Each(ctx, func(src *partition.UnitRows, _ partition.Unit) error {
 		rows += int64(len(src.Ord))
@@ -380,7 +381,7 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 			return nil, nil, nil, err
 		}
 		queries = slices.Clone(pg.PerSlice)
-		m = packedManifest(tbl, dec, &dedupe.Packer{}, lp.hist, queries, files, lp.Config, lp.ConfigHash, lp.opts, inFP, sizesOf(tbl).bytes)
+		m = packedManifest(tbl, dec, &dedupe.Packer{}, lp.hist, queries, files, lp.Config, lp.ConfigHash, lp.opts, inFP, plan.SizesOf(tbl).Bytes)
 		outSchema, packed = dec.Layout.Packed, true
 		m.Packing.Queries, m.Packing.Items, m.Packing.ItemsPerQuery = pg.Queries, pg.Items, pg.ItemsPerQuery
 		if m.Totals.Rows != pg.Queries || m.Packing.Items != tbl.Rows {

@@ -11,6 +11,7 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/plan"
 )
 
 // FuzzPlanAndTaskManifests: a tampered or truncated plan.json, or a
@@ -32,7 +33,7 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	planPath := filepath.Join(out, filepath.FromSlash(PlanFileName))
+	planPath := filepath.Join(out, filepath.FromSlash(plan.FileName))
 	donePath := filepath.Join(out, filepath.FromSlash(mapDoneName(0)))
 	plan, _ := os.ReadFile(planPath)
 	done, _ := os.ReadFile(donePath)

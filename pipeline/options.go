@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/plan"
 )
 
 // RunOptions configures a run. Zero values take the documented defaults.
@@ -90,7 +91,7 @@ type RunOptions struct {
 	// planned with (the sample file is stored plain, so its own footers
 	// overstate them), so its row groups hold as many rows as the run's.
 	sample   bool
-	sampleOf *inputSizes
+	sampleOf *plan.Sizes
 	// FailAfterFiles, when > 0, fails the run after that many files are
 	// written: a fault-injection hook for tests.
 	FailAfterFiles int

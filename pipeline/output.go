@@ -17,6 +17,7 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
@@ -63,18 +64,18 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 	}
 	marked := committed || prev != nil
 	if !marked {
-		if marked, err = out.Bucket.Exists(ctx, out.Key(PlanFileName)); err != nil {
-			return nil, storage.Classify(fmt.Errorf("check %s: %w", out.URL(PlanFileName), err))
+		if marked, err = out.Bucket.Exists(ctx, out.Key(plan.FileName)); err != nil {
+			return nil, storage.Classify(fmt.Errorf("check %s: %w", out.URL(plan.FileName), err))
 		}
 	}
 	var debris []string
-	for _, prefix := range []string{"parquet/", "tensors/", WorkPrefix} {
+	for _, prefix := range []string{"parquet/", "tensors/", plan.WorkPrefix} {
 		keys, err := listKeys(ctx, out, prefix)
 		if err != nil {
 			return nil, err
 		}
 		for _, rel := range keys {
-			if prefix != WorkPrefix && !ownedName.MatchString(rel) {
+			if prefix != plan.WorkPrefix && !ownedName.MatchString(rel) {
 				return nil, errs.Preconditionf("remove it or choose another output: relayout never deletes files it did not write",
 					"output %s holds %s, which relayout did not write", out.Name, out.URL(rel))
 			}

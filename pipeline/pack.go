@@ -8,6 +8,7 @@ import (
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
 )
 
@@ -27,8 +28,8 @@ func detectUnit(det *dedupe.Detector, src *partition.UnitRows, schema *arrow.Sch
 }
 
 // decidePacking fixes the packed layout from the detection over all rows.
-func decidePacking(tbl *source.Table, keys keyCols, det dedupe.Detection, opts RunOptions) (*dedupe.Decision, error) {
-	return dedupe.Decide(tbl.Schema, keys.query, keys.slice, det, dedupe.DecideOptions{QueryColumns: opts.QueryColumns, OnQueryConflict: opts.OnQueryConflict})
+func decidePacking(tbl *source.Table, keys plan.Keys, det dedupe.Detection, opts RunOptions) (*dedupe.Decision, error) {
+	return dedupe.Decide(tbl.Schema, keys.Query, keys.Slice, det, dedupe.DecideOptions{QueryColumns: opts.QueryColumns, OnQueryConflict: opts.OnQueryConflict})
 }
 
 // slicesInQueries returns the slices counted in queries (queries per

@@ -17,6 +17,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 )
@@ -302,7 +303,7 @@ func TestCommitRetriedAfterManifestWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	work := filepath.Join(out, strings.TrimSuffix(WorkPrefix, "/"))
+	work := filepath.Join(out, strings.TrimSuffix(plan.WorkPrefix, "/"))
 	saved := filepath.Join(t.TempDir(), "work")
 	if err := exec.Command("cp", "-a", work, saved).Run(); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
@@ -18,39 +17,17 @@ import (
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
 )
 
-// runtimeReserve is the memory budgeted for the Go runtime and the
-// binary's resident text, outside the data.
-const runtimeReserve = 48 << 20
-
 // Result is what a successful run produced.
 type Result struct {
 	Manifest *manifests.Manifest
 	Report   *report.Report
-}
-
-// layoutConfig is the part of the configuration that decides the output; it
-// is recorded in the manifest and hashed.
-type layoutConfig struct {
-	SliceKeys        []string      `json:"slice_keys"`
-	SortKeys         []string      `json:"sort_keys"`
-	RowGroupBytes    int64         `json:"row_group_bytes"`
-	MinRowGroupBytes int64         `json:"min_row_group_bytes"`
-	RowGroupRows     int64         `json:"row_group_rows"`
-	FileBytes        int64         `json:"file_bytes"`
-	BoundaryKeys     int           `json:"boundary_keys"`
-	QueryKey         []string      `json:"query_key,omitempty"`
-	QueryColumns     []string      `json:"query_columns,omitempty"`
-	ItemOrder        []string      `json:"item_order,omitempty"`
-	OnQueryConflict  string        `json:"on_query_conflict,omitempty"`
-	ZstdLevel        int           `json:"zstd_level"`
-	PageBytes        int64         `json:"page_bytes"`
-	Tensors          *tensorConfig `json:"tensors,omitempty"`
 }
 
 func nonNil(s []string) []string {
@@ -102,9 +79,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	defer tbl.Close()
 	if s := opts.sampleOf; s != nil {
-		in.rowBytes, in.fileRowBytes = s.rowBytes, s.fileRowBytes
+		in.RowBytes, in.FileRowBytes = s.RowBytes, s.FileRowBytes
 	}
-	inBytes := in.bytes
+	inBytes := in.Bytes
 	rep.Input = report.Input{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
 
@@ -114,7 +91,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// Go's limit covers the heap and runtime, not the binary's resident
 	// text, so leave room for it: the limit applies to the whole process.
 	if !opts.sample {
-		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-runtimeReserve-unitHeadroom, opts.MemoryLimit/2))
+		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-plan.RuntimeReserve-plan.UnitHeadroom, opts.MemoryLimit/2))
 		defer debug.SetMemoryLimit(prevLimit)
 		if os.Getenv("GOGC") == "" {
 			defer debug.SetGCPercent(debug.SetGCPercent(30))
@@ -123,32 +100,32 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 	// 1. Plan: the key pass, the layout, the partitions and units.
 	opts.Progress.Start("plan", int64(tbl.NumRowGroups()))
-	ks, err := keyPass(ctx, tbl, keys, in, tr != nil, opts)
+	ks, err := plan.AnalyzeSized(ctx, tbl, keys, in, opts.layout(tr), opts.resources())
 	opts.Progress.Finish()
 	if err != nil {
 		return nil, err
 	}
-	if ks.sample != nil {
-		defer ks.sample.Release()
+	if ks.Sample != nil {
+		defer ks.Sample.Release()
 	}
 	// In-process map tasks: one per core, over consecutive row groups.
 	mapBytes := max(inBytes/int64(max(opts.Parallel, 1)), 1)
-	p, err := buildPlan(ctx, tbl, keys, ks, tr, opts, mapBytes)
+	p, err := plan.Build(ctx, tbl, keys, ks, opts.layout(tr), opts.resources(), opts.Inputs, mapBytes)
 	if err != nil {
 		return nil, err
 	}
-	ks.ex = nil
-	lp := &loadedPlan{Plan: p, out: out, work: out, opts: opts, hist: ks.hist, tensors: tr.config(opts)}
-	units, _ := p.units()
+	ks.Extra = nil
+	lp := &loadedPlan{Plan: p, out: out, work: out, opts: opts, hist: ks.Hist, tensors: tr.config(opts)}
+	units, _ := p.Units()
 	rep.Units = len(units)
 	rep.ConfigHash = p.ConfigHash
 	rep.AddStage("plan", t0)
-	whole := len(ks.mp.units) == 1 // the table fits one unit: no shuffle
+	whole := len(ks.Memory.Units) == 1 // the table fits one unit: no shuffle
 	if whole {
 		rep.Units = 1
 	}
-	log.Info("planned", "slices", len(ks.hist.Slices), "files", len(ks.layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.layout.TargetRows,
-		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.rowBytes), "decoded_row_bytes", int(ks.mp.memRowBytes), "fixed_mib", ks.mp.fixed>>20)
+	log.Info("planned", "slices", len(ks.Hist.Slices), "files", len(ks.Layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.Layout.TargetRows,
+		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.RowBytes), "decoded_row_bytes", int(ks.Memory.MemRowBytes), "fixed_mib", ks.Memory.Fixed>>20)
 
 	// 2. Map: route every row to its unit.
 	t1 := time.Now()
@@ -169,7 +146,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		maps = []*TaskManifest{{Kind: "map", Rows: fp.Rows, Hash: fp.String(), Profile: prof.Lengths()}}
 		rep.AddStage("read", t1)
 		t1 = time.Now()
-		ord, err := partition.Sort(ks.hist, recs, keys.slice, keys.sort)
+		ord, err := partition.Sort(ks.Hist, recs, keys.Slice, keys.Sort)
 		if err == nil && int64(len(ord)) != tbl.Rows {
 			err = fmt.Errorf("internal: read %d rows, the footers say %d", len(ord), tbl.Rows)
 		}
@@ -195,9 +172,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 		opts.Progress.Start("map", tbl.Rows)
 		maps = make([]*TaskManifest, len(p.Maps))
-		err = par.ForEach(ctx, len(p.Maps), ks.mp.mapWorkers, func(i int) error {
+		err = par.ForEach(ctx, len(p.Maps), ks.Memory.MapWorkers, func(i int) error {
 			var err error
-			maps[i], err = lp.mapRows(ctx, tbl, keys, i, max(opts.Parallel/ks.mp.mapWorkers, 1))
+			maps[i], err = lp.mapRows(ctx, tbl, keys, i, max(opts.Parallel/ks.Memory.MapWorkers, 1))
 			return err
 		})
 		opts.Progress.Finish()
@@ -222,7 +199,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	var det dedupe.Detection
 	if p.Packing != nil {
 		if sorted != nil { // every row in order at once
-			d := dedupe.NewDetector(tbl.Schema, keys.query)
+			d := dedupe.NewDetector(tbl.Schema, keys.Query)
 			if err := detectUnit(d, sorted, tbl.Schema); err != nil {
 				return nil, err
 			}
@@ -251,7 +228,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if p.Packing != nil && len(pp.Files) == 0 {
 			pr = nil // a query covers the whole range: no file
 		}
-		d, err := lp.writePartition(ctx, pr, det, ks.sample)
+		d, err := lp.writePartition(ctx, pr, det, ks.Sample)
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +273,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
 	t3 := time.Now()
-	if err := report.FillRun(ctx, rep, tbl, out, m, ks.hist, ks.before, queries, shards, ks.layout, maxItems, opts.SliceKeys, opts.ReportSlices); err != nil {
+	if err := report.FillRun(ctx, rep, tbl, out, m, ks.Hist, ks.Before, queries, shards, ks.Layout, maxItems, opts.SliceKeys, opts.ReportSlices); err != nil {
 		log.Warn("could not complete the report", "err", err)
 	}
 	rep.AddStage("report", t3)
@@ -350,42 +327,4 @@ func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.S
 	}
 	m.SetFiles(files, spans)
 	return m
-}
-
-// readSample decodes the first non-empty input row group: the sample from
-// which column encodings are chosen.
-func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, error) {
-	for _, ref := range tbl.RowGroups() {
-		if ref.Rows() > 0 {
-			return tbl.Read(ctx, ref, nil, 2)
-		}
-	}
-	return nil, nil
-}
-
-// recordBytes sums the sizes of a record's buffers (its decoded size).
-func recordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	for _, c := range rec.Columns() {
-		n += dataBytes(c.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	if d.DataType().ID() == arrow.DICTIONARY {
-		if dict := d.Dictionary(); dict != nil && dict.(*array.Data) != nil {
-			n += dataBytes(dict)
-		}
-	}
-	return n
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/writer"
@@ -21,13 +22,6 @@ import (
 // OrderAlgorithm names the determinism contract loaders implement
 // (docs/loader.md).
 const OrderAlgorithm = "relayout-order-v1"
-
-// tensorConfig is the part of the layout config that decides the shards.
-type tensorConfig struct {
-	Spec         *tensors.Spec `json:"spec"`
-	ShardBytes   int64         `json:"shard_bytes"`
-	BlockSamples int64         `json:"block_samples"`
-}
 
 // tensorRun writes tensor shards beside the Parquet files: it profiles list
 // lengths while the input is read, fixes the tensor plan once the output
@@ -60,11 +54,11 @@ func newTensorRun(opts RunOptions) (*tensorRun, error) {
 	return t, nil
 }
 
-func (t *tensorRun) config(opts RunOptions) *tensorConfig {
+func (t *tensorRun) config(opts RunOptions) *plan.TensorOptions {
 	if t == nil {
 		return nil
 	}
-	return &tensorConfig{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples}
+	return &plan.TensorOptions{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples}
 }
 
 // open fixes the plan for the output schema and returns the sink.

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
@@ -32,8 +32,8 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 	if m.RelayoutVersion != version.Version {
 		return "", true, nil
 	}
-	var cfg layoutConfig
-	if err := json.Unmarshal(m.Config, &cfg); err != nil || cfg.Tensors == nil {
+	cfg, err := plan.DecodeConfig(m.Config)
+	if err != nil || cfg.Tensors == nil {
 		return "manifest: config has no tensor spec to re-derive the shards from", false, nil
 	}
 	objs := make([]storage.Object, len(m.Files))

@@ -1,0 +1,69 @@
+package plan
+
+import (
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+)
+
+// Keys are the table columns a run orders by: slice keys, sort keys (in
+// packed runs the query key, then the item order) and the query key.
+type Keys struct {
+	Slice, Sort, Query []int
+}
+
+// ResolveKeys checks the key options against the table.
+func ResolveKeys(tbl *source.Table, o Options) (Keys, error) {
+	var k Keys
+	var err error
+	if k.Slice, err = partition.KeyColumns(tbl, o.SliceKeys, "--slice-keys"); err != nil {
+		return k, err
+	}
+	if k.Sort, err = partition.KeyColumns(tbl, o.SortKeys, "--sort-keys"); err != nil {
+		return k, err
+	}
+	if len(o.QueryKey) > 0 {
+		if k.Query, err = partition.KeyColumns(tbl, o.QueryKey, "--query-key"); err != nil {
+			return k, err
+		}
+		io, err := partition.KeyColumns(tbl, o.ItemOrder, "--item-order")
+		if err != nil {
+			return k, err
+		}
+		k.Sort = append(append([]int{}, k.Query...), io...)
+	}
+	return k, nil
+}
+
+// Sizes are the footer figures the layout and the budget start from.
+type Sizes struct {
+	Bytes, Uncompressed int64
+	// RowBytes is uncompressed bytes per row, FileRowBytes stored bytes.
+	RowBytes, FileRowBytes float64
+	// Leaves is the input schema's leaf columns.
+	Leaves int64
+}
+
+// SizesOf reads a table's sizes from its footers.
+func SizesOf(tbl *source.Table) Sizes {
+	s := Sizes{RowBytes: 1, FileRowBytes: 1}
+	for _, f := range tbl.Files {
+		s.Bytes += f.Obj.Size
+		s.Uncompressed += f.UncompressedBytes
+	}
+	if tbl.Rows > 0 {
+		s.RowBytes = float64(s.Uncompressed) / float64(tbl.Rows)
+		s.FileRowBytes = float64(s.Bytes) / float64(tbl.Rows)
+	}
+	s.Leaves = int64(tbl.Files[0].Parquet().MetaData().Schema.NumColumns())
+	return s
+}
+
+// Layout cuts the histogram's slices into the output's row groups and
+// files: it depends only on the footers, the histogram and the options.
+func Layout(hist *partition.Histogram, in Sizes, o Options) partition.Layout {
+	return partition.PlanLayout(hist.Slices, partition.LayoutOptions{
+		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes,
+		RowGroupRows: o.RowGroupRows, FileBytes: o.FileBytes,
+		RowBytes: in.RowBytes, FileRowBytes: in.FileRowBytes, BoundaryKeys: o.BoundaryKeys,
+	})
+}

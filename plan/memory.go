@@ -1,0 +1,72 @@
+package plan
+
+import (
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
+)
+
+// Memory is how a run splits its memory budget.
+type Memory struct {
+	// Fixed is what writing needs whatever the unit size; UnitRows the
+	// rows gathered in memory at once; ChunkRows the writer's batch.
+	Fixed, UnitRows, ChunkRows int64
+	// MemRowBytes is decoded bytes per row.
+	MemRowBytes float64
+	// Units are the layout's units for UnitRows.
+	Units []partition.Unit
+	// MapWorkers is how many in-process map tasks may run at once: each
+	// holds one decoded input row group and what it routes from it.
+	MapWorkers int
+}
+
+// SizeMemory sizes the units. Fixed costs: the Go runtime and binary; every
+// leaf column's pending page (uncompressed, up to --page-bytes); the largest
+// row group's compressed pages, buffered until it is closed; gathered chunks
+// in flight; with tensors, one shard. What is left holds one unit of decoded
+// rows, the same rows concatenated per column (one column at a time) and GC
+// headroom. memRowBytes is decoded bytes per row, measured on a sample.
+func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowBytes float64, o Options, r Resources) (Memory, error) {
+	tensors := o.Tensors != nil
+	memRowBytes = max(in.RowBytes, memRowBytes)
+	compRatio := 1.0
+	if in.Uncompressed > 0 {
+		compRatio = min(max(float64(in.Bytes)/float64(in.Uncompressed), 0.05), 1)
+	}
+	chunkRows := min(max(int64((4<<20)/max(in.RowBytes, 1)), 1024), 64<<10)
+	chunkBytes := int64(float64(chunkRows) * memRowBytes)
+	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * in.RowBytes)
+	pending := min(in.Leaves*o.PageBytes, rowGroupBytes) // pages not yet cut
+	fixed := int64(RuntimeReserve) + pending + int64(float64(rowGroupBytes)*compRatio) + int64(max(r.Parallel, 2)+1)*chunkBytes
+	if tensors { // one shard's tensors are buffered until it is written
+		fixed += min(o.Tensors.ShardBytes, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
+	}
+	avail := r.MemoryLimit - fixed
+	if avail < 8<<20 {
+		return Memory{}, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --page-bytes or --shard-bytes",
+			r.MemoryLimit>>20, (fixed+8<<20)>>20, in.Leaves, o.PageBytes>>10, layout.TargetRows)
+	}
+	// A unit's rows are held twice while a column is concatenated and once
+	// more as gathered chunks, plus GC headroom that must hold up when the
+	// CPU is contended: a fifth of what is left after a further 16 MiB,
+	// which the run also keeps out of Go's soft memory limit (measured:
+	// under a 128 MiB limit the peak RSS went from 148-159 MiB to 140-142
+	// MiB).
+	unitRows := int64(float64(max(avail-UnitHeadroom, 8<<20)/5) / max(memRowBytes, 1))
+	if r.UnitRows > 0 {
+		unitRows = r.UnitRows
+	}
+	// The map phase runs before the units are gathered: its budget is the
+	// limit less the runtime, the kept encoding sample and headroom.
+	var maxRG int64
+	for _, f := range tbl.Files {
+		for _, n := range f.RowGroupRows {
+			maxRG = max(maxRG, n)
+		}
+	}
+	perMap := int64(2*float64(maxRG)*memRowBytes) + 4<<20
+	sampleBytes := int64(float64(min(tbl.Rows, 32<<10)) * memRowBytes)
+	mapWorkers := int(min(max((r.MemoryLimit-RuntimeReserve-UnitHeadroom-sampleBytes)/max(perMap, 1), 1), int64(max(r.Parallel, 1))))
+	return Memory{Fixed: fixed, UnitRows: unitRows, ChunkRows: chunkRows, MemRowBytes: memRowBytes, MapWorkers: mapWorkers,
+		Units: partition.GroupUnits(partition.Chunks(layout, chunkRows), unitRows)}, nil
+}

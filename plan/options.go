@@ -1,0 +1,125 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/tensors"
+)
+
+// Options are the choices that fix the output's bytes: keys, row-group and
+// file sizes, encoding, packing and tensors. They are recorded in the
+// manifest and the plan as the config, and hashed (Config); two runs with
+// equal Options on equal input write identical output, whatever their
+// Resources.
+type Options struct {
+	SliceKeys, SortKeys []string
+	// QueryKey, when set, packs each query once; QueryColumns, ItemOrder
+	// and OnQueryConflict configure the packing.
+	QueryKey        []string
+	QueryColumns    []string
+	ItemOrder       []string
+	OnQueryConflict string
+	// MaxItemsPerQuery caps one query's items (0: what fits a unit). It
+	// bounds memory, it does not change the bytes: not in the config.
+	MaxItemsPerQuery int64
+	RowGroupBytes    int64
+	MinRowGroupBytes int64
+	RowGroupRows     int64
+	FileBytes        int64
+	// BoundaryKeys: row groups end where one of the first BoundaryKeys
+	// slice keys changes (0: no such rule).
+	BoundaryKeys int
+	ZstdLevel    int
+	PageBytes    int64
+	// Tensors, when set, also writes tensor shards.
+	Tensors *TensorOptions
+}
+
+// TensorOptions are the choices that fix the tensor shards.
+type TensorOptions struct {
+	Spec         *tensors.Spec `json:"spec"`
+	ShardBytes   int64         `json:"shard_bytes"`
+	BlockSamples int64         `json:"block_samples"`
+}
+
+// Resources are what a run may use; they never change the output.
+type Resources struct {
+	// MemoryLimit bounds the process's memory; TmpDir holds spill files.
+	MemoryLimit int64
+	TmpDir      string
+	// Parallel is the goroutines doing CPU work.
+	Parallel int
+	// UnitRows, when > 0, caps the rows gathered in memory at once instead
+	// of deriving it from MemoryLimit (forces spilling in tests).
+	UnitRows int64
+}
+
+// RuntimeReserve is the memory budgeted for the Go runtime and the
+// binary's resident text, outside the data.
+const RuntimeReserve = 48 << 20
+
+// UnitHeadroom is left out of the units' share of the budget and out of
+// Go's soft memory limit: heap the runtime keeps beyond the soft limit
+// while a unit is concatenated.
+const UnitHeadroom = 16 << 20
+
+// config is the recorded form of Options: field order and omitempty fixed,
+// since its bytes are hashed.
+type config struct {
+	SliceKeys        []string       `json:"slice_keys"`
+	SortKeys         []string       `json:"sort_keys"`
+	RowGroupBytes    int64          `json:"row_group_bytes"`
+	MinRowGroupBytes int64          `json:"min_row_group_bytes"`
+	RowGroupRows     int64          `json:"row_group_rows"`
+	FileBytes        int64          `json:"file_bytes"`
+	BoundaryKeys     int            `json:"boundary_keys"`
+	QueryKey         []string       `json:"query_key,omitempty"`
+	QueryColumns     []string       `json:"query_columns,omitempty"`
+	ItemOrder        []string       `json:"item_order,omitempty"`
+	OnQueryConflict  string         `json:"on_query_conflict,omitempty"`
+	ZstdLevel        int            `json:"zstd_level"`
+	PageBytes        int64          `json:"page_bytes"`
+	Tensors          *TensorOptions `json:"tensors,omitempty"`
+}
+
+// Config returns the options as recorded in the manifest and the plan,
+// and the hash that names them (xxhash64 of those bytes).
+func (o Options) Config() ([]byte, string) {
+	cfg := config{
+		SliceKeys: nonNil(o.SliceKeys), SortKeys: nonNil(o.SortKeys),
+		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes,
+		RowGroupRows: o.RowGroupRows, FileBytes: o.FileBytes, BoundaryKeys: o.BoundaryKeys,
+		ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes, Tensors: o.Tensors,
+	}
+	if len(o.QueryKey) > 0 {
+		cfg.QueryKey, cfg.QueryColumns, cfg.ItemOrder, cfg.OnQueryConflict = o.QueryKey, nonNil(o.QueryColumns), nonNil(o.ItemOrder), o.OnQueryConflict
+	}
+	data, _ := json.Marshal(cfg)
+	return data, fmt.Sprintf("%016x", xxhash.Sum64(data))
+}
+
+// DecodeConfig reads recorded options back (a plan's or a manifest's
+// config). MaxItemsPerQuery is not recorded: the plan holds it.
+func DecodeConfig(data []byte) (Options, error) {
+	var c config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Options{}, err
+	}
+	return Options{
+		SliceKeys: c.SliceKeys, SortKeys: c.SortKeys, QueryKey: c.QueryKey, QueryColumns: c.QueryColumns,
+		ItemOrder: c.ItemOrder, OnQueryConflict: c.OnQueryConflict,
+		RowGroupBytes: c.RowGroupBytes, MinRowGroupBytes: c.MinRowGroupBytes, RowGroupRows: c.RowGroupRows,
+		FileBytes: c.FileBytes, BoundaryKeys: c.BoundaryKeys, ZstdLevel: c.ZstdLevel, PageBytes: c.PageBytes,
+		Tensors: c.Tensors,
+	}, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

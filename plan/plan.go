@@ -1,0 +1,414 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/version"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/report"
+	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/writer"
+)
+
+// The distributed run (docs/distributed.md): plan fixes the layout and cuts
+// it into partitions (one per output file) of memory-sized units, and the
+// input into map tasks; each map task routes its rows to the units through
+// the object store; in packed plans each detect task finds the columns that
+// vary inside a query in one partition; each reduce task orders (and packs)
+// one partition, unit by unit, and writes its file and shards; commit checks
+// every task and writes the manifest. Tasks write under the work prefix,
+// attempt-specific, with a small task manifest last, so a retried or
+// duplicated task is harmless. run executes the same plan in one process.
+const (
+	Format        = "relayout-plan"
+	FormatVersion = 1
+	// WorkPrefix holds the plan and the tasks' outputs until commit.
+	WorkPrefix = "_relayout/"
+	FileName   = WorkPrefix + "plan.json"
+	// SampleFileName holds the first input row group (Arrow IPC), from
+	// which every reduce task chooses column encodings as run does.
+	SampleFileName = WorkPrefix + "sample.arrows"
+	// DefaultMapBytes is the input bytes per map task.
+	DefaultMapBytes = 256 << 20
+)
+
+// Plan is plan.json: everything a task needs, fixed once.
+type Plan struct {
+	Format          string            `json:"format"`
+	FormatVersion   int               `json:"format_version"`
+	RelayoutVersion string            `json:"relayout_version"`
+	Config          json.RawMessage   `json:"config"`
+	ConfigHash      string            `json:"config_hash"`
+	InputArgs       []string          `json:"input_args"`
+	Inputs          []manifests.Input `json:"inputs"`
+	Rows            int64             `json:"rows"`
+	RowBytes        float64           `json:"row_bytes"` // uncompressed input bytes per row
+	ChunkRows       int64             `json:"chunk_rows"`
+	// UnitRows caps the rows a map task routes to one object and a
+	// reduce task sorts at once: the plan's --memory-limit sizes it as run
+	// sizes its units. Units never span partitions.
+	UnitRows int64 `json:"unit_rows"`
+	// MemoryLimit is the budget UnitRows was sized for: detect and reduce
+	// tasks need at least as much.
+	MemoryLimit int64            `json:"memory_limit"`
+	Layout      partition.Layout `json:"layout"`
+	Slices      []Slice          `json:"slices"`
+	Partitions  []Partition      `json:"partitions"`
+	Maps        []Map            `json:"maps"`
+	// InputRowGroupsNoStats counts input row groups without slice-key
+	// statistics (for the report's warnings).
+	InputRowGroupsNoStats int `json:"input_row_groups_no_stats"`
+	// Packing is set for packed plans (--query-key).
+	Packing *Packing `json:"packing,omitempty"`
+
+	unitsOf  []partition.Unit // units(), once computed
+	unitPart []int
+	// Cuts routes the rows of slices split over units, in plans with sort
+	// keys (packed plans sort by query key): slice rank -> the sort key and
+	// input position of the row at each unit start inside it. Without sort
+	// keys a slice's rows keep input order: map tasks count them
+	// (Map.Counters).
+	Cuts map[string][]partition.Cut `json:"cuts,omitempty"`
+}
+
+// Packing is what a packed plan adds: exact query counts from the key
+// pass, and how the queries of slices split over files are routed.
+type Packing struct {
+	Queries       int64                  `json:"queries"`
+	Items         int64                  `json:"items"`
+	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
+	PerSlice      []int64                `json:"queries_per_slice"`
+	MaxItems      int64                  `json:"max_items_per_query"`
+}
+
+// Slice is one histogram entry.
+type Slice struct {
+	Parts          [][]byte `json:"parts"`
+	Values         []any    `json:"values"`
+	Rows           int64    `json:"rows"`
+	Start          int64    `json:"start"`
+	InputRowGroups int      `json:"input_row_groups"`
+	// What reading the slice costs on the input (the report's "before").
+	ReadBytesBefore int64 `json:"read_bytes_before"`
+	RowGroupsBefore int   `json:"row_groups_before"`
+}
+
+// Partition is one reduce task: a run of output files.
+type Partition struct {
+	Index int   `json:"index"`
+	Files []int `json:"files"`
+	// Start and Rows are the partition's range in the ordered flat rows
+	// (items when packed); Units counts its units.
+	Start int64 `json:"start"`
+	Rows  int64 `json:"rows"`
+	Units int   `json:"units"`
+	// Queries is a packed partition's queries: its file's rows. A packed
+	// partition may be empty (one query covered its whole file range).
+	Queries int64 `json:"queries,omitempty"`
+}
+
+// Map is one map task: a run of input row groups in input order, and,
+// for every slice split over units that keeps input order (no sort keys),
+// how many of its rows come before.
+type Map struct {
+	Index     int              `json:"index"`
+	RowGroups [][2]int         `json:"row_groups"` // (input file, row group)
+	Rows      int64            `json:"rows"`
+	Bytes     int64            `json:"bytes"`
+	Counters  map[string]int64 `json:"counters"` // slice rank -> rows before
+}
+
+// planPacking places a packed plan's partitions: each file's packed range
+// starts at a query boundary (partition.ComputePackCuts), and a partition whose range
+// is empty writes no file, so the files after it are numbered down, as run
+// numbers them.
+func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys Keys, qc *partition.QueryCounts, maxItems int64, parallel int) error {
+	pc, err := partition.ComputePackCuts(ctx, tbl, hist, layout, keys.Slice, keys.Query, parallel)
+	if err != nil {
+		return err
+	}
+	pk := &Packing{Queries: qc.Queries, Items: tbl.Rows, ItemsPerQuery: manifests.DistributionOf(qc.Items),
+		PerSlice: qc.PerSlice, MaxItems: maxItems}
+	rt := partition.NewRouter(hist, planUnits(layout, 1<<62))
+	queries := slices.Clone(pc.Queries)
+	for i, s := range hist.Slices {
+		if s.Rows > 0 && rt.Whole[i] >= 0 {
+			queries[rt.Whole[i]] += qc.PerSlice[i]
+		}
+	}
+	next := 0 // the next output file's number
+	for k := range layout.Files {
+		pp := Partition{Index: k, Files: []int{}, Start: pc.Starts[k], Rows: pc.Starts[k+1] - pc.Starts[k], Queries: queries[k]}
+		if pp.Rows > 0 || (k == 0 && tbl.Rows == 0) {
+			pp.Files = []int{next}
+			next++
+		}
+		p.Partitions = append(p.Partitions, pp)
+	}
+	p.Packing = pk
+	return nil
+}
+
+// Units returns the plan's units in output order, with each one's
+// partition: the writer's chunks (cut at the partitions' starts), grouped
+// per partition by UnitRows. Run groups its chunks the same way.
+func (p *Plan) Units() ([]partition.Unit, []int) {
+	if p.unitsOf != nil {
+		return p.unitsOf, p.unitPart
+	}
+	starts := make([]int64, len(p.Partitions))
+	for j, pp := range p.Partitions {
+		starts[j] = pp.Start
+	}
+	chunks := partition.CutChunks(partition.Chunks(p.Layout, p.ChunkRows), starts)
+	var units []partition.Unit
+	var part []int
+	for j, pp := range p.Partitions {
+		in := partition.ChunksIn(chunks, pp.Start, pp.Start+pp.Rows)
+		if len(in) == 0 {
+			continue
+		}
+		for _, u := range partition.GroupUnits(in, p.UnitRows) {
+			units = append(units, u)
+			part = append(part, j)
+		}
+	}
+	p.unitsOf, p.unitPart = units, part
+	return units, part
+}
+
+// planUnits is one unit per output file, cut into the writer's chunks.
+func planUnits(l partition.Layout, chunkRows int64) []partition.Unit {
+	var units []partition.Unit
+	for _, f := range l.Files {
+		units = append(units, partition.Unit{Start: f.Start, Rows: f.Rows,
+			Chunks: partition.Chunks(partition.Layout{Files: []partition.File{f}}, chunkRows)})
+	}
+	return units
+}
+
+// SplitCuts parses the plan's cuts, keyed by slice rank.
+func (p *Plan) SplitCuts() (map[int32][]partition.Cut, error) {
+	m, slices := p.Cuts, len(p.Slices)
+	out := map[int32][]partition.Cut{}
+	for k, cuts := range m {
+		rk, err := strconv.Atoi(k)
+		if err != nil || rk < 0 || rk >= slices {
+			return nil, errs.BadInputf("plan: bad cut slice %q", k)
+		}
+		out[int32(rk)] = cuts
+	}
+	return out, nil
+}
+
+// KeyPass is what the key pass and the footers fix before a plan: the
+// histogram, per-row-group counts and query counts, each slice's read cost
+// on the input, the layout and the memory plan.
+type KeyPass struct {
+	Hist   *partition.Histogram
+	Extra  *partition.BuildExtra
+	Before report.Before
+	Layout partition.Layout
+	Memory Memory
+	// Sample is the first row group, trimmed: it chooses the encodings.
+	Sample arrow.RecordBatch
+	Sizes  Sizes
+}
+
+// Analyze is the key pass: it reads the key columns (slice keys, query
+// key) of every row group and fixes the layout and the memory plan, as run
+// and the distributed plan both start.
+func Analyze(ctx context.Context, tbl *source.Table, keys Keys, o Options, r Resources) (*KeyPass, error) {
+	in := SizesOf(tbl)
+	return AnalyzeSized(ctx, tbl, keys, in, o, r)
+}
+
+// AnalyzeSized is Analyze with the input's sizes given (the dry run's
+// in-memory run plans its sample with the real input's bytes per row).
+func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o Options, r Resources) (*KeyPass, error) {
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.Slice, partition.BuildOptions{Counts: true, Vectors: len(keys.Slice) > 0, QueryCols: keys.Query}, r.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	// What reading each slice costs on the input, for the report; the
+	// per-row-group vectors are dropped here, before the rows are read.
+	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, ex.Vectors)
+	if err != nil {
+		return nil, err
+	}
+	ex.Vectors = nil
+	layout := Layout(hist, in, o)
+	// Units are sized with decoded bytes measured on the first row group
+	// (dictionary-encoded columns decode larger than Parquet says).
+	sample, err := readSample(ctx, tbl)
+	if err != nil {
+		return nil, err
+	}
+	memRowBytes := in.RowBytes
+	if sample != nil && sample.NumRows() > 0 {
+		memRowBytes = float64(RecordBytes(sample)) / float64(sample.NumRows())
+	}
+	if sample != nil { // keep only the rows that choose encodings
+		trimmed, err := writer.TrimSample(sample, memory.DefaultAllocator)
+		sample.Release()
+		if err != nil {
+			return nil, err
+		}
+		sample = trimmed
+	}
+	mp, err := SizeMemory(tbl, in, layout, memRowBytes, o, r)
+	if err != nil {
+		if sample != nil {
+			sample.Release()
+		}
+		return nil, err
+	}
+	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: layout, Memory: mp, Sample: sample, Sizes: in}, nil
+}
+
+// Release frees the encoding sample.
+func (kp *KeyPass) Release() {
+	if kp.Sample != nil {
+		kp.Sample.Release()
+		kp.Sample = nil
+	}
+}
+
+// Build fixes the partitions (one per output file), the units, the cuts
+// that route split slices and the map tasks (runs of input row groups of
+// about mapBytes): plan.json's content, and what run executes. inputs are
+// the input arguments as given (the tasks list them again).
+func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Options, r Resources, inputs []string, mapBytes int64) (*Plan, error) {
+	hist, ex, before, layout, mp, in := kp.Hist, kp.Extra, kp.Before, kp.Layout, kp.Memory, kp.Sizes
+	cfgJSON, cfgHash := o.Config()
+	p := &Plan{Format: Format, FormatVersion: FormatVersion, RelayoutVersion: version.Version,
+		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: inputs, Rows: tbl.Rows, RowBytes: in.RowBytes, ChunkRows: mp.ChunkRows,
+		UnitRows: mp.UnitRows, MemoryLimit: r.MemoryLimit, Layout: layout}
+	for _, f := range tbl.Files {
+		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+	}
+	for i, s := range hist.Slices {
+		p.Slices = append(p.Slices, Slice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
+			ReadBytesBefore: before.SliceBytes[i], RowGroupsBefore: before.SliceRowGroups[i]})
+	}
+	p.InputRowGroupsNoStats = before.NoStats
+	// One partition per output file: the files are the units every
+	// worker count shares, so the bytes never depend on the workers.
+	if keys.Query != nil {
+		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, o.MaxItemsPerQuery, r.Parallel); err != nil {
+			return nil, err
+		}
+	} else {
+		for k, f := range layout.Files {
+			p.Partitions = append(p.Partitions, Partition{Index: k, Files: []int{k}, Start: f.Start, Rows: f.Rows})
+		}
+	}
+	if p.Packing != nil && p.Packing.MaxItems == 0 {
+		p.Packing.MaxItems = mp.UnitRows // a query must fit a unit
+	}
+	units, part := p.Units()
+	for _, j := range part {
+		p.Partitions[j].Units++
+	}
+	rt := partition.NewRouter(hist, units)
+	split := rt.Split()
+	if len(split) > 0 && len(keys.Sort) > 0 {
+		// Rows of a split slice are ordered by sort key, not input order:
+		// route them by the sort key (and position) at each unit start.
+		starts := make([]int64, len(units))
+		for u, un := range units {
+			starts[u] = un.Start
+		}
+		cuts, err := partition.ComputeCuts(ctx, tbl, hist, starts, keys.Slice, keys.Sort, r.Parallel)
+		if err != nil {
+			return nil, err
+		}
+		p.Cuts = map[string][]partition.Cut{}
+		for rk, c := range cuts {
+			p.Cuts[strconv.Itoa(int(rk))] = c
+		}
+		split = nil
+	}
+	// Map tasks: consecutive row groups of about mapBytes.
+	refs := tbl.RowGroups()
+	rowsBefore := map[int32]int64{}
+	var cur *Map
+	for i, ref := range refs {
+		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
+			p.Maps = append(p.Maps, Map{Index: len(p.Maps), Counters: map[string]int64{}})
+			cur = &p.Maps[len(p.Maps)-1]
+			for _, rk := range split {
+				cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
+			}
+		}
+		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
+		cur.Rows += ref.Rows()
+		cur.Bytes += RowGroupBytes(ref)
+		for _, rk := range split {
+			rowsBefore[rk] += ex.Counts[i][rk]
+		}
+	}
+	if len(p.Maps) == 0 {
+		p.Maps = append(p.Maps, Map{Index: 0, Counters: map[string]int64{}})
+	}
+	return p, nil
+}
+
+// readSample decodes the first non-empty input row group: the sample from
+// which column encodings are chosen.
+func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, error) {
+	for _, ref := range tbl.RowGroups() {
+		if ref.Rows() > 0 {
+			return tbl.Read(ctx, ref, nil, 2)
+		}
+	}
+	return nil, nil
+}
+
+// RecordBytes sums the sizes of a record's buffers (its decoded size).
+func RecordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, c := range rec.Columns() {
+		n += dataBytes(c.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		if dict := d.Dictionary(); dict != nil && dict.(*array.Data) != nil {
+			n += dataBytes(dict)
+		}
+	}
+	return n
+}
+
+// RowGroupBytes is a row group's stored bytes (its column chunks).
+func RowGroupBytes(ref source.RowGroupRef) int64 {
+	rg := ref.File.Parquet().MetaData().RowGroup(ref.RowGroup)
+	var n int64
+	for c := 0; c < rg.NumColumns(); c++ {
+		if cc, err := rg.ColumnChunk(c); err == nil {
+			n += cc.TotalCompressedSize()
+		}
+	}
+	return n
+}
