@@ -27,6 +27,7 @@ import (
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
+	"github.com/relayout/relayout/verify"
 	"github.com/relayout/relayout/writer"
 )
 
@@ -499,7 +500,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if err != nil {
 		return nil, err
 	}
-	vr, err := verifyLocation(ctx, lp.out, m, false, lp.opts.Parallel, nopProgress{})
+	vr, err := verify.Manifest(ctx, lp.out, m, false, lp.opts.Parallel, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -528,7 +529,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		}
 		lp.opts.Log.Info("already committed by this plan; finishing the cleanup", "manifest", lp.out.URL(manifests.FileName))
 	}
-	if err := removePrefix(ctx, lp.work, plan.WorkPrefix); err != nil {
+	if err := storage.RemovePrefix(ctx, lp.work, plan.WorkPrefix); err != nil {
 		return m, err
 	}
 	// The report: the run's figures from the plan's key pass (before) and

@@ -21,6 +21,7 @@ import (
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/verify"
 )
 
 // distOpts are small sizes so a small table makes several files
@@ -347,7 +348,7 @@ func TestDistributedRefusals(t *testing.T) {
 	if _, _, err := PlanJob(ctx, distOpts(in, out), 0); !errs.Is(err, errs.Precondition) {
 		t.Fatalf("plan over a committed output: %v", err)
 	}
-	if r, err := Verify(ctx, out, true, 2); err != nil || !r.OK {
+	if r, err := verify.Output(ctx, out, true, 2); err != nil || !r.OK {
 		t.Fatalf("verify --deep of the distributed output: %+v %v", r, err)
 	}
 }
@@ -557,7 +558,7 @@ func TestDistributedQueryCoversFiles(t *testing.T) {
 			t.Fatalf("%s differs from run's", k)
 		}
 	}
-	if r, err := Verify(context.Background(), out, true, 2); err != nil || !r.OK {
+	if r, err := verify.Output(context.Background(), out, true, 2); err != nil || !r.OK {
 		t.Fatalf("verify --deep: %+v %v", r, err)
 	}
 }

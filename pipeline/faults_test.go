@@ -19,6 +19,7 @@ import (
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/verify"
 )
 
 // faultyS3 starts a loopback S3-protocol server behind a fault-injecting
@@ -128,7 +129,7 @@ func TestRunAndVerifyUnderNetworkFaults(t *testing.T) {
 				px.SetRates(faultproxy.Rates{CutBody: 0.01, Reset: 0.002, Status503: 0.002})
 			}
 			t0 := time.Now()
-			res, err := Verify(ctx, out, deep, 2)
+			res, err := verify.Output(ctx, out, deep, 2)
 			t.Logf("trial %d: verify (deep %v) %.1fs, %v", trial, deep, time.Since(t0).Seconds(), err)
 			if outcome(t, fmt.Sprintf("verify (deep %v)", deep), err) && !res.OK {
 				t.Fatalf("trial %d: verify (deep %v) of an intact output under faults: %s", trial, deep, res.Problem)

@@ -2,9 +2,7 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path"
@@ -12,8 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"gocloud.dev/blob"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/manifests"
@@ -70,7 +66,7 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 	}
 	var debris []string
 	for _, prefix := range []string{"parquet/", "tensors/", plan.WorkPrefix} {
-		keys, err := listKeys(ctx, out, prefix)
+		keys, err := storage.ListKeys(ctx, out, prefix)
 		if err != nil {
 			return nil, err
 		}
@@ -169,24 +165,6 @@ func (c *outputClaim) release(ctx context.Context) {
 }
 
 // listKeys lists the keys under prefix (relative to out), failing on any
-// listing error: a cleanup that cannot list must not look complete.
-func listKeys(ctx context.Context, out storage.Location, prefix string) ([]string, error) {
-	var keys []string
-	it := out.Bucket.List(&blob.ListOptions{Prefix: out.Key(prefix)})
-	for {
-		obj, err := it.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return keys, nil
-		}
-		if err != nil {
-			return nil, storage.Classify(fmt.Errorf("list %s: %w", out.URL(prefix), err))
-		}
-		if obj.IsDir {
-			continue
-		}
-		keys = append(keys, strings.TrimPrefix(obj.Key, out.Prefix))
-	}
-}
 
 // checkOverlap refuses an output that is, contains or lies inside an input:
 // a run would read its own output back, or remove its input as leftovers.
@@ -246,7 +224,7 @@ func cleanupOutput(ctx context.Context, out storage.Location, prefixes ...string
 	defer cancel()
 	var first error
 	for _, p := range prefixes {
-		if err := removePrefix(ctx, out, p); err != nil && first == nil {
+		if err := storage.RemovePrefix(ctx, out, p); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/verify"
 )
 
 func packRunOpts(in, out string, mod func(*RunOptions)) RunOptions {
@@ -70,7 +71,7 @@ func TestPackGenerated(t *testing.T) {
 	if fmt.Sprintf("%v %v %v", diff[0]["a"], diff[0]["b"], diff[0]["n"]) != "0 0 30000" {
 		t.Fatalf("DuckDB unnest vs input: %v", diff[0])
 	}
-	if r, err := Verify(ctx, filepath.Join(base, "packed"), true, 2); err != nil || !r.OK {
+	if r, err := verify.Output(ctx, filepath.Join(base, "packed"), true, 2); err != nil || !r.OK {
 		t.Fatalf("verify --deep: %+v %v", r, err)
 	}
 	data, _ := os.ReadFile(filepath.Join(base, "packed", "manifest.json"))
@@ -109,7 +110,7 @@ func TestPackGenerated(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("unpacked rows differ from the input (%d vs %d rows)", len(got), len(want))
 	}
-	if r, err := Verify(ctx, filepath.Join(base, "flat"), true, 2); err != nil || !r.OK {
+	if r, err := verify.Output(ctx, filepath.Join(base, "flat"), true, 2); err != nil || !r.OK {
 		t.Fatalf("verify of the unpacked output: %+v %v", r, err)
 	}
 }
@@ -205,7 +206,7 @@ func TestPackHugeQuery(t *testing.T) {
 	if pk := res.Manifest.Packing; pk.Queries != 1 || pk.Items != 1_000_000 || pk.ItemsPerQuery.Max != 1_000_000 {
 		t.Fatalf("packing %+v", pk)
 	}
-	if r, err := Verify(ctx, out, true, 2); err != nil || !r.OK {
+	if r, err := verify.Output(ctx, out, true, 2); err != nil || !r.OK {
 		t.Fatalf("verify --deep: %+v %v", r, err)
 	}
 	_, err = Run(ctx, RunOptions{Inputs: []string{p}, Output: filepath.Join(t.TempDir(), "o"), QueryKey: []string{"query_id"}, MemoryLimit: 96 << 20})

@@ -20,6 +20,7 @@ import (
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/verify"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes at a new folder and unmounts it
@@ -156,7 +157,7 @@ func TestOutputHeldByAnotherRun(t *testing.T) {
 		if ok != 1 {
 			t.Fatalf("trial %d: %d runs committed (errors %v, %v), want exactly 1", trial, ok, errsOf[0], errsOf[1])
 		}
-		res, err := Verify(ctx, out, false, 2)
+		res, err := verify.Output(ctx, out, false, 2)
 		if err != nil || !res.OK {
 			t.Fatalf("trial %d: the committed output does not verify: %+v %v", trial, res, err)
 		}
@@ -273,7 +274,7 @@ func TestNeverDeletesWhatRelayoutDidNotWrite(t *testing.T) {
 	if _, err := os.Stat(notes); err != nil {
 		t.Fatal("a foreign file was deleted")
 	}
-	if res, err := Verify(ctx, out, false, 1); err != nil || !res.OK {
+	if res, err := verify.Output(ctx, out, false, 1); err != nil || !res.OK {
 		t.Fatalf("the refused overwrite damaged the committed output: %+v %v", res, err)
 	}
 }
@@ -336,7 +337,7 @@ func TestCommitRetriedAfterManifestWrite(t *testing.T) {
 			t.Fatalf("temporary file left: %s", f)
 		}
 	}
-	if r, err := Verify(ctx, out, false, 1); err != nil || !r.OK {
+	if r, err := verify.Output(ctx, out, false, 1); err != nil || !r.OK {
 		t.Fatalf("verify: %+v %v", r, err)
 	}
 }
@@ -355,7 +356,7 @@ func TestLeaseOnS3(t *testing.T) {
 		if (errsOf[0] == nil) == (errsOf[1] == nil) {
 			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
 		}
-		if res, err := Verify(ctx, out, false, 2); err != nil || !res.OK {
+		if res, err := verify.Output(ctx, out, false, 2); err != nil || !res.OK {
 			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
 		}
 	}
@@ -428,14 +429,14 @@ func TestVerifyCatchesManifestEdits(t *testing.T) {
 	}
 	for name, f := range cases {
 		os.WriteFile(filepath.Join(out, manifests.FileName), edit(f), 0o644)
-		res, err := Verify(ctx, out, false, 2)
+		res, err := verify.Output(ctx, out, false, 2)
 		if err != nil || res.OK {
 			t.Errorf("%s edited: verify says %+v, %v; want a problem", name, res, err)
 		}
 	}
 	os.WriteFile(filepath.Join(out, manifests.FileName), orig, 0o644)
 	os.WriteFile(filepath.Join(out, "parquet", "part-99999.parquet"), []byte("stray"), 0o644)
-	res, err := Verify(ctx, out, false, 2)
+	res, err := verify.Output(ctx, out, false, 2)
 	if err != nil || !res.OK || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "part-99999.parquet") {
 		t.Fatalf("stray file: %+v, %v; want OK with one warning naming it", res, err)
 	}

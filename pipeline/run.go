@@ -22,6 +22,7 @@ import (
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
+	"github.com/relayout/relayout/verify"
 )
 
 // Result is what a successful run produced.
@@ -248,7 +249,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if opts.Check != CheckNone {
 		t2 := time.Now()
 		opts.Progress.Start("check", m.Totals.Rows)
-		vr, err := verifyLocation(ctx, out, m, opts.Check == CheckFull, opts.Parallel, opts.Progress)
+		vr, err := verify.Manifest(ctx, out, m, opts.Check == CheckFull, opts.Parallel, opts.Progress)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/report"
+	"github.com/relayout/relayout/verify"
 )
 
 // smallRun runs relayout on in with options sized so that a few tens of
@@ -398,7 +399,7 @@ func TestInjectedFailureLeavesNoManifestOrTemp(t *testing.T) {
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
 		t.Fatalf("a failed run left temp files: %v", ents)
 	}
-	res, err := Verify(context.Background(), out, false, 1)
+	res, err := verify.Output(context.Background(), out, false, 1)
 	if err != nil || res.OK {
 		t.Fatalf("verify of a failed output: %+v %v", res, err)
 	}
@@ -408,7 +409,7 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 4})
 	out := filepath.Join(t.TempDir(), "out")
 	smallRun(t, in, out, nil)
-	if res, err := Verify(context.Background(), out, true, 2); err != nil || !res.OK {
+	if res, err := verify.Output(context.Background(), out, true, 2); err != nil || !res.OK {
 		t.Fatalf("verify of a good output: %+v %v", res, err)
 	}
 	p := testutil.Files(t, filepath.Join(out, "parquet"))[0]
@@ -417,7 +418,7 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 		bad := bytes.Clone(orig)
 		bad[off] ^= 0x01
 		os.WriteFile(p, bad, 0o644)
-		res, err := Verify(context.Background(), out, false, 1)
+		res, err := verify.Output(context.Background(), out, false, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,7 +428,7 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 	}
 	os.WriteFile(p, orig, 0o644)
 	os.Remove(p)
-	if res, _ := Verify(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
+	if res, _ := verify.Output(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
 		t.Fatalf("missing file not caught: %+v", res)
 	}
 }
@@ -436,7 +437,7 @@ func TestVerifyChecksShards(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 4})
 	out := filepath.Join(t.TempDir(), "out")
 	smallRun(t, in, out, func(o *RunOptions) { o.Tensors = true; o.ShardBytes = 128 << 10 })
-	res, err := Verify(context.Background(), out, false, 2)
+	res, err := verify.Output(context.Background(), out, false, 2)
 	if err != nil || !res.OK || res.Shards < 2 {
 		t.Fatalf("verify of a good output: %+v %v", res, err)
 	}
@@ -446,7 +447,7 @@ func TestVerifyChecksShards(t *testing.T) {
 		bad := bytes.Clone(orig)
 		bad[off] ^= 0x01
 		os.WriteFile(p, bad, 0o644)
-		res, err := Verify(context.Background(), out, false, 1)
+		res, err := verify.Output(context.Background(), out, false, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,7 +456,7 @@ func TestVerifyChecksShards(t *testing.T) {
 		}
 	}
 	os.Remove(p)
-	if res, _ := Verify(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
+	if res, _ := verify.Output(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
 		t.Fatalf("missing shard not caught: %+v", res)
 	}
 }
@@ -600,7 +601,7 @@ func TestVerifyDeepRederivesShards(t *testing.T) {
 				o.QueryKey = []string{"query_id"}
 			}
 		})
-		res, err := Verify(context.Background(), out, true, 2)
+		res, err := verify.Output(context.Background(), out, true, 2)
 		if err != nil || !res.OK || !res.Rederived || res.Shards < 3 || res.Files < 2 {
 			t.Fatalf("packed %v: deep verify of a good output: %+v %v", packed, res, err)
 		}
@@ -615,10 +616,10 @@ func TestVerifyDeepRederivesShards(t *testing.T) {
 		raw, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
 		raw = bytes.Replace(raw, []byte(`"`+last.XXHash64+`"`), []byte(fmt.Sprintf(`"%016x"`, xxhash.Sum64(data))), 1)
 		os.WriteFile(filepath.Join(out, "manifest.json"), raw, 0o644)
-		if res, err := Verify(context.Background(), out, false, 2); err != nil || !res.OK {
+		if res, err := verify.Output(context.Background(), out, false, 2); err != nil || !res.OK {
 			t.Fatalf("packed %v: the altered shard should pass the shallow check: %+v %v", packed, res, err)
 		}
-		res, err = Verify(context.Background(), out, true, 2)
+		res, err = verify.Output(context.Background(), out, true, 2)
 		if err != nil || res.OK || !strings.Contains(res.Problem, last.Path) || !strings.Contains(res.Problem, "not the conversion") {
 			t.Fatalf("packed %v: deep verify of an altered shard: %+v %v", packed, res, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/verify"
 )
 
 // s3Server starts a real S3-protocol server on loopback and returns the URL
@@ -129,11 +130,11 @@ func TestObjectStorageMatchesLocal(t *testing.T) {
 		}
 		// verify works on the remote output too.
 	}
-	res, err := Verify(ctx, "s3://bkt/relaid/"+params, true, 2)
+	res, err := verify.Output(ctx, "s3://bkt/relaid/"+params, true, 2)
 	if err != nil || !res.OK {
 		t.Fatalf("verify on S3: %+v %v", res, err)
 	}
-	res, err = Verify(ctx, "mem://conformance-test/out/", true, 2)
+	res, err = verify.Output(ctx, "mem://conformance-test/out/", true, 2)
 	if err != nil || !res.OK {
 		t.Fatalf("verify on mem: %+v %v", res, err)
 	}

@@ -3,12 +3,8 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
@@ -105,35 +101,4 @@ func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.Shard, opts 
 	}
 	mt.Shards, mt.Totals = m.IndexShards(ms)
 	return mt
-}
-
-// removePrefix deletes every object under rel (best effort on NotFound).
-func removePrefix(ctx context.Context, out storage.Location, rel string) error {
-	keys, err := listKeys(ctx, out, rel)
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := out.Bucket.Delete(ctx, out.Key(k)); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return storage.Classify(fmt.Errorf("remove %s: %w", out.URL(k), err))
-		}
-	}
-	if out.Local != "" { // fileblob leaves the emptied folders
-		removeEmptyDirs(filepath.Join(out.Local, filepath.FromSlash(out.Key(rel))))
-	}
-	return nil
-}
-
-// removeEmptyDirs removes dir and the folders under it that are empty.
-func removeEmptyDirs(dir string) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			removeEmptyDirs(filepath.Join(dir, e.Name()))
-		}
-	}
-	os.Remove(dir) // fails, as it should, when not empty
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/verify"
 	"github.com/relayout/relayout/writer"
 )
 
@@ -138,7 +139,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	}
 	opts := RunOptions{SliceKeys: pm.SliceKeys, SortKeys: pm.Packing.QueryKey}
 	m := buildManifest(tbl, l.Flat, slices, files, cfg, cfgHash, opts, fp)
-	if res, err := verifyLocation(ctx, out, m, false, max(o.Parallel, 1), nopProgress{}); err != nil {
+	if res, err := verify.Manifest(ctx, out, m, false, max(o.Parallel, 1), nopProgress{}); err != nil {
 		return nil, err
 	} else if !res.OK {
 		return nil, fmt.Errorf("unpacked output check failed, nothing committed: %s", res.Problem)

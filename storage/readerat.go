@@ -3,11 +3,12 @@ package storage
 import (
 	"context"
 	"fmt"
-	"github.com/relayout/relayout/internal/errs"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
+
+	"github.com/relayout/relayout/internal/errs"
 )
 
 // Counters count the bytes and requests of reads. The zero value is ready to

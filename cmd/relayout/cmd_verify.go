@@ -7,7 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relayout/relayout/internal/errs"
-	"github.com/relayout/relayout/pipeline"
+	"github.com/relayout/relayout/verify"
 )
 
 func verifyCommand() *cli.Command {
@@ -32,7 +32,7 @@ func verifyCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return errs.Usagef("verify takes one output folder or URL")
 			}
-			res, err := pipeline.Verify(c.Context, c.Args().First(), c.Bool("deep"), c.Int("parallel"))
+			res, err := verify.Output(c.Context, c.Args().First(), c.Bool("deep"), c.Int("parallel"))
 			if err != nil {
 				return err
 			}

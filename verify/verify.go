@@ -1,4 +1,4 @@
-package pipeline
+package verify
 
 import (
 	"bytes"
@@ -21,8 +21,8 @@ import (
 	"github.com/relayout/relayout/writer"
 )
 
-// VerifyResult is the outcome of a verification.
-type VerifyResult struct {
+// Result is the outcome of a verification.
+type Result struct {
 	OK bool `json:"ok"`
 	// Problem describes the first mismatch found ("" when OK).
 	Problem string `json:"problem,omitempty"`
@@ -40,12 +40,12 @@ type VerifyResult struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Verify checks an output folder against its manifest: every file exists with
+// Output checks an output folder against its manifest: every file exists with
 // the recorded size and xxhash64, footers hold the recorded rows and row
 // groups, key order and slice boundaries match the slice index, key statistics
 // are present (and min == max in row groups owned by one slice); deep also
 // decodes every value and compares the content fingerprint.
-func Verify(ctx context.Context, output string, deep bool, parallel int) (*VerifyResult, error) {
+func Output(ctx context.Context, output string, deep bool, parallel int) (*Result, error) {
 	out, err := storage.OpenDir(ctx, output, false)
 	if err != nil {
 		return nil, err
@@ -53,18 +53,18 @@ func Verify(ctx context.Context, output string, deep bool, parallel int) (*Verif
 	data, err := storage.Get(ctx, out, manifests.FileName)
 	if err != nil {
 		if storage.IsNotFound(err) {
-			return &VerifyResult{Problem: fmt.Sprintf("%s: no manifest (the run did not complete)", out.URL(manifests.FileName))}, nil
+			return &Result{Problem: fmt.Sprintf("%s: no manifest (the run did not complete)", out.URL(manifests.FileName))}, nil
 		}
 		return nil, err
 	}
 	m, err := manifests.Decode(data)
 	if err != nil {
-		return &VerifyResult{Problem: fmt.Sprintf("%s: %v", out.URL(manifests.FileName), err)}, nil
+		return &Result{Problem: fmt.Sprintf("%s: %v", out.URL(manifests.FileName), err)}, nil
 	}
 	if parallel < 1 {
 		parallel = 2
 	}
-	res, err := verifyLocation(ctx, out, m, deep, parallel, nopProgress{})
+	res, err := Manifest(ctx, out, m, deep, parallel, nil)
 	if err != nil || !res.OK {
 		return res, err
 	}
@@ -80,9 +80,15 @@ type rgExpect struct {
 	rows   []int64
 }
 
-func verifyLocation(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*VerifyResult, error) {
-	res := &VerifyResult{Deep: deep, Files: len(m.Files)}
-	fail := func(format string, a ...any) (*VerifyResult, error) {
+// Manifest checks the output under out against its manifest m, as Output
+// does (a run checks its output so before it commits m). prog, which may
+// be nil, receives the rows checked.
+func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*Result, error) {
+	if prog == nil {
+		prog = nopProgress{}
+	}
+	res := &Result{Deep: deep, Files: len(m.Files)}
+	fail := func(format string, a ...any) (*Result, error) {
 		res.Problem = fmt.Sprintf(format, a...)
 		return res, nil
 	}
@@ -269,7 +275,7 @@ func strayFiles(ctx context.Context, out storage.Location, m *manifests.Manifest
 	}
 	var stray []string
 	for _, prefix := range []string{"parquet/", "tensors/"} {
-		keys, err := listKeys(ctx, out, prefix)
+		keys, err := storage.ListKeys(ctx, out, prefix)
 		if err != nil {
 			return nil, err
 		}
@@ -509,3 +515,12 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 	}
 	return "", fp, first, last
 }
+
+// Progress receives the rows checked (the command line's progress bar).
+type Progress interface {
+	Add(n int64)
+}
+
+type nopProgress struct{}
+
+func (nopProgress) Add(int64) {}

@@ -1,4 +1,4 @@
-package pipeline
+package verify
 
 import (
 	"context"
@@ -76,12 +76,12 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 		prof.Observe(flat)
 		flat.Release()
 	}
-	tr := &tensorRun{spec: cfg.Tensors.Spec, prof: prof}
-	if err := tr.fix(tbl.Schema, packed, RunOptions{Parallel: parallel}); err != nil {
+	tp, err := tensors.NewPlan(tbl.Schema, packed, cfg.Tensors.Spec, prof)
+	if err != nil {
 		return fmt.Sprintf("tensors: the recorded spec does not apply to the Parquet files: %v", err), false, nil
 	}
-	if tr.plan.Hash() != m.Tensors.SpecHash {
-		return fmt.Sprintf("tensors: the Parquet files give spec hash %s, the manifest says %s", tr.plan.Hash(), m.Tensors.SpecHash), false, nil
+	if tp.Hash() != m.Tensors.SpecHash {
+		return fmt.Sprintf("tensors: the Parquet files give spec hash %s, the manifest says %s", tp.Hash(), m.Tensors.SpecHash), false, nil
 	}
 	// Shards are made in a process-local bucket and dropped once compared.
 	bucket := fmt.Sprintf("relayout-verify-%d-%d", os.Getpid(), rederiveSeq.Add(1))
@@ -108,7 +108,7 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 		return ""
 	}
 	for fi, f := range m.Files {
-		sink := writer.NewTensors(ctx, mem, tr.plan, writer.TensorOptions{
+		sink := writer.NewTensors(ctx, mem, tp, writer.TensorOptions{
 			ShardBytes: cfg.Tensors.ShardBytes,
 			Metadata:   map[string]string{"relayout_version": m.RelayoutVersion, "config_hash": m.ConfigHash},
 			FirstFile:  fi, FirstRow: f.FirstRow, FirstItem: item,
