@@ -21,6 +21,7 @@ func TestCancelAtAnyPointReturns(t *testing.T) {
 	delays := []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond,
 		60 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 	for _, spillMode := range []bool{false, true} {
+		cancelled := 0
 		for _, d := range delays {
 			out := filepath.Join(t.TempDir(), "out")
 			tmp := t.TempDir()
@@ -42,6 +43,7 @@ func TestCancelAtAnyPointReturns(t *testing.T) {
 				if err == nil {
 					continue // finished before the cancel
 				}
+				cancelled++
 				if !errs.Is(err, errs.Transient) {
 					t.Errorf("spill=%v cancel after %v: %v (class %v), want transient", spillMode, d, err, errs.ClassOf(err))
 				}
@@ -54,6 +56,11 @@ func TestCancelAtAnyPointReturns(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatalf("spill=%v: run cancelled after %v did not return", spillMode, d)
 			}
+		}
+		// The zero delay cancels before the run starts: at least that one
+		// is cancelled, or the test checked nothing.
+		if cancelled == 0 {
+			t.Errorf("spill=%v: every run finished before its cancel; the test checked no cancelled run", spillMode)
 		}
 	}
 }

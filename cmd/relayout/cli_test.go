@@ -71,33 +71,61 @@ func manifestKeys(t *testing.T, out string) []string {
 
 func TestExitCodes(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 1, Seed: 1})
-	out := filepath.Join(t.TempDir(), "out")
 	badSpec := filepath.Join(t.TempDir(), "spec.yaml")
 	os.WriteFile(badSpec, []byte("tensors:\n  s: {column: session_id, dtype: float32}\n"), 0o644)
+	// Each case gets an output folder of its own ({out} in its arguments),
+	// holding a committed output first when it names one (flat or
+	// tensors): no case depends on another having run.
+	committed := map[string][]string{
+		"flat":    {"run", "--quiet", "--input", in, "--slice-keys", "country", "--output"},
+		"tensors": {"run", "--quiet", "--input", in, "--slice-keys", "country", "--tensors", "--shard-bytes", "64KiB", "--output"},
+	}
 	cases := []struct {
-		name string
-		args []string
-		code int
-		msg  string
+		name  string
+		setup string // "", or the committed output {out} holds first
+		args  []string
+		code  int
+		msg   string
 	}{
-		{"unknown flag", []string{"run", "--nope"}, 2, "nope"},
-		{"bad size", []string{"run", "--input", in, "--output", out, "--row-group-bytes", "lots"}, 2, "--row-group-bytes"},
-		{"no input", []string{"run", "--output", out}, 2, "--input"},
-		{"missing column", []string{"run", "--input", in, "--output", out, "--slice-keys", "nation"}, 3, `"nation"`},
-		{"missing input", []string{"run", "--input", filepath.Join(in, "nope.parquet"), "--output", out}, 3, "nope.parquet"},
-		{"missing spec", []string{"run", "--input", in, "--output", out, "--tensor-spec", filepath.Join(out, "none.yaml")}, 2, "none.yaml"},
-		{"bad spec", []string{"run", "--input", in, "--output", out, "--tensor-spec", badSpec}, 2, `"session_id"`},
-		{"bad shard size", []string{"run", "--input", in, "--output", out, "--tensors", "--shard-bytes", "-5"}, 2, "--shard-bytes"},
-		{"ok", []string{"run", "--quiet", "--input", in, "--output", out, "--slice-keys", "country"}, 0, ""},
-		{"exists", []string{"run", "--input", in, "--output", out, "--slice-keys", "country"}, 5, "--overwrite"},
-		{"verify ok", []string{"verify", out, "--deep"}, 0, ""},
-		{"tensors ok", []string{"run", "--quiet", "--input", in, "--output", out + "-t", "--slice-keys", "country", "--tensors", "--shard-bytes", "64KiB"}, 0, ""},
-		{"verify tensors", []string{"verify", out + "-t"}, 0, ""},
-		{"verify missing", []string{"verify", filepath.Join(t.TempDir(), "nothing")}, 3, "nothing"},
+		{"unknown flag", "", []string{"run", "--nope"}, 2, "nope"},
+		{"bad size", "", []string{"run", "--input", in, "--output", "{out}", "--row-group-bytes", "lots"}, 2, "--row-group-bytes"},
+		{"no input", "", []string{"run", "--output", "{out}"}, 2, "--input"},
+		{"missing column", "", []string{"run", "--input", in, "--output", "{out}", "--slice-keys", "nation"}, 3, `"nation"`},
+		{"missing input", "", []string{"run", "--input", filepath.Join(in, "nope.parquet"), "--output", "{out}"}, 3, "nope.parquet"},
+		{"missing spec", "", []string{"run", "--input", in, "--output", "{out}", "--tensor-spec", "{out}/none.yaml"}, 2, "none.yaml"},
+		{"bad spec", "", []string{"run", "--input", in, "--output", "{out}", "--tensor-spec", badSpec}, 2, `"session_id"`},
+		{"bad shard size", "", []string{"run", "--input", in, "--output", "{out}", "--tensors", "--shard-bytes", "-5"}, 2, "--shard-bytes"},
+		{"ok", "", []string{"run", "--quiet", "--input", in, "--output", "{out}", "--slice-keys", "country"}, 0, ""},
+		{"exists", "flat", []string{"run", "--input", in, "--output", "{out}", "--slice-keys", "country"}, 5, "--overwrite"},
+		{"verify ok", "flat", []string{"verify", "{out}", "--deep"}, 0, ""},
+		{"tensors ok", "", []string{"run", "--quiet", "--input", in, "--output", "{out}", "--slice-keys", "country", "--tensors", "--shard-bytes", "64KiB"}, 0, ""},
+		{"verify tensors", "tensors", []string{"verify", "{out}"}, 0, ""},
+		{"verify missing", "", []string{"verify", "{out}/nothing"}, 3, "nothing"},
+		{"verify damaged", "flat+damaged", []string{"verify", "{out}"}, 3, "part-00000.parquet"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := relayout(t, nil, tc.args...)
+			out := filepath.Join(t.TempDir(), "out")
+			if tc.setup != "" {
+				kind, damaged := strings.CutSuffix(tc.setup, "+damaged")
+				if r := relayout(t, nil, append(committed[kind], out)...); r.code != 0 {
+					t.Fatalf("setup: %s", r.stderr)
+				}
+				if damaged { // a flipped byte in the middle of the first file
+					p := filepath.Join(out, "parquet", "part-00000.parquet")
+					data, err := os.ReadFile(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					data[len(data)/2] ^= 0xff
+					os.WriteFile(p, data, 0o644)
+				}
+			}
+			args := make([]string, len(tc.args))
+			for i, a := range tc.args {
+				args[i] = strings.ReplaceAll(a, "{out}", out)
+			}
+			r := relayout(t, nil, args...)
 			if r.code != tc.code {
 				t.Fatalf("exit %d, want %d\nstderr: %s", r.code, tc.code, r.stderr)
 			}
@@ -112,15 +140,6 @@ func TestExitCodes(t *testing.T) {
 				}
 			}
 		})
-	}
-	// A damaged file makes verify fail naming it.
-	p := testutil.Files(t, filepath.Join(out, "parquet"))[0]
-	data, _ := os.ReadFile(p)
-	data[len(data)/2] ^= 0xff
-	os.WriteFile(p, data, 0o644)
-	r := relayout(t, nil, "verify", out)
-	if r.code != 3 || !strings.Contains(r.stderr, filepath.Base(p)) {
-		t.Fatalf("verify of a damaged output: exit %d, %s", r.code, r.stderr)
 	}
 }
 
