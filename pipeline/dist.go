@@ -241,7 +241,7 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		opts.Tensors, opts.ShardBytes, opts.BlockSamples = true, cfg.Tensors.ShardBytes, cfg.Tensors.BlockSamples
 	}
 	if cfg.BoundaryKeys == 0 {
-		opts.BoundaryKeys = -1
+		opts.BoundaryKeys = BoundaryKeysOff
 	}
 	if opts, err = opts.withDefaults(); err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ type RunOptions struct {
 	// FileBytes is the target file size (default 1 GiB).
 	FileBytes int64
 	// BoundaryKeys: row groups end where one of the first BoundaryKeys
-	// slice keys changes (default 1; negative: 0, no such rule).
+	// slice keys changes (default 1; BoundaryKeysOff: no such rule).
 	BoundaryKeys int
 	// ZstdLevel (default 3) and PageBytes (default 1 MiB) tune encoding.
 	ZstdLevel int
@@ -79,8 +79,8 @@ type RunOptions struct {
 	Log *slog.Logger
 	// Progress receives progress updates (may be nil).
 	Progress Progress
-	// report.Slices is how many slices the report lists, largest first
-	// (default 100; negative: all).
+	// ReportSlices is how many slices the report lists, largest first
+	// (default 100; AllSlices: all).
 	ReportSlices int
 	// SampleRows bounds the rows a dry run decodes in full to estimate
 	// sizes and decide query-level columns (default 16,384).
@@ -120,15 +120,33 @@ const (
 	CheckNone = "none"
 )
 
+// The defaults a zero RunOptions field takes; the command line's flags
+// show and use these same values.
 const (
-	defaultRowGroupBytes = 128 << 20
-	defaultRowGroupRows  = 1 << 20
-	defaultFileBytes     = 1 << 30
-	defaultMemoryLimit   = 2 << 30
-	defaultShardBytes    = 256 << 20
-	defaultBlockSamples  = 4096
-	defaultReportSlices  = 100
-	defaultSampleRows    = 16 << 10
+	DefaultRowGroupBytes = 128 << 20
+	DefaultRowGroupRows  = 1 << 20
+	DefaultFileBytes     = 1 << 30
+	DefaultMemoryLimit   = 2 << 30
+	DefaultShardBytes    = 256 << 20
+	DefaultBlockSamples  = 4096
+	DefaultReportSlices  = 100
+	DefaultSampleRows    = 16 << 10
+	DefaultBoundaryKeys  = 1
+	DefaultZstdLevel     = 3
+	DefaultPageBytes     = 1 << 20
+	DefaultCheck         = CheckKeys
+	DefaultOnConflict    = "fail"
+	// DefaultMapBytes is the input bytes per map task of a distributed plan.
+	DefaultMapBytes = plan.DefaultMapBytes
+)
+
+// Named values for fields whose zero value means "the default".
+const (
+	// BoundaryKeysOff turns the boundary-keys rule off: row groups end
+	// only where the layout's sizes say.
+	BoundaryKeysOff = -1
+	// AllSlices lists every slice in the report.
+	AllSlices = -1
 )
 
 func (o RunOptions) withDefaults() (RunOptions, error) {
@@ -162,7 +180,7 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	}
 	switch o.OnQueryConflict {
 	case "":
-		o.OnQueryConflict = "fail"
+		o.OnQueryConflict = DefaultOnConflict
 	case "fail", "items":
 	default:
 		return o, errs.Usagef("--on-query-conflict must be fail or items (got %q)", o.OnQueryConflict)
@@ -178,44 +196,46 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 		o.Tensors = true
 	}
 	if o.ShardBytes == 0 {
-		o.ShardBytes = defaultShardBytes
+		o.ShardBytes = DefaultShardBytes
 	}
 	if o.BlockSamples == 0 {
-		o.BlockSamples = defaultBlockSamples
+		o.BlockSamples = DefaultBlockSamples
 	}
 	if o.RowGroupBytes == 0 {
-		o.RowGroupBytes = defaultRowGroupBytes
+		o.RowGroupBytes = DefaultRowGroupBytes
 	}
 	if o.MinRowGroupBytes == 0 {
 		o.MinRowGroupBytes = o.RowGroupBytes / 8
 	}
 	if o.RowGroupRows == 0 {
-		o.RowGroupRows = defaultRowGroupRows
+		o.RowGroupRows = DefaultRowGroupRows
 	}
 	if o.FileBytes == 0 {
-		o.FileBytes = defaultFileBytes
+		o.FileBytes = DefaultFileBytes
 	}
-	if o.BoundaryKeys == 0 {
-		o.BoundaryKeys = 1
-	}
-	if o.BoundaryKeys < 0 {
-		o.BoundaryKeys = 0
+	switch {
+	case o.BoundaryKeys == 0:
+		o.BoundaryKeys = DefaultBoundaryKeys
+	case o.BoundaryKeys == BoundaryKeysOff:
+		o.BoundaryKeys = 0 // the plan's "no such rule"
+	case o.BoundaryKeys < 0:
+		return o, errs.Usagef("--boundary-keys must be 0 (off) or positive (got %d)", o.BoundaryKeys)
 	}
 	if o.BoundaryKeys > len(o.SliceKeys) {
 		o.BoundaryKeys = len(o.SliceKeys)
 	}
 	if o.ZstdLevel == 0 {
-		o.ZstdLevel = 3
+		o.ZstdLevel = DefaultZstdLevel
 	}
 	if o.PageBytes == 0 {
-		o.PageBytes = 1 << 20
+		o.PageBytes = DefaultPageBytes
 	}
 	if o.MemoryLimit == 0 {
-		o.MemoryLimit = defaultMemoryLimit
+		o.MemoryLimit = DefaultMemoryLimit
 	}
 	switch o.Check {
 	case "":
-		o.Check = CheckKeys
+		o.Check = DefaultCheck
 	case CheckFull, CheckKeys, CheckNone:
 	default:
 		return o, errs.Usagef("--check must be full, keys or none (got %q)", o.Check)
@@ -224,10 +244,10 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 		o.Parallel = runtime.GOMAXPROCS(0)
 	}
 	if o.ReportSlices == 0 {
-		o.ReportSlices = defaultReportSlices
+		o.ReportSlices = DefaultReportSlices
 	}
 	if o.SampleRows == 0 {
-		o.SampleRows = defaultSampleRows
+		o.SampleRows = DefaultSampleRows
 	}
 	var bad []string
 	if o.RowGroupBytes < 0 {

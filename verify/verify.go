@@ -21,6 +21,10 @@ import (
 	"github.com/relayout/relayout/writer"
 )
 
+// DefaultParallel is how many files Output checks at once by default:
+// checking is bound by reading, and two keep one core busy decoding.
+const DefaultParallel = 2
+
 // Result is the outcome of a verification.
 type Result struct {
 	OK bool `json:"ok"`
@@ -62,7 +66,7 @@ func Output(ctx context.Context, output string, deep bool, parallel int) (*Resul
 		return &Result{Problem: fmt.Sprintf("%s: %v", out.URL(manifests.FileName), err)}, nil
 	}
 	if parallel < 1 {
-		parallel = 2
+		parallel = DefaultParallel
 	}
 	res, err := Manifest(ctx, out, m, deep, parallel, nil)
 	if err != nil || !res.OK {

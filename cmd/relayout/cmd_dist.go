@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 
@@ -19,7 +20,7 @@ import (
 // JSON line on stdout.
 
 func planCommand() *cli.Command {
-	flags := append(runFlags(), strFlag("map-bytes", "256MiB", "input bytes per map task"))
+	flags := append(runFlags(), strFlag("map-bytes", sizeString(pipeline.DefaultMapBytes), "input bytes per map task"))
 	return &cli.Command{
 		Name:      "plan",
 		Usage:     "fix the layout of a distributed run and write <output>/_relayout/plan.json",
@@ -40,20 +41,26 @@ func planCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, _, err := pipeline.PlanJob(c.Context, opts, mb)
-			if err != nil {
-				return err
-			}
-			data, _ := json.Marshal(res)
-			if p := c.String("report-json"); p != "" {
-				if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
-					return errs.TransientErr(fmt.Errorf("write --report-json %s: %w", p, err))
-				}
-			}
-			fmt.Fprintln(c.App.Writer, string(data))
-			return nil
+			return runPlan(c.Context, opts, mb, c.String("report-json"), c.App.Writer)
 		},
 	}
+}
+
+// runPlan is `relayout plan`: it writes plan.json and prints the task
+// counts as one JSON line (also to reportJSON when set).
+func runPlan(ctx context.Context, opts pipeline.RunOptions, mapBytes int64, reportJSON string, stdout io.Writer) error {
+	res, _, err := pipeline.PlanJob(ctx, opts, mapBytes)
+	if err != nil {
+		return err
+	}
+	data, _ := json.Marshal(res)
+	if reportJSON != "" {
+		if err := os.WriteFile(reportJSON, append(data, '\n'), 0o644); err != nil {
+			return errs.TransientErr(fmt.Errorf("write --report-json %s: %w", reportJSON, err))
+		}
+	}
+	fmt.Fprintln(stdout, string(data))
+	return nil
 }
 
 func taskFlags() []cli.Flag {
@@ -61,7 +68,7 @@ func taskFlags() []cli.Flag {
 		configFlag(),
 		strFlag("plan", "", "the plan: <output>/_relayout/plan.json (a URL for object storage)"),
 		strFlag("task", "", "task index (default: $JOB_COMPLETION_INDEX, set by Kubernetes Indexed Jobs)"),
-		strFlag("memory-limit", "2GiB", "memory budget"),
+		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget"),
 		strFlag("tmp-dir", "", "folder for temporary files"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,28 +26,28 @@ func runFlags() []cli.Flag {
 		sliceFlag("query-key", "pack each query once: one row per value of these columns, with its items as a list"),
 		sliceFlag("query-columns", "query-level columns (names or globs); default auto: every column constant within every query"),
 		sliceFlag("item-order", "columns that order the items of a query (default: input order)"),
-		strFlag("on-query-conflict", "fail", "a declared query column that varies within a query: fail, or items (keep it per item)"),
+		strFlag("on-query-conflict", pipeline.DefaultOnConflict, "a declared query column that varies within a query: fail, or items (keep it per item)"),
 		intFlag("max-items-per-query", 0, "largest query accepted (default: what fits a quarter of the memory budget)"),
 		boolFlag("tensors", "also write tensor shards (safetensors) under tensors/ for zero-copy loaders"),
 		strFlag("tensor-spec", "", "YAML tensor spec: group, cast, hash, rename and drop columns (implies --tensors)"),
-		strFlag("shard-bytes", "256MiB", "target tensor shard size"),
-		intFlag("block-samples", 4096, "samples per canonical block, the unit loaders shuffle and assign"),
-		strFlag("row-group-bytes", "128MiB", "target uncompressed row-group size"),
+		strFlag("shard-bytes", sizeString(pipeline.DefaultShardBytes), "target tensor shard size"),
+		intFlag("block-samples", pipeline.DefaultBlockSamples, "samples per canonical block, the unit loaders shuffle and assign"),
+		strFlag("row-group-bytes", sizeString(pipeline.DefaultRowGroupBytes), "target uncompressed row-group size"),
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
-		intFlag("row-group-rows", 1<<20, "maximum rows per row group"),
-		strFlag("file-bytes", "1GiB", "target output file size"),
-		intFlag("boundary-keys", 1, "row groups always end where one of the first N slice keys changes (0: off)"),
-		intFlag("zstd-level", 3, "zstd compression level (1-22)"),
-		strFlag("page-bytes", "1MiB", "target data page size"),
-		strFlag("memory-limit", "2GiB", "memory budget; larger inputs are sorted in runs spilled to --tmp-dir"),
+		intFlag("row-group-rows", pipeline.DefaultRowGroupRows, "maximum rows per row group"),
+		strFlag("file-bytes", sizeString(pipeline.DefaultFileBytes), "target output file size"),
+		intFlag("boundary-keys", pipeline.DefaultBoundaryKeys, "row groups always end where one of the first N slice keys changes (0: off)"),
+		intFlag("zstd-level", pipeline.DefaultZstdLevel, "zstd compression level (1-22)"),
+		strFlag("page-bytes", sizeString(pipeline.DefaultPageBytes), "target data page size"),
+		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget; larger inputs are sorted in runs spilled to --tmp-dir"),
 		strFlag("tmp-dir", "", "folder for spill files (default: system temp folder)"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
 		boolFlag("overwrite", "replace an existing output"),
-		strFlag("check", "keys", "before commit: keys (fingerprint of the rows encoded vs the input's; re-read footers, file hashes, key order, slice index, statistics), full (also decode every written value again) or none"),
+		strFlag("check", pipeline.DefaultCheck, "before commit: keys (fingerprint of the rows encoded vs the input's; re-read footers, file hashes, key order, slice index, statistics), full (also decode every written value again) or none"),
 		strFlag("report-json", "", "also write the run report (JSON, docs/report.md) to this local path"),
 		boolFlag("dry-run", "estimate output sizes, per-slice read savings, packing, transfer and resources; write nothing under --output"),
-		intFlag("sample-rows", 16384, "dry run: rows decoded in full to estimate sizes and query-level columns"),
-		intFlag("report-slices", 100, "slices listed in the report, largest first (0: all)"),
+		intFlag("sample-rows", pipeline.DefaultSampleRows, "dry run: rows decoded in full to estimate sizes and query-level columns"),
+		intFlag("report-slices", pipeline.DefaultReportSlices, "slices listed in the report, largest first (0: all)"),
 	}
 	return append(fs, logFlags()...)
 }
@@ -72,29 +73,40 @@ func runCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("dry-run") {
-				rep, err := pipeline.DryRun(c.Context, opts)
-				if err != nil {
-					return err
-				}
-				if err := writeReportJSON(c.String("report-json"), rep); err != nil {
-					return err
-				}
-				printDryRun(c.App.Writer, rep)
-				return nil
+				return runDryRun(c.Context, opts, c.String("report-json"), c.App.Writer)
 			}
-			res, err := pipeline.Run(c.Context, opts)
-			if err != nil {
-				return err
-			}
-			if err := writeReportJSON(c.String("report-json"), res.Report); err != nil {
-				// Committed: a retry would only find the manifest (exit
-				// 5). The report is in <output>/_report.json too.
-				opts.Log.Warn("the run committed, but --report-json could not be written", "err", err)
-			}
-			printRunSummary(c.App.Writer, res)
-			return nil
+			return runRun(c.Context, opts, c.String("report-json"), c.App.Writer)
 		},
 	}
+}
+
+// runRun is `relayout run`: the run, its report (also to reportJSON when
+// set) and its summary on stdout.
+func runRun(ctx context.Context, opts pipeline.RunOptions, reportJSON string, stdout io.Writer) error {
+	res, err := pipeline.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := writeReportJSON(reportJSON, res.Report); err != nil {
+		// Committed: a retry would only find the manifest (exit 5). The
+		// report is in <output>/_report.json too.
+		opts.Log.Warn("the run committed, but --report-json could not be written", "err", err)
+	}
+	printRunSummary(stdout, res)
+	return nil
+}
+
+// runDryRun is `relayout run --dry-run`: the estimate, as a report.
+func runDryRun(ctx context.Context, opts pipeline.RunOptions, reportJSON string, stdout io.Writer) error {
+	rep, err := pipeline.DryRun(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := writeReportJSON(reportJSON, rep); err != nil {
+		return err
+	}
+	printDryRun(stdout, rep)
+	return nil
 }
 
 // runOptions reads the run flags (run and plan share them).
@@ -196,11 +208,25 @@ func writeReportJSON(path string, rep *report.Report) error {
 }
 
 // reportSlices maps the flag (0 = all) to RunOptions (0 = default, <0 = all).
+// reportSlices maps the flag's 0 (all) to the library's AllSlices.
 func reportSlices(v int) int {
 	if v <= 0 {
-		return -1
+		return pipeline.AllSlices
 	}
 	return v
+}
+
+// sizeString writes a byte count as the size flags parse it ("256MiB").
+func sizeString(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%d", n)
 }
 
 func printRunSummary(w io.Writer, res *pipeline.Result) {
@@ -232,9 +258,10 @@ func human(b int64) string {
 }
 
 // boundaryKeys maps the flag (0 = off) to RunOptions (0 = default, <0 = off).
+// boundaryKeys maps the flag's 0 (off) to the library's BoundaryKeysOff.
 func boundaryKeys(v int) int {
 	if v <= 0 {
-		return -1
+		return pipeline.BoundaryKeysOff
 	}
 	return v
 }

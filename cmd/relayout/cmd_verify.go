@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/urfave/cli/v2"
 
@@ -16,7 +18,7 @@ func verifyCommand() *cli.Command {
 		boolFlag("deep", "also decode every value and compare the content fingerprint"),
 		boolFlag("json", "print the result as JSON"),
 		boolFlag("strict", "fail (exit 3) on warnings too: files under parquet/ or tensors/ that the manifest does not name"),
-		intFlag("parallel", 0, "files checked at once (default: 2)"),
+		intFlag("parallel", verify.DefaultParallel, "files checked at once"),
 	}, logFlags()...)
 	return &cli.Command{
 		Name:      "verify",
@@ -32,33 +34,45 @@ func verifyCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return errs.Usagef("verify takes one output folder or URL")
 			}
-			res, err := verify.Output(c.Context, c.Args().First(), c.Bool("deep"), c.Int("parallel"))
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				data, _ := json.MarshalIndent(res, "", " ")
-				fmt.Fprintln(c.App.Writer, string(data))
-			} else if res.OK {
-				mode := "shallow"
-				if res.Deep {
-					mode = "deep"
-				}
-				if res.Rederived {
-					mode += "; shards re-derived from the Parquet rows"
-				}
-				fmt.Fprintf(c.App.Writer, "ok: %d files, %d shards, %d rows, %s verified (%s)\n", res.Files, res.Shards, res.Rows, human(res.Bytes), mode)
-			}
-			for _, w := range res.Warnings {
-				fmt.Fprintf(c.App.ErrWriter, "relayout: warning: %s\n", w)
-			}
-			if !res.OK {
-				return errs.BadInputf("verify failed: %s", res.Problem)
-			}
-			if c.Bool("strict") && len(res.Warnings) > 0 {
-				return errs.BadInputf("verify failed (--strict): %s", res.Warnings[0])
-			}
-			return nil
+			o := verifyOptions{deep: c.Bool("deep"), json: c.Bool("json"), strict: c.Bool("strict"), parallel: c.Int("parallel")}
+			return runVerify(c.Context, c.Args().First(), o, c.App.Writer, c.App.ErrWriter)
 		},
 	}
+}
+
+type verifyOptions struct {
+	deep, json, strict bool
+	parallel           int
+}
+
+// runVerify is `relayout verify`: the result on stdout (a line, or JSON),
+// warnings on stderr, and exit 3 naming the first problem.
+func runVerify(ctx context.Context, output string, o verifyOptions, stdout, stderr io.Writer) error {
+	res, err := verify.Output(ctx, output, o.deep, o.parallel)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		data, _ := json.MarshalIndent(res, "", " ")
+		fmt.Fprintln(stdout, string(data))
+	} else if res.OK {
+		mode := "shallow"
+		if res.Deep {
+			mode = "deep"
+		}
+		if res.Rederived {
+			mode += "; shards re-derived from the Parquet rows"
+		}
+		fmt.Fprintf(stdout, "ok: %d files, %d shards, %d rows, %s verified (%s)\n", res.Files, res.Shards, res.Rows, human(res.Bytes), mode)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stderr, "relayout: warning: %s\n", w)
+	}
+	if !res.OK {
+		return errs.BadInputf("verify failed: %s", res.Problem)
+	}
+	if o.strict && len(res.Warnings) > 0 {
+		return errs.BadInputf("verify failed (--strict): %s", res.Warnings[0])
+	}
+	return nil
 }
