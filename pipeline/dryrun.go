@@ -96,7 +96,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 		r.est, r.err = runSample(sctx, tbl.Schema, r.smp, opts, in)
 		r.seconds = time.Since(t1).Seconds()
 	}()
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.Slice, partition.BuildOptions{QueryCols: keys.Query, Vectors: true}, opts.Parallel)
+	kp, err := plan.Scan(ctx, tbl, keys, opts.layout(tr), opts.resources())
 	rep.AddStage("keys", t0)
 	if err != nil {
 		cancelSample()
@@ -113,11 +113,10 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	}
 	smp, est := sr.smp, sr.est
 	rep.Stages = append(rep.Stages, report.Stage{Name: "sample", Seconds: sr.seconds})
-	qc := ex.Queries
-	layout := plan.Layout(hist, in, opts.layout(tr))
+	hist, layout, before, st := kp.Hist, kp.Layout, kp.Before, kp.Stats()
 	var qs *queryScan
-	if qc != nil {
-		qs = &queryScan{queries: qc.Queries, perSlice: qc.PerSlice, dist: manifests.DistributionOf(qc.Items)}
+	if kp.Extra.Queries != nil {
+		qs = &queryScan{queries: st.Queries, perSlice: st.PerSliceQueries, dist: st.ItemsPerQuery}
 	}
 	rep.Cost.SampleRows = smp.rows
 	memRowBytes := in.RowBytes
@@ -146,19 +145,9 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if qs != nil {
 		outRows = qs.queries
 	}
-	nonEmpty := 0
-	for _, s := range hist.Slices {
-		if s.Rows > 0 {
-			nonEmpty++
-		}
-	}
-	rep.Output = report.Output{ParquetFiles: len(layout.Files), RowGroups: nRG, ParquetBytes: parquetBytes, Rows: outRows, Slices: nonEmpty}
+	rep.Output = report.Output{ParquetFiles: st.Files, RowGroups: nRG, ParquetBytes: parquetBytes, Rows: outRows, Slices: st.Slices}
 	if tbl.Rows == 0 {
 		rep.Output.ParquetFiles, rep.Output.RowGroups, rep.Output.ParquetBytes = 0, 0, 0
-	}
-	before, err := report.CostsBefore(tbl, opts.SliceKeys, hist, ex.Vectors)
-	if err != nil {
-		return nil, err
 	}
 	var perSliceQueries []int64
 	if qs != nil {

@@ -235,18 +235,11 @@ func Analyze(ctx context.Context, tbl *source.Table, keys Keys, o Options, r Res
 // AnalyzeSized is Analyze with the input's sizes given (the dry run's
 // in-memory run plans its sample with the real input's bytes per row).
 func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o Options, r Resources) (*KeyPass, error) {
-	hist, ex, err := partition.BuildWith(ctx, tbl, keys.Slice, partition.BuildOptions{Counts: true, Vectors: len(keys.Slice) > 0, QueryCols: keys.Query}, r.Parallel)
+	kp, err := scan(ctx, tbl, keys, in, o, r, true)
 	if err != nil {
 		return nil, err
 	}
-	// What reading each slice costs on the input, for the report; the
-	// per-row-group vectors are dropped here, before the rows are read.
-	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, ex.Vectors)
-	if err != nil {
-		return nil, err
-	}
-	ex.Vectors = nil
-	layout := Layout(hist, in, o)
+	hist, ex, before, layout := kp.Hist, kp.Extra, kp.Before, kp.Layout
 	// Units are sized with decoded bytes measured on the first row group
 	// (dictionary-encoded columns decode larger than Parquet says).
 	sample, err := readSample(ctx, tbl)
@@ -273,6 +266,60 @@ func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o
 		return nil, err
 	}
 	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: layout, Memory: mp, Sample: sample, Sizes: in}, nil
+}
+
+// Scan is the key pass a dry run needs: the histogram, query counts, each
+// slice's read cost on the input and the layout, without the per-row-group
+// counts a plan's map tasks need, the encoding sample or the memory plan
+// (the dry run sizes memory from its own sample, with SizeMemory).
+func Scan(ctx context.Context, tbl *source.Table, keys Keys, o Options, r Resources) (*KeyPass, error) {
+	return scan(ctx, tbl, keys, SizesOf(tbl), o, r, false)
+}
+
+func scan(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o Options, r Resources, counts bool) (*KeyPass, error) {
+	hist, ex, err := partition.BuildWith(ctx, tbl, keys.Slice, partition.BuildOptions{Counts: counts, Vectors: len(keys.Slice) > 0, QueryCols: keys.Query}, r.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	// What reading each slice costs on the input, for the report; the
+	// per-row-group vectors are dropped here, before the rows are read.
+	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, ex.Vectors)
+	if err != nil {
+		return nil, err
+	}
+	ex.Vectors = nil
+	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: Layout(hist, in, o), Sizes: in}, nil
+}
+
+// Stats are the exact counts a key pass fixes: what the dry run reports
+// and the run logs.
+type Stats struct {
+	Rows      int64
+	Slices    int // non-empty slices
+	Files     int
+	RowGroups int
+	// Queries, PerSliceQueries and ItemsPerQuery are set when packing.
+	Queries         int64
+	PerSliceQueries []int64
+	ItemsPerQuery   manifests.Distribution
+}
+
+// Stats returns the key pass's counts.
+func (kp *KeyPass) Stats() Stats {
+	st := Stats{Files: len(kp.Layout.Files)}
+	for _, s := range kp.Hist.Slices {
+		st.Rows += s.Rows
+		if s.Rows > 0 {
+			st.Slices++
+		}
+	}
+	for _, f := range kp.Layout.Files {
+		st.RowGroups += len(f.RowGroups)
+	}
+	if qc := kp.Extra.Queries; qc != nil {
+		st.Queries, st.PerSliceQueries, st.ItemsPerQuery = qc.Queries, qc.PerSlice, manifests.DistributionOf(qc.Items)
+	}
+	return st
 }
 
 // Release frees the encoding sample.
