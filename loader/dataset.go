@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,6 +23,15 @@ type Options struct {
 	// VerifyChecksums hashes every shard when it is first mapped and fails
 	// on a mismatch with the manifest's xxhash64.
 	VerifyChecksums bool
+	// Weights are sampling weights per slice index, and KeyWeights per
+	// slice-key value (key name -> value as the manifest prints it ->
+	// weight); a slice's weight is the product of its own and its key
+	// values' (1 where none is given; 0 leaves it out). Weighted epochs
+	// (window order only) give each slice round(M*w/sum(w)) samples, M the
+	// selected samples: repeated when up-weighted, a random subset of its
+	// blocks when down-weighted.
+	Weights    map[int]float64
+	KeyWeights map[string]map[string]float64
 }
 
 // Tensor is one tensor of a batch.
@@ -59,6 +69,7 @@ type Dataset struct {
 	root     string
 	opts     Options
 	sel      []Range
+	weights  []SliceWeight
 	mu       sync.Mutex
 	shards   []*mapped
 }
@@ -100,7 +111,51 @@ func Open(path string, opts Options) (*Dataset, error) {
 			d.sel = []Range{}
 		}
 	}
+	if opts.Weights != nil || opts.KeyWeights != nil {
+		if err := d.weigh(); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// weigh fixes each selected slice's weight.
+func (d *Dataset) weigh() error {
+	m := d.Manifest
+	for i := range d.opts.Weights {
+		if i < 0 || i >= len(m.Slices) {
+			return fmt.Errorf("weights: slice %d: the manifest has %d slices", i, len(m.Slices))
+		}
+	}
+	for k := range d.opts.KeyWeights {
+		found := false
+		for _, sk := range m.SliceKeys {
+			found = found || sk == k
+		}
+		if !found {
+			return fmt.Errorf("weights: %q is not a slice key (the slice keys are %v)", k, m.SliceKeys)
+		}
+	}
+	for i, s := range m.Slices {
+		r := Range{s.FirstRow, s.FirstRow + s.Rows}
+		if d.sel != nil && len(cut([]Piece{r}, d.sel)) == 0 {
+			continue
+		}
+		w := 1.0
+		if x, ok := d.opts.Weights[i]; ok {
+			w *= x
+		}
+		for _, kv := range s.Key {
+			if x, ok := d.opts.KeyWeights[kv.Name][fmt.Sprint(kv.Value)]; ok {
+				w *= x
+			}
+		}
+		if w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+			return fmt.Errorf("weights: slice %d has weight %v; want a finite weight >= 0", i, w)
+		}
+		d.weights = append(d.weights, SliceWeight{Range: r, Weight: w})
+	}
+	return nil
 }
 
 func merge(rs []Range) []Range {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -503,4 +504,238 @@ func TestTensorConfigErrors(t *testing.T) {
 // TestPythonUnitTests runs python/tests/test_*.py with Debian's NumPy.
 func TestPythonUnitTests(t *testing.T) {
 	testutil.Python(t, "-m", "unittest", "discover", "-s", filepath.Join(testutil.Root(), "python", "tests"), "-p", "test_*.py")
+}
+
+// TestWindowOrderGoAndPython: the Go loader and python/relayout_loader.py,
+// two implementations of relayout-order-v2, yield the same samples in the
+// same batches with the same bytes, flat and packed, with several readers,
+// selections, weights and a resume.
+func TestWindowOrderGoAndPython(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 3})
+	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 512 << 10, BlockSamples: 500})
+	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
+		Tensors: true, ShardBytes: 256 << 10, BlockSamples: 100})
+	type cfg struct {
+		Batch       int64                         `json:"batch"`
+		Seed        uint64                        `json:"seed"`
+		Epoch       int                           `json:"epoch"`
+		Rank        int                           `json:"rank"`
+		World       int                           `json:"world"`
+		Worker      int                           `json:"worker"`
+		NumWorkers  int                           `json:"num_workers"`
+		SamplesSeen int64                         `json:"samples_seen"`
+		DropLast    bool                          `json:"drop_last"`
+		Streams     int                           `json:"streams,omitempty"`
+		WindowBytes int64                         `json:"window_bytes,omitempty"`
+		Slices      []int                         `json:"slices,omitempty"`
+		Weights     map[string]map[string]float64 `json:"-"`
+		SliceW      map[int]float64               `json:"-"`
+		W           map[string]any                `json:"weights,omitempty"`
+	}
+	cfgs := []cfg{
+		{Batch: 512, Seed: 1, World: 1, NumWorkers: 1},
+		{Batch: 300, Seed: 1 << 63, Epoch: 5, Rank: 1, World: 2, Worker: 1, NumWorkers: 2, WindowBytes: 1 << 20},
+		{Batch: 128, Seed: 9, Epoch: 1, Rank: 2, World: 4, NumWorkers: 1, Streams: 8, SamplesSeen: 1280, DropLast: true, WindowBytes: 256 << 10},
+		{Batch: 64, Seed: 7, World: 1, NumWorkers: 1, Slices: []int{0, 3, 5}, WindowBytes: 64 << 10},
+		{Batch: 100, Seed: 7, World: 1, NumWorkers: 1, Weights: map[string]map[string]float64{"country": {"C01": 5, "C02": 0.25}}, SliceW: map[int]float64{4: 0}},
+	}
+	for i := range cfgs {
+		if cfgs[i].Weights != nil || cfgs[i].SliceW != nil {
+			cfgs[i].W = map[string]any{}
+			for k, v := range cfgs[i].Weights {
+				cfgs[i].W[k] = v
+			}
+			for k, v := range cfgs[i].SliceW {
+				cfgs[i].W[fmt.Sprint(k)] = v
+			}
+		}
+	}
+	data, _ := json.Marshal(cfgs)
+	type batch struct {
+		Index []int64           `json:"index"`
+		Hash  map[string]string `json:"hash"`
+	}
+	for _, out := range []string{flat, packed} {
+		res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "order2.py"), out, string(data))
+		var py [][]batch
+		if err := json.Unmarshal(res, &py); err != nil {
+			t.Fatalf("%v: %s", err, res)
+		}
+		for i, c := range cfgs {
+			d, err := loader.Open(out, loader.Options{Slices: c.Slices, Weights: c.SliceW, KeyWeights: c.Weights})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := d.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: c.Seed, Epoch: c.Epoch, Shuffle: true, Rank: c.Rank, World: c.World,
+				Worker: c.Worker, NumWorkers: c.NumWorkers, SamplesSeen: c.SamplesSeen, DropLast: c.DropLast},
+				Batch: c.Batch, Streams: c.Streams, WindowBytes: c.WindowBytes, Index: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []batch
+			for {
+				b, err := r.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b == nil {
+					break
+				}
+				gb := batch{Hash: map[string]string{}}
+				for _, x := range b.Tensors {
+					if x.Name == loader.IndexTensor {
+						gb.Index = i64(x.Data)
+						continue
+					}
+					gb.Hash[x.Name] = fmt.Sprintf("%016x", xxhash.Sum64(x.Data))
+				}
+				got = append(got, gb)
+			}
+			d.Close()
+			if len(got) == 0 {
+				t.Fatalf("%s config %d: no batches", filepath.Base(filepath.Dir(out)), i)
+			}
+			if len(got) != len(py[i]) {
+				t.Fatalf("config %d: Go %d batches, Python %d", i, len(got), len(py[i]))
+			}
+			for k := range got {
+				if !slices.Equal(got[k].Index, py[i][k].Index) {
+					t.Fatalf("config %d batch %d: Go samples %v..., Python %v...", i, k, head(got[k].Index), head(py[i][k].Index))
+				}
+				if fmt.Sprint(got[k].Hash) != fmt.Sprint(py[i][k].Hash) {
+					t.Fatalf("config %d batch %d: the tensors' bytes differ\nGo: %v\nPy: %v", i, k, got[k].Hash, py[i][k].Hash)
+				}
+			}
+		}
+	}
+}
+
+// readAll reads every batch of a reader.
+func readAll(t *testing.T, d *loader.Dataset, o loader.ReadOptions) []*loader.Batch {
+	t.Helper()
+	r, err := d.NewReader(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*loader.Batch
+	for {
+		b, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			return out
+		}
+		out = append(out, b)
+	}
+}
+
+// TestWindowBatchesHoldTheirSamples: every tensor of a window-order batch
+// equals the same samples read one by one through the block reader (views
+// of the shards), packed (items, ragged item lists) and flat.
+func TestWindowBatchesHoldTheirSamples(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 6_000, Files: 2, Seed: 8})
+	for _, out := range []string{
+		run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200}),
+		run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 64 << 10, BlockSamples: 50}),
+	} {
+		d, err := loader.Open(out, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, b := range readAll(t, d, loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, World: 2, Rank: 1}, Batch: 37, WindowBytes: 200 << 10, Index: true}) {
+			ix, _ := b.Get(loader.IndexTensor)
+			var rs []loader.Range
+			for _, s := range i64(ix.Data) {
+				rs = append(rs, loader.Range{Start: s, End: s + 1})
+			}
+			want, err := d.Batch(rs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range want.Tensors {
+				g, ok := b.Get(w.Name)
+				if !ok || !slices.Equal(g.Data, w.Data) || fmt.Sprint(g.Shape) != fmt.Sprint(w.Shape) {
+					t.Fatalf("%s: tensor %s of samples %v differs from the samples read one by one", out, w.Name, head(i64(ix.Data)))
+				}
+			}
+			seen += len(rs)
+		}
+		if seen == 0 {
+			t.Fatal("no samples read")
+		}
+		d.Close()
+	}
+}
+
+// TestWindowMixesLikeAUniformShuffle measures batch composition on the
+// generated log (40 countries, output sorted by country and date) against
+// a uniform permutation of the same samples: distinct countries per
+// 512-batch at least 0.9x uniform's, and the spread (standard deviation)
+// of per-batch click rate at most 1.1x uniform's. The block order (v1) is
+// the control that fails both.
+func TestWindowMixesLikeAUniformShuffle(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 200_000, Files: 4, Seed: 1})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country", "date"}, Tensors: true})
+	d, err := loader.Open(out, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// Every sample's country id and click, in output order.
+	n := d.Samples()
+	country, click := make([]int64, n), make([]float64, n)
+	for _, b := range readAll(t, d, loader.ReadOptions{Assignment: loader.Assignment{}, Order: loader.OrderNone, Batch: 8192, Index: true}) {
+		ix, _ := b.Get(loader.IndexTensor)
+		c, _ := b.Get("country")
+		k, _ := b.Get("click")
+		cs, ks := i64(c.Data), k.Data
+		for i, s := range i64(ix.Data) {
+			country[s] = cs[i]
+			click[s] = float64(int32(binary.LittleEndian.Uint32(ks[4*i:])))
+		}
+	}
+	stats := func(order []int64) (float64, float64) {
+		var distinct, sum, sum2 float64
+		nb := len(order) / 512
+		for b := 0; b < nb; b++ {
+			set := map[int64]bool{}
+			var clicks float64
+			for _, s := range order[b*512 : (b+1)*512] {
+				set[country[s]] = true
+				clicks += click[s]
+			}
+			rate := clicks / 512
+			distinct += float64(len(set))
+			sum += rate
+			sum2 += rate * rate
+		}
+		mean := sum / float64(nb)
+		return distinct / float64(nb), math.Sqrt(sum2/float64(nb) - mean*mean)
+	}
+	orderOf := func(o loader.ReadOptions) []int64 {
+		var order []int64
+		for _, b := range readAll(t, d, o) {
+			ix, _ := b.Get(loader.IndexTensor)
+			order = append(order, i64(ix.Data)...)
+		}
+		return order
+	}
+	uniform := make([]int64, n)
+	for i := range uniform {
+		uniform[i] = int64(i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(uniform), func(i, j int) { uniform[i], uniform[j] = uniform[j], uniform[i] })
+	ud, us := stats(uniform)
+	wd, ws := stats(orderOf(loader.ReadOptions{Assignment: loader.Assignment{Seed: 1, Shuffle: true}, Batch: 512, Index: true}))
+	bd, bs := stats(orderOf(loader.ReadOptions{Assignment: loader.Assignment{Seed: 1, Shuffle: true}, Order: loader.OrderBlock, Batch: 512, Index: true}))
+	t.Logf("distinct countries per 512-batch: window %.2f, block %.2f, uniform %.2f; click-rate spread: window %.4f, block %.4f, uniform %.4f", wd, bd, ud, ws, bs, us)
+	if wd < 0.9*ud || ws > 1.1*us {
+		t.Fatalf("window order: %.2f countries per batch (uniform %.2f), click-rate spread %.4f (uniform %.4f)", wd, ud, ws, us)
+	}
+	if bd >= 0.9*ud { // the control: the block order does not mix
+		t.Fatalf("block order mixes as well as uniform (%.2f vs %.2f): the measure is broken", bd, ud)
+	}
 }

@@ -24,7 +24,8 @@ import struct
 
 import numpy as np
 
-__all__ = ["Dataset", "read_header", "sequence", "batch_ranges", "SplitMix64", "block_order"]
+__all__ = ["Dataset", "read_header", "sequence", "batch_ranges", "SplitMix64", "block_order",
+           "streams_of", "stream_windows", "window_batches", "window_samples"]
 
 ALGORITHM = "relayout-order-v1"
 M64 = (1 << 64) - 1
@@ -139,6 +140,184 @@ def batch_ranges(seq, size, rank=0, world=1, worker=0, num_workers=1, samples_se
     return out
 
 
+# --- relayout-order-v2: windows ---------------------------------------------------
+
+ORDER_V2 = "relayout-order-v2"
+DEFAULT_WINDOW_BYTES = 256 << 20
+
+
+def window_samples(window_bytes, tensor_bytes, samples, batch):
+    """Samples permuted together: those whose average bytes fit window_bytes,
+    rounded down to a multiple of batch, at least one batch."""
+    if not window_bytes or window_bytes <= 0:
+        window_bytes = DEFAULT_WINDOW_BYTES
+    w = samples
+    if tensor_bytes > 0 and window_bytes * samples // tensor_bytes < (1 << 63):
+        w = window_bytes * samples // tensor_bytes
+    return max(w - w % batch, batch)
+
+
+def _stream_rng(seed, epoch, s, w):
+    tag = ((((s + 1) & M64) * 0x9E3779B97F4A7C15) & M64) ^ ((((w + 1) & M64) * 0xC2B2AE3D27D4EB4F) & M64)
+    return SplitMix64(seed ^ tag, epoch)
+
+
+def _cut(pieces, sel):
+    out, j = [], 0
+    for lo, hi in pieces:
+        while j > 0 and sel[j - 1][1] > lo:
+            j -= 1
+        while j < len(sel) and sel[j][0] < hi:
+            a, e = max(sel[j][0], lo), min(sel[j][1], hi)
+            if e > a:
+                out.append((a, e))
+            j += 1
+    return out
+
+
+def _pieces(n, block_samples, sel, weights, seed, epoch):
+    b = max(int(block_samples), 1)
+    blocks = [(s, min(s + b, n)) for s in range(0, n, b)]
+    if weights is None:
+        return blocks if sel is None else _cut(blocks, sel)
+    rows = sum(e - s for (s, e), _ in weights)
+    total = 0.0
+    for _, w in weights:
+        total += w
+    out = []
+    for i, ((s, e), w) in enumerate(weights):
+        if e <= s or w <= 0 or total <= 0:
+            continue
+        want = int(np.floor(float(rows) * w / total + 0.5))
+        own = _cut(blocks, [(s, e)])
+        while want >= e - s:
+            out.extend(own)
+            want -= e - s
+        rng = _stream_rng(seed, epoch, -2, i)
+        order = list(range(len(own)))
+        for k in range(len(order) - 1, 0, -1):
+            j = rng.next() % (k + 1)
+            order[k], order[j] = order[j], order[k]
+        for k in order:
+            if want <= 0:
+                break
+            lo, hi = own[k]
+            if hi - lo > want:
+                hi = lo + want
+            out.append((lo, hi))
+            want -= hi - lo
+    return out
+
+
+def streams_of(n, block_samples, sel, weights, seed, epoch, streams, batch):
+    """relayout-order-v2's streams: lists of (start, end) pieces, and the
+    epoch's global batch count."""
+    ps = _pieces(n, block_samples, sel, weights, seed, epoch)
+    rng = SplitMix64(seed, epoch)
+    for i in range(len(ps) - 1, 0, -1):
+        j = rng.next() % (i + 1)
+        ps[i], ps[j] = ps[j], ps[i]
+    m = sum(e - s for s, e in ps)
+    full, last = divmod(m, batch)
+    out, k, off = [], 0, 0
+    for s in range(streams):
+        nb = full // streams + (1 if s < full % streams else 0)
+        cnt = nb * batch
+        if s == full % streams and last > 0:
+            cnt += last
+        st = []
+        while cnt > 0:
+            lo, hi = ps[k]
+            take = min(hi - lo - off, cnt)
+            st.append((lo + off, lo + off + take))
+            off += take
+            cnt -= take
+            if off == hi - lo:
+                k, off = k + 1, 0
+        out.append(st)
+    return out, full + (1 if last else 0)
+
+
+def stream_windows(pieces, s, window, seed, epoch):
+    """Stream s's windows: (pieces, permutation of their samples)."""
+    total = sum(e - a for a, e in pieces)
+    out, k, off, w = [], 0, 0, 0
+    while total > 0:
+        n = min(window, total)
+        wp, need = [], n
+        while need > 0:
+            lo, hi = pieces[k]
+            take = min(hi - lo - off, need)
+            wp.append((lo + off, lo + off + take))
+            off += take
+            need -= take
+            if off == hi - lo:
+                k, off = k + 1, 0
+        perm = list(range(n))
+        rng = _stream_rng(seed, epoch, s, w)
+        for i in range(n - 1, 0, -1):
+            j = rng.next() % (i + 1)
+            perm[i], perm[j] = perm[j], perm[i]
+        out.append((wp, np.array(perm, dtype=np.int64)))
+        total -= n
+        w += 1
+    return out
+
+
+def window_batches(streams, total, batch, window, rank=0, world=1, worker=0, num_workers=1,
+                   samples_seen=0, drop_last=False):
+    """One reader's batches: (k, stream, window, first, count), in order."""
+    if batch <= 0 or world <= 0 or num_workers <= 0:
+        raise ValueError("batch size, world and num_workers must be positive")
+    if not (0 <= rank < world and 0 <= worker < num_workers):
+        raise ValueError(f"rank {rank} of {world}, worker {worker} of {num_workers}: out of range")
+    S, R = len(streams), world * num_workers
+    if S % R:
+        raise ValueError(f"streams {S} must be a multiple of world {world} x num_workers {num_workers}")
+    if samples_seen % batch and samples_seen < total * batch:
+        raise ValueError(f"samples_seen {samples_seen} is not a multiple of the batch size {batch} (resume at a batch boundary)")
+    sizes = [sum(e - s for s, e in st) for st in streams]
+    K = total
+    if drop_last:
+        full = total - (1 if sum(sizes) != total * batch else 0)
+        K = full // world * world
+    wps = window // batch
+    out = []
+    for k in range((samples_seen + batch - 1) // batch, K):
+        if k % world != rank or (k // world) % num_workers != worker:
+            continue
+        s, j = k % S, k // S
+        out.append((k, s, j // wps, (j % wps) * batch, min(batch, sizes[s] - j * batch)))
+    return out
+
+
+def _key_str(v):
+    """A key value as the Go loader prints it (fmt.Sprint of the JSON value)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _positions(pieces):
+    if not pieces:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in pieces])
+
+
+def _expand(offsets, r):
+    """The rows offsets[r[i]]:offsets[r[i]+1] for every i, concatenated."""
+    r = np.asarray(r, dtype=np.int64)
+    starts, ends = offsets[r], offsets[r + 1]
+    lens = ends - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    return first + np.arange(total, dtype=np.int64)
+
+
 # --- safetensors ------------------------------------------------------------------
 
 def read_header(buf, size=None):
@@ -223,10 +402,21 @@ class Dataset:
     slice-key values ({"country": "C01"} matches every slice with that
     country); only the shards and row ranges of those slices are read.
     samples_seen resumes an epoch after that many samples of its global
-    order (all ranks together)."""
+    order (all ranks together).
+
+    shuffle: "window" (relayout-order-v2, the default; True means it),
+    "block" (relayout-order-v1) or "none" (False: the output order).
+    streams: v2's canonical streams (default world * num_workers); any job
+    whose world * num_workers divides it reads the same global order.
+    window_bytes: tensor bytes permuted together per stream (256 MiB).
+    weights: sampling weights, {slice index: w} and/or {key: {value: w}}
+    (values as the manifest prints them); a slice's weight is the product
+    (1 where none is given). index=True adds "_index" (int64 global sample
+    positions) to every batch."""
 
     def __init__(self, manifest, rank=0, world=1, worker=0, num_workers=1, seed=0, epoch=0,
-                 shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False):
+                 shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False,
+                 streams=None, window_bytes=None, weights=None, index=False):
         if os.path.isdir(manifest):
             manifest = os.path.join(manifest, "manifest.json")
         with open(manifest) as f:
@@ -237,7 +427,7 @@ class Dataset:
         self.tensors_info = m.get("tensors")
         if not self.tensors_info:
             raise ValueError(f"{manifest}: this output has no tensor shards (run relayout with --tensors)")
-        if self.tensors_info["order"]["algorithm"] != ALGORITHM:
+        if self.tensors_info["order"]["algorithm"] not in (ALGORITHM, ORDER_V2):
             raise ValueError(f"{manifest}: order algorithm {self.tensors_info['order']['algorithm']} is not {ALGORITHM}")
         self.root = os.path.dirname(os.path.abspath(manifest))
         self.rank, self.world, self.worker, self.num_workers = rank, world, worker, num_workers
@@ -251,6 +441,20 @@ class Dataset:
         self._ends = [s["first_row"] + s["rows"] for s in shards]
         self._shards = [None] * len(shards)
         self.selection = self._select(slices)
+        if shuffle is True:
+            shuffle = "window"
+        elif shuffle is False or shuffle is None:
+            shuffle = "none"
+        if shuffle not in ("window", "block", "none"):
+            raise ValueError(f"shuffle={shuffle!r}: want 'window', 'block' or 'none'")
+        self.order = shuffle
+        self.shuffle = shuffle != "none"
+        self.streams = streams if streams else world * num_workers
+        self.window_bytes = window_bytes
+        self.index = index
+        self.weights = self._weigh(weights) if weights is not None else None
+        if self.weights is not None and self.order != "window":
+            raise ValueError("weights need shuffle='window'")
 
     def _select(self, slices):
         if slices is None:
@@ -277,6 +481,35 @@ class Dataset:
                 out[-1] = (out[-1][0], max(out[-1][1], e))
             else:
                 out.append((s, e))
+        return out
+
+    def _weigh(self, weights):
+        ms, keys = self.manifest["slices"], self.manifest["slice_keys"]
+        per_slice, per_key = {}, {}
+        for k, v in weights.items():
+            if isinstance(k, int):
+                if not 0 <= k < len(ms):
+                    raise ValueError(f"weights: slice {k}: the manifest has {len(ms)} slices")
+                per_slice[k] = float(v)
+            elif isinstance(k, str) and isinstance(v, dict):
+                if k not in keys:
+                    raise ValueError(f"weights: {k!r} is not a slice key (the slice keys are {keys})")
+                per_key[k] = {str(x): float(w) for x, w in v.items()}
+            else:
+                raise TypeError("weights: want {slice index: weight} or {key: {value: weight}}")
+        out = []
+        for i, sl in enumerate(ms):
+            r = (sl["first_row"], sl["first_row"] + sl["rows"])
+            if self.selection is not None and not _cut([r], self.selection):
+                continue
+            w = per_slice.get(i, 1.0)
+            for name, value in sl["key"].items():
+                x = per_key.get(name, {}).get(_key_str(value))
+                if x is not None:
+                    w *= x
+            if not (w >= 0 and w != float("inf")):
+                raise ValueError(f"weights: slice {i} has weight {w}; want a finite weight >= 0")
+            out.append((r, w))
         return out
 
     def __len__(self):
@@ -360,10 +593,67 @@ class Dataset:
                 out[name] = np.zeros((0,) + (shape if t["kind"] != "values" else ()), dtype=DTYPES[t["dtype"]])
         return out
 
+    def window_plan(self, n):
+        """relayout-order-v2's streams, global batch count and window size."""
+        t = self.tensors_info
+        N = t["totals"]["rows"]
+        window = window_samples(self.window_bytes, t["totals"]["bytes"], N, n)
+        streams, total = streams_of(N, t["order"]["block_samples"], self.selection, self.weights,
+                                    self.seed, self.epoch, self.streams, n)
+        return streams, total, window
+
     def batches(self, n):
         """Yield this reader's batches of n samples (queries when packed)."""
-        for ranges in self.batch_ranges(n):
-            yield self.batch(ranges)
+        if self.order != "window":
+            for ranges in self.batch_ranges(n):
+                b = self.batch(ranges)
+                if self.index:
+                    b["_index"] = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in ranges]) if ranges else np.zeros(0, np.int64)
+                yield b
+            return
+        streams, total, window = self.window_plan(n)
+        plan = window_batches(streams, total, n, window, self.rank, self.world, self.worker, self.num_workers,
+                              self.samples_seen, self.drop_last)
+        wins, cur = {}, {}
+        for k, s, w, first, count in plan:
+            if s not in wins:
+                wins[s] = stream_windows(streams[s], s, window, self.seed, self.epoch)
+            if s not in cur or cur[s][0] != w:
+                pieces, perm = wins[s][w]
+                # Read the window's pieces in order, once; drop the last.
+                cur[s] = (w, self.batch(pieces), _positions(pieces), perm)
+            _, data, pos, perm = cur[s]
+            idx = perm[first:first + count]
+            b = self._gather(data, idx)
+            if self.index:
+                b["_index"] = pos[idx]
+            yield b
+
+    def _gather(self, data, idx):
+        """Samples idx of a window's batch, in that order (copies)."""
+        rows = {"row": idx, "query": idx}
+        if "query.item_offsets" in data:
+            io = data["query.item_offsets"]
+            rows["item"] = _expand(io, idx)
+        out, value_rows = {}, {}
+        for t in self.schema:  # offsets first: values are cut by them
+            if t["kind"] != "offsets":
+                continue
+            name, src = t["name"], data[t["name"]]
+            r = rows[t["level"]]
+            lens = src[r + 1] - src[r]
+            offs = np.zeros(len(r) + 1, dtype=np.int64)
+            np.cumsum(lens, out=offs[1:])
+            out[name] = offs
+            if name != "query.item_offsets":
+                value_rows[name] = _expand(src, r)
+        for t in self.schema:
+            if t["kind"] == "offsets":
+                continue
+            r = value_rows[t["offsets"]] if t["kind"] == "values" else rows[t["level"]]
+            out[t["name"]] = data[t["name"]][r]
+        out = {t["name"]: out[t["name"]] for t in self.schema}
+        return out
 
     def state_dict(self, samples_seen):
         """What to store to resume this epoch after samples_seen samples."""
