@@ -12,8 +12,8 @@ import numpy as np
 import relayout_loader as rl
 
 
-def loader_pass(out, batch):
-    ds = rl.Dataset(out, seed=1, epoch=0)
+def loader_pass(out, batch, order="window"):
+    ds = rl.Dataset(out, seed=1, epoch=0, shuffle=order)
     stage = {}
     total = 0
     t = time.perf_counter()
@@ -51,16 +51,19 @@ def main():
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     loader_pass(out, batch)  # warm the page cache
-    lt, lb, pt, pb = [], 0, [], 0
+    lt, bt, lb, pt, pb = [], [], 0, [], 0
     for _ in range(reps):
         dt, lb = loader_pass(out, batch)
         lt.append(dt)
+        dt, _ = loader_pass(out, batch, "block")
+        bt.append(dt)
         dt, pb = plain_copy(out)
         pt.append(dt)
-    l, p = statistics.median(lt), statistics.median(pt)
+    l, b, p = statistics.median(lt), statistics.median(bt), statistics.median(pt)
     print(json.dumps({"batch": batch, "loader_seconds": l, "loader_bytes": lb, "loader_gbps": lb / l / 1e9,
+                      "block_seconds": b, "block_gbps": lb / b / 1e9,
                       "copy_seconds": p, "copy_bytes": pb, "copy_gbps": pb / p / 1e9,
-                      "ratio": (lb / l) / (pb / p)}))
+                      "ratio": (lb / l) / (pb / p), "ratio_block": (lb / b) / (pb / p)}))
 
 
 if __name__ == "__main__":

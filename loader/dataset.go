@@ -78,6 +78,21 @@ type mapped struct {
 	data   []byte
 	header *Header
 	index  map[string]TensorInfo
+	// views are the schema's tensors in this shard, in schema order.
+	views []tensorView
+	items []int64 // query.item_offsets (packed), else nil
+}
+
+// tensorView is one tensor of a mapped shard, ready for row lookups.
+type tensorView struct {
+	data []byte // the tensor's bytes
+	per  int64  // bytes per row (elements for values)
+	item bool   // rows are items (query.item_offsets)
+	// offs is the offsets tensor of a values tensor (or the tensor itself
+	// for an offsets tensor), as int64s; offsItem says its rows are items.
+	offs     []int64
+	offsItem bool
+	kind     string
 }
 
 // Open reads a manifest (a local path to manifest.json or its folder).
@@ -255,6 +270,24 @@ func (d *Dataset) shard(i int) (*mapped, error) {
 			return nil, fmt.Errorf("%s: tensor %s (%s) is missing or has another dtype", p, t.Name, t.DType)
 		}
 	}
+	level := map[string]string{}
+	for _, t := range d.Manifest.Tensors.Schema {
+		level[t.Name] = t.Level
+	}
+	if _, ok := s.index["query.item_offsets"]; ok {
+		s.items = int64s(s.bytes(s.index["query.item_offsets"]))
+	}
+	for _, t := range d.Manifest.Tensors.Schema {
+		v := tensorView{data: s.bytes(s.index[t.Name]), per: rowSizeOf(t), item: t.Level == "item", kind: t.Kind}
+		switch t.Kind {
+		case "offsets":
+			v.offs, v.offsItem = int64s(v.data), t.Level == "item"
+		case "values":
+			v.per = dtypeSize[t.DType]
+			v.offs, v.offsItem = int64s(s.bytes(s.index[t.Offsets])), level[t.Offsets] == "item"
+		}
+		s.views = append(s.views, v)
+	}
 	d.shards[i] = s
 	return s, nil
 }
@@ -351,25 +384,24 @@ func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
 			continue
 		case "values":
 			ot := byName[t.Offsets]
-			for _, p := range pieces {
+			views := make([][]byte, len(pieces))
+			for i, p := range pieces {
 				l0, l1 := levelRange(p, ot.Level)
 				o := int64s(p.sh.bytes(p.sh.index[t.Offsets]))
-				v := p.sh.bytes(p.sh.index[t.Name])[o[l0]*es : o[l1]*es]
-				out.Data = appendView(out.Data, v, len(pieces))
+				views[i] = p.sh.bytes(p.sh.index[t.Name])[o[l0]*es : o[l1]*es]
 				n += o[l1] - o[l0]
 			}
+			out.Data = concat(views)
 		default:
-			for _, p := range pieces {
+			views := make([][]byte, len(pieces))
+			for i, p := range pieces {
 				l0, l1 := levelRange(p, t.Level)
-				v := p.sh.bytes(p.sh.index[t.Name])
 				if per > 0 {
-					v = v[l0*per : l1*per]
-				} else {
-					v = nil
+					views[i] = p.sh.bytes(p.sh.index[t.Name])[l0*per : l1*per]
 				}
-				out.Data = appendView(out.Data, v, len(pieces))
 				n += l1 - l0
 			}
+			out.Data = concat(views)
 		}
 		out.Shape = append([]int{int(n)}, t.Shape...)
 		b.Tensors = append(b.Tensors, out)
@@ -377,10 +409,19 @@ func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
 	return b, nil
 }
 
-// appendView returns v itself for a single piece (a view), else appends.
-func appendView(dst, v []byte, pieces int) []byte {
-	if pieces == 1 {
-		return v
+// concat returns the one view itself (zero copy), else the views copied
+// into one buffer allocated once.
+func concat(views [][]byte) []byte {
+	if len(views) == 1 {
+		return views[0]
 	}
-	return append(dst, v...)
+	var n int
+	for _, v := range views {
+		n += len(v)
+	}
+	out := make([]byte, 0, n)
+	for _, v := range views {
+		out = append(out, v...)
+	}
+	return out
 }

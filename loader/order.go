@@ -1,7 +1,10 @@
 // Package loader reads relayout tensor shards: it memory-maps them, orders
 // and assigns samples to (rank, worker) readers following the determinism
-// contract relayout-order-v1 (docs/loader.md), and returns batches as views
-// into the maps. python/relayout_loader.py implements the same contract.
+// contracts of docs/loader.md, and returns batches. relayout-order-v2 (the
+// window order, order2.go and Reader) mixes slices inside every batch
+// while each reader reads only its own blocks; relayout-order-v1 (the
+// block order, Sequence and Batches) keeps blocks whole and returns views
+// into the maps. python/relayout_loader.py implements both.
 package loader
 
 import (

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // Order names for Assignment.Order.
@@ -327,6 +328,16 @@ func (p WindowPlan) ReaderBatches(a Assignment) ([]WindowBatch, []Stream, error)
 	return out, own, nil
 }
 
+// BatchPositions returns batch b's samples as positions in its window:
+// the window's permutation at [First, First+Count), in ascending order. A
+// batch's set of samples is what mixes; ascending order makes the gather a
+// forward pass over the window.
+func BatchPositions(perm []int64, b WindowBatch) []int64 {
+	idx := slices.Clone(perm[b.First : b.First+b.Count])
+	slices.Sort(idx)
+	return idx
+}
+
 func streamsTotal(ss []Stream) int64 {
 	var n int64
 	for _, s := range ss {
@@ -343,12 +354,16 @@ func (p WindowPlan) GlobalOrder() ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each stream's samples in order, batch by batch.
 	seqs := make([][]int64, len(streams))
 	for i, st := range streams {
 		for _, w := range p.Windows(st) {
 			pos := positions(w.Pieces)
-			for _, q := range w.Perm {
-				seqs[i] = append(seqs[i], pos[q])
+			for first := int64(0); first < int64(len(w.Perm)); first += p.Batch {
+				n := min(p.Batch, int64(len(w.Perm))-first)
+				for _, q := range BatchPositions(w.Perm, WindowBatch{First: first, Count: n}) {
+					seqs[i] = append(seqs[i], pos[q])
+				}
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func readerSamples(t *testing.T, p WindowPlan, a Assignment) ([][]int64, []Piece
 		w := wins[b.Stream][b.Window]
 		pos := positions(w.Pieces)
 		var s []int64
-		for _, q := range w.Perm[b.First : b.First+b.Count] {
+		for _, q := range BatchPositions(w.Perm, b) {
 			s = append(s, pos[q])
 		}
 		out = append(out, s)

@@ -2,6 +2,9 @@ package loader
 
 import (
 	"fmt"
+	"os"
+	"sort"
+	"syscall"
 	"unsafe"
 
 	"github.com/relayout/relayout/manifests"
@@ -71,11 +74,21 @@ type Reader struct {
 	next    int
 }
 
+// windowBuf is a stream's current window: its pieces resolved to shard
+// segments, and its permutation.
 type windowBuf struct {
 	index int
-	data  *Batch
-	pos   []int64 // global index of each window-local sample
+	segs  []segment
+	ends  []int64 // window position past each segment
 	perm  []int64
+}
+
+// segment is a piece's rows within one shard.
+type segment struct {
+	sh     *mapped
+	shard  int
+	lo, hi int64 // rows of the shard
+	first  int64 // global index of row lo
 }
 
 // NewReader plans reader o's epoch. Shards are mapped as they are needed.
@@ -148,25 +161,210 @@ func (r *Reader) Next() (*Batch, error) {
 	r.next++
 	buf := r.cur[wb.Stream]
 	if buf == nil || buf.index != wb.Window {
-		// The stream's next window: read its pieces in order, once.
 		w := r.windows[wb.Stream][wb.Window]
-		data, err := r.d.Batch(w.Pieces)
-		if err != nil {
+		var err error
+		if buf, err = r.d.openWindow(w); err != nil {
 			return nil, err
 		}
-		buf = &windowBuf{index: wb.Window, data: data, pos: positions(w.Pieces), perm: w.Perm}
 		r.cur[wb.Stream] = buf
 	}
-	idx := buf.perm[wb.First : wb.First+wb.Count]
-	b := gather(r.d.Manifest.Tensors.Schema, buf.data, idx)
+	idx := BatchPositions(buf.perm, wb)
+	b, g := r.d.gather(buf, idx, r.o.Index)
 	if r.o.Index {
-		g := make([]int64, len(idx))
-		for i, q := range idx {
-			g[i] = buf.pos[q]
-		}
 		b.Tensors = append(b.Tensors, indexTensor(g))
 	}
 	return b, nil
+}
+
+// openWindow resolves a window's pieces to shard segments and asks the
+// kernel to read them ahead, piece by piece in order (one sequential read
+// of each tensor's rows per piece), so the gather finds them in memory.
+func (d *Dataset) openWindow(w Window) (*windowBuf, error) {
+	mt := d.Manifest.Tensors
+	buf := &windowBuf{index: w.Index, perm: w.Perm}
+	var pos int64
+	for _, pc := range w.Pieces {
+		for s := pc.Start; s < pc.End; {
+			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
+			if i == len(mt.Shards) {
+				return nil, fmt.Errorf("sample %d is past the last shard", s)
+			}
+			sh, err := d.shard(i)
+			if err != nil {
+				return nil, err
+			}
+			e := min(pc.End, mt.Shards[i].FirstRow+mt.Shards[i].Rows)
+			sg := segment{sh: sh, shard: i, lo: s - mt.Shards[i].FirstRow, hi: e - mt.Shards[i].FirstRow, first: s}
+			buf.segs = append(buf.segs, sg)
+			pos += e - s
+			buf.ends = append(buf.ends, pos)
+			willNeed(sh, sg.lo, sg.hi)
+			s = e
+		}
+	}
+	return buf, nil
+}
+
+// willNeed advises the kernel that rows [lo, hi) of every tensor of a
+// mapped shard are about to be read.
+func willNeed(sh *mapped, lo, hi int64) {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(sh.data)))
+	for k := range sh.views {
+		a, e := sh.rowBytes(k, lo, hi)
+		if e <= a {
+			continue
+		}
+		v := sh.views[k].data
+		start := int64(uintptr(unsafe.Pointer(unsafe.SliceData(v)))-base) + a
+		p0 := start &^ (pageSize - 1)
+		_ = syscall.Madvise(sh.data[p0:start+(e-a)], syscall.MADV_WILLNEED)
+	}
+}
+
+var pageSize = int64(os.Getpagesize())
+
+// rowBytes returns the byte range, within the shard's k-th schema tensor,
+// of the shard's samples [lo, hi): their rows at the tensor's level (items
+// via query.item_offsets), their values (via the tensor's offsets), or
+// their offsets entries.
+func (sh *mapped) rowBytes(k int, lo, hi int64) (int64, int64) {
+	v := &sh.views[k]
+	switch v.kind {
+	case "offsets":
+		if v.offsItem {
+			lo, hi = sh.items[lo], sh.items[hi]
+		}
+		return lo * 8, (hi + 1) * 8
+	case "values":
+		if v.offsItem {
+			lo, hi = sh.items[lo], sh.items[hi]
+		}
+		return v.offs[lo] * v.per, v.offs[hi] * v.per
+	}
+	if v.item {
+		lo, hi = sh.items[lo], sh.items[hi]
+	}
+	return lo * v.per, hi * v.per
+}
+
+// gather copies window positions idx (ascending) into a new batch, sample
+// by sample: each sample is one contiguous range of every tensor in its
+// shard (its row, its items, its values); offsets are rebased. It returns
+// the samples' global indices too when index is set.
+func (d *Dataset) gather(w *windowBuf, idx []int64, index bool) (*Batch, []int64) {
+	schema := d.Manifest.Tensors.Schema
+	type ref struct {
+		sh  *mapped
+		row int64 // sample's row in its shard
+	}
+	refs := make([]ref, len(idx))
+	var global []int64
+	if index {
+		global = make([]int64, len(idx))
+	}
+	k := 0
+	for i, q := range idx {
+		for q >= w.ends[k] {
+			k++
+		}
+		sg := &w.segs[k]
+		start := w.ends[k] - (sg.hi - sg.lo)
+		refs[i] = ref{sg.sh, sg.lo + q - start}
+		if index {
+			global[i] = sg.first + q - start
+		}
+	}
+	out := &Batch{Samples: int64(len(idx)), Tensors: make([]Tensor, 0, len(schema))}
+	for ti, t := range schema {
+		if t.Kind == "offsets" {
+			offs := make([]int64, 1, len(idx)+1)
+			for _, r := range refs {
+				a, e := r.row, r.row+1
+				if r.sh.views[ti].offsItem {
+					a, e = r.sh.items[a], r.sh.items[e]
+				}
+				o := r.sh.views[ti].offs
+				base := offs[len(offs)-1] - o[a]
+				for _, v := range o[a+1 : e+1] {
+					offs = append(offs, v+base)
+				}
+			}
+			out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: []int{len(offs)},
+				Data: unsafe.Slice((*byte)(unsafe.Pointer(&offs[0])), len(offs)*8)})
+			continue
+		}
+		var n int64
+		fixed := t.Kind != "values" && t.Level != "item"
+		per := rowSizeOf(t)
+		if fixed {
+			n = int64(len(refs)) * per
+		} else {
+			for _, r := range refs {
+				a, e := r.sh.rowBytes(ti, r.row, r.row+1)
+				n += e - a
+			}
+		}
+		data := make([]byte, n)
+		var off int64
+		switch {
+		case fixed && per == 8:
+			dst := u64s(data)
+			for i, r := range refs {
+				dst[i] = *(*uint64)(unsafe.Pointer(&r.sh.views[ti].data[r.row*8]))
+			}
+		case fixed && per == 4:
+			dst := u32s(data)
+			for i, r := range refs {
+				dst[i] = *(*uint32)(unsafe.Pointer(&r.sh.views[ti].data[r.row*4]))
+			}
+		case fixed:
+			for _, r := range refs {
+				src := r.sh.views[ti].data[r.row*per : (r.row+1)*per]
+				off += copyRow(data[off:], src)
+			}
+		default:
+			for _, r := range refs {
+				a, e := r.sh.rowBytes(ti, r.row, r.row+1)
+				off += copyRow(data[off:], r.sh.views[ti].data[a:e])
+			}
+		}
+		if t.Kind == "values" {
+			per = dtypeSize[t.DType]
+		}
+		rows := 0
+		if per > 0 {
+			rows = int(n / per)
+		}
+		out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{rows}, t.Shape...), Data: data})
+	}
+	return out, global
+}
+
+// copyRow copies a short range: word by word when it is whole words
+// (cheaper than a memmove call for the 1-64 byte rows most tensors have).
+func copyRow(dst, src []byte) int64 {
+	switch n := len(src); {
+	case n == 8:
+		*(*uint64)(unsafe.Pointer(&dst[0])) = *(*uint64)(unsafe.Pointer(&src[0]))
+	case n == 4:
+		*(*uint32)(unsafe.Pointer(&dst[0])) = *(*uint32)(unsafe.Pointer(&src[0]))
+	case n > 0 && n <= 128 && n%8 == 0:
+		d, s := u64s(dst[:n]), u64s(src)
+		for k := range s {
+			d[k] = s[k]
+		}
+	default:
+		copy(dst, src)
+	}
+	return int64(len(src))
+}
+
+func rowSizeOf(t manifests.Tensor) int64 {
+	per := dtypeSize[t.DType]
+	for _, x := range t.Shape {
+		per *= int64(x)
+	}
+	return per
 }
 
 func indexTensor(idx []int64) Tensor {
@@ -175,100 +373,6 @@ func indexTensor(idx []int64) Tensor {
 		t.Data = unsafe.Slice((*byte)(unsafe.Pointer(&idx[0])), len(idx)*8)
 	}
 	return t
-}
-
-// gather copies samples idx (positions in the window batch w) into a new
-// batch, in that order: rows of sample-level tensors, the items of packed
-// queries, ragged values by their offsets (rebased).
-func gather(schema []manifests.Tensor, w *Batch, idx []int64) *Batch {
-	out := &Batch{Samples: int64(len(idx))}
-	byName := map[string]*Tensor{}
-	for i := range w.Tensors {
-		byName[w.Tensors[i].Name] = &w.Tensors[i]
-	}
-	// rows[level] are the window rows each level's tensors take.
-	rows := map[string][]int64{"row": idx, "query": idx}
-	if io, ok := byName["query.item_offsets"]; ok {
-		o := int64s(io.Data)
-		var items []int64
-		for _, q := range idx {
-			for it := o[q]; it < o[q+1]; it++ {
-				items = append(items, it)
-			}
-		}
-		rows["item"] = items
-	}
-	// Offsets first: values tensors are cut by them.
-	valueRows := map[string][]int64{}
-	made := map[string]Tensor{}
-	for _, t := range schema {
-		if t.Kind != "offsets" {
-			continue
-		}
-		o := int64s(byName[t.Name].Data)
-		r := rows[t.Level]
-		offs := make([]int64, 1, len(r)+1)
-		var vals []int64
-		for _, x := range r {
-			offs = append(offs, offs[len(offs)-1]+o[x+1]-o[x])
-			if t.Name != "query.item_offsets" {
-				for v := o[x]; v < o[x+1]; v++ {
-					vals = append(vals, v)
-				}
-			}
-		}
-		valueRows[t.Name] = vals
-		made[t.Name] = Tensor{Name: t.Name, DType: t.DType, Shape: []int{len(offs)},
-			Data: unsafe.Slice((*byte)(unsafe.Pointer(&offs[0])), len(offs)*8)}
-	}
-	for _, t := range schema {
-		if t.Kind == "offsets" {
-			out.Tensors = append(out.Tensors, made[t.Name])
-			continue
-		}
-		r := rows[t.Level]
-		if t.Kind == "values" {
-			r = valueRows[t.Offsets]
-		}
-		per := dtypeSize[t.DType]
-		for _, x := range t.Shape {
-			per *= int64(x)
-		}
-		data := gatherRows(byName[t.Name].Data, per, r)
-		out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{len(r)}, t.Shape...), Data: data})
-	}
-	return out
-}
-
-// gatherRows copies rows r (each per bytes) of src, in order.
-func gatherRows(src []byte, per int64, r []int64) []byte {
-	dst := make([]byte, int64(len(r))*per)
-	switch per {
-	case 4:
-		s, d := u32s(src), u32s(dst)
-		for i, x := range r {
-			d[i] = s[x]
-		}
-	case 8:
-		s, d := u64s(src), u64s(dst)
-		for i, x := range r {
-			d[i] = s[x]
-		}
-	case 1:
-		for i, x := range r {
-			dst[i] = src[x]
-		}
-	case 2:
-		s, d := u16s(src), u16s(dst)
-		for i, x := range r {
-			d[i] = s[x]
-		}
-	default:
-		for i, x := range r {
-			copy(dst[int64(i)*per:], src[x*per:(x+1)*per])
-		}
-	}
-	return dst
 }
 
 func u16s(b []byte) []uint16 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -738,4 +739,124 @@ func TestWindowMixesLikeAUniformShuffle(t *testing.T) {
 	if bd >= 0.9*ud { // the control: the block order does not mix
 		t.Fatalf("block order mixes as well as uniform (%.2f vs %.2f): the measure is broken", bd, ud)
 	}
+}
+
+// TestWindowBytesTouchedOncePerEpoch: from each reader's samples (_index)
+// and the shards' layout, the byte ranges of shard data every reader
+// touches. Over 2 ranks x 2 workers and 4 ranks x 1 worker the ranges of
+// different readers are disjoint and, summed, at most 1.05x the shards'
+// data: each byte is fetched once per epoch. It also logs the 4 KiB pages
+// touched (narrow tensors make small pieces, whose edge pages two readers
+// share).
+func TestWindowBytesTouchedOncePerEpoch(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 2, Seed: 6})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country", "date"}, Tensors: true, ShardBytes: 2 << 20, BlockSamples: 4096})
+	m := manifestOf(t, out)
+	type layout struct {
+		h   *loader.Header
+		off map[string][]int64 // offsets tensors, for their values
+	}
+	shards := make([]layout, len(m.Tensors.Shards))
+	var dataBytes int64
+	for i, s := range m.Tensors.Shards {
+		data, err := os.ReadFile(filepath.Join(out, s.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := loader.ReadHeader(bytesAt(data), int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := layout{h: h, off: map[string][]int64{}}
+		for _, ti := range h.Tensors {
+			if strings.HasSuffix(ti.Name, ".offsets") {
+				l.off[ti.Name] = i64(data[h.DataStart+ti.Begin : h.DataStart+ti.End])
+			}
+		}
+		shards[i] = l
+		dataBytes += s.Bytes - h.DataStart
+	}
+	type span struct {
+		shard, lo, hi int64
+		reader        int
+	}
+	for _, ws := range [][2]int{{2, 2}, {4, 1}} {
+		var spans []span
+		pages := map[[3]int64]bool{} // (reader, shard, page)
+		for r := 0; r < ws[0]; r++ {
+			for w := 0; w < ws[1]; w++ {
+				d, err := loader.Open(out, loader.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reader := r*ws[1] + w
+				for _, b := range readAll(t, d, loader.ReadOptions{Assignment: loader.Assignment{Seed: 2, Shuffle: true, Rank: r, World: ws[0], Worker: w, NumWorkers: ws[1]}, Batch: 512, Index: true}) {
+					ix, _ := b.Get(loader.IndexTensor)
+					for _, s := range i64(ix.Data) {
+						k := sort.Search(len(m.Tensors.Shards), func(k int) bool {
+							return m.Tensors.Shards[k].FirstRow+m.Tensors.Shards[k].Rows > s
+						})
+						l, row := shards[k], s-m.Tensors.Shards[k].FirstRow
+						for _, ti := range l.h.Tensors {
+							lo, hi, per := row, row+1, int64(0)
+							switch {
+							case strings.HasSuffix(ti.Name, ".offsets"):
+								per = 8 // the sample's end offset (its start is the previous sample's)
+								lo, hi = row+1, row+2
+								if row == 0 {
+									lo = 0
+								}
+							case strings.HasSuffix(ti.Name, ".values"):
+								o := l.off[strings.TrimSuffix(ti.Name, ".values")+".offsets"]
+								lo, hi = o[row], o[row+1]
+								per = (ti.End - ti.Begin) / max(o[len(o)-1], 1)
+							default:
+								per = (ti.End - ti.Begin) / m.Tensors.Shards[k].Rows
+							}
+							if hi <= lo || per == 0 {
+								continue
+							}
+							a, e := l.h.DataStart+ti.Begin+lo*per, l.h.DataStart+ti.Begin+hi*per
+							spans = append(spans, span{int64(k), a, e, reader})
+							for p := a / 4096; p <= (e-1)/4096; p++ {
+								pages[[3]int64{int64(reader), int64(k), p}] = true
+							}
+						}
+					}
+				}
+				d.Close()
+			}
+		}
+		slices.SortFunc(spans, func(a, b span) int {
+			if a.shard != b.shard {
+				return int(a.shard - b.shard)
+			}
+			return int(a.lo - b.lo)
+		})
+		var total int64
+		for i, sp := range spans {
+			total += sp.hi - sp.lo
+			if i > 0 && spans[i-1].shard == sp.shard && spans[i-1].hi > sp.lo {
+				t.Fatalf("world %v: readers %d and %d both touch bytes [%d, %d) of shard %d", ws, spans[i-1].reader, sp.reader, sp.lo, spans[i-1].hi, sp.shard)
+			}
+		}
+		ratio := float64(total) / float64(dataBytes)
+		t.Logf("world %d x %d workers: bytes touched %.3fx the shards' data; 4 KiB pages touched %.3fx", ws[0], ws[1], ratio, float64(len(pages))*4096/float64(dataBytes))
+		if ratio > 1.05 || ratio < 0.95 {
+			t.Fatalf("world %v: readers touched %.3fx the shard data", ws, ratio)
+		}
+	}
+}
+
+type bytesAt []byte
+
+func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(b)) {
+		return 0, fmt.Errorf("past the end")
+	}
+	n := copy(p, b[off:])
+	if n < len(p) {
+		return n, fmt.Errorf("short")
+	}
+	return n, nil
 }

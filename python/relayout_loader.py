@@ -1,12 +1,15 @@
-"""Read relayout tensor shards with NumPy, following relayout-order-v1.
+"""Read relayout tensor shards with NumPy, following relayout-order-v2 (window
+order, the default) or relayout-order-v1 (shuffle="block").
 
     from relayout_loader import Dataset
     ds = Dataset("out/manifest.json", rank=0, world=8, worker=0, num_workers=4, seed=1, epoch=0)
     for batch in ds.batches(512):   # dict: tensor name -> numpy array
         ...
 
-Shards are memory-mapped; a batch whose samples lie in one shard piece is a
-set of zero-copy views (offsets tensors are always small rebased copies).
+Shards are memory-mapped. In the window order a reader copies each window's
+blocks once and gathers every batch from them; in the block order a batch
+whose samples lie in one shard piece is a set of zero-copy views (offsets
+tensors are always small rebased copies).
 The order and the split between (rank, worker) readers follow the contract in
 docs/loader.md, which the Go package github.com/relayout/relayout/loader
 implements too. Only NumPy is required; `verify_checksums=True` needs the
@@ -17,6 +20,7 @@ bfloat16 tensors are returned as uint16 arrays of their bits (NumPy has no
 bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
 """
 
+import array
 import json
 import mmap
 import os
@@ -157,6 +161,27 @@ def window_samples(window_bytes, tensor_bytes, samples, batch):
     return max(w - w % batch, batch)
 
 
+def _permutation(n, rng):
+    """Fisher-Yates over range(n) with rng, as the contract runs it (for i
+    from n-1 down to 1, j = next() mod (i+1)), with the generator's outputs
+    computed at once: SplitMix64's t-th output mixes state + t*gamma."""
+    if n <= 1:
+        return np.arange(n, dtype=np.int64)
+    t = np.arange(1, n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = np.uint64(rng.state) + t * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    rng.state = (rng.state + (n - 1) * 0x9E3779B97F4A7C15) & M64
+    i = np.arange(n - 1, 0, -1, dtype=np.uint64)
+    js = (z % (i + np.uint64(1))).astype(np.int64).tolist()
+    p = array.array("q", range(n))  # the swaps run in the interpreter; the result is a view
+    for i, j in zip(range(n - 1, 0, -1), js):
+        p[i], p[j] = p[j], p[i]
+    return np.frombuffer(p, dtype=np.int64)
+
+
 def _stream_rng(seed, epoch, s, w):
     tag = ((((s + 1) & M64) * 0x9E3779B97F4A7C15) & M64) ^ ((((w + 1) & M64) * 0xC2B2AE3D27D4EB4F) & M64)
     return SplitMix64(seed ^ tag, epoch)
@@ -253,12 +278,7 @@ def stream_windows(pieces, s, window, seed, epoch):
             need -= take
             if off == hi - lo:
                 k, off = k + 1, 0
-        perm = list(range(n))
-        rng = _stream_rng(seed, epoch, s, w)
-        for i in range(n - 1, 0, -1):
-            j = rng.next() % (i + 1)
-            perm[i], perm[j] = perm[j], perm[i]
-        out.append((wp, np.array(perm, dtype=np.int64)))
+        out.append((wp, _permutation(n, _stream_rng(seed, epoch, s, w))))
         total -= n
         w += 1
     return out
@@ -623,7 +643,7 @@ class Dataset:
                 # Read the window's pieces in order, once; drop the last.
                 cur[s] = (w, self.batch(pieces), _positions(pieces), perm)
             _, data, pos, perm = cur[s]
-            idx = perm[first:first + count]
+            idx = np.sort(perm[first:first + count])
             b = self._gather(data, idx)
             if self.index:
                 b["_index"] = pos[idx]

@@ -227,11 +227,14 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 	outp, err := cmd.Output()
 	var np struct {
 		LoaderGBps float64 `json:"loader_gbps"`
+		BlockGBps  float64 `json:"block_gbps"`
 		CopyGBps   float64 `json:"copy_gbps"`
 		Ratio      float64 `json:"ratio"`
+		RatioBlock float64 `json:"ratio_block"`
 	}
 	if err == nil && json.Unmarshal(outp, &np) == nil {
-		fmt.Printf("NumPy loader: %.2f GB/s over all batches (copied to a staging buffer) vs plain copy %.2f GB/s: %.2fx (target >= 0.5x)\n", np.LoaderGBps, np.CopyGBps, np.Ratio)
+		fmt.Printf("NumPy loader (batches copied to a staging buffer) vs plain copy %.2f GB/s: window order %.2f GB/s (%.2fx, target >= 0.5x), block order %.2f GB/s (%.2fx)\n",
+			np.CopyGBps, np.LoaderGBps, np.Ratio, np.BlockGBps, np.RatioBlock)
 		res["numpy_loader"] = json.RawMessage(outp)
 	} else {
 		fmt.Printf("NumPy loader: not measured (%v; run make deps)\n", err)
@@ -257,6 +260,8 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 	fmt.Printf("transfer per epoch: flat %.1f MB, packed %.1f MB (%.3fx less); predicted from %.2f items/query (%.0f B query, %.0f B item): %.3fx; agreement %.2f%% (target within 1%%)\n",
 		flatBytes/1e6, packedBytes/1e6, measured, ipq, qb, ib, predicted, 100*math.Abs(measured-predicted)/predicted)
 	res["transfer"] = map[string]any{"flat_bytes": flatBytes, "packed_bytes": packedBytes, "ratio": measured, "predicted": predicted, "items_per_query": ipq}
+
+	mixingBench(flat, pk, reps, res)
 }
 
 // levelBytes sums the tensor bytes of an output's shards by level, and

@@ -77,3 +77,62 @@ class OrderTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def window_global(n, block, batch, window, streams, world, nw, seed=5, epoch=2, seen=0, sel=None, weights=None):
+    """Interleave every reader's window-order batches into the global order."""
+    ss, total = rl.streams_of(n, block, sel, weights, seed, epoch, streams, batch)
+    per = {}
+    for r in range(world):
+        for w in range(nw):
+            out = []
+            wins = {}
+            for k, s, wi, first, count in rl.window_batches(ss, total, batch, window, r, world, w, nw, seen):
+                if s not in wins:
+                    wins[s] = rl.stream_windows(ss[s], s, window, seed, epoch)
+                pieces, perm = wins[s][wi]
+                pos = np.concatenate([np.arange(a, e) for a, e in pieces])
+                out.append(pos[np.sort(perm[first:first + count])].tolist())
+            per[(r, w)] = out
+    order, nxt, k = [], {}, seen // batch
+    while True:
+        key = (k % world, (k // world) % nw)
+        i = nxt.get(key, 0)
+        if i >= len(per[key]):
+            break
+        nxt[key] = i + 1
+        order.extend(per[key][i])
+        k += 1
+    return order, per
+
+
+class WindowOrderTest(unittest.TestCase):
+    def test_once_balanced_and_elastic(self):
+        want, _ = window_global(5000, 100, 64, 512, 4, 1, 1)
+        self.assertEqual(sorted(want), list(range(5000)))
+        for world, nw in [(2, 1), (1, 2), (2, 2), (4, 1), (1, 4)]:
+            got, per = window_global(5000, 100, 64, 512, 4, world, nw)
+            self.assertEqual(got, want, f"world {world} x {nw}")
+            counts = [sum(len(per[(r, w)]) for w in range(nw)) for r in range(world)]
+            self.assertLessEqual(max(counts) - min(counts), 1)
+        with self.assertRaises(ValueError):
+            window_global(5000, 100, 64, 512, 4, 3, 1)
+
+    def test_resume(self):
+        full, _ = window_global(3000, 50, 100, 400, 2, 2, 1)
+        for seen in (0, 100, 2900, 3000):
+            got, _ = window_global(3000, 50, 100, 400, 2, 2, 1, seen=seen)
+            self.assertEqual(got, full[seen:])
+        with self.assertRaises(ValueError):
+            window_global(3000, 50, 100, 400, 2, 2, 1, seen=150)
+
+    def test_weights(self):
+        w = [((0, 1000), 1.0), ((1000, 2000), 3.0), ((2000, 3000), 0.5)]
+        got, _ = window_global(3000, 100, 32, 256, 1, 1, 1, weights=w)
+        shares = [sum(1 for s in got if lo <= s < hi) / len(got) for (lo, hi), _ in w]
+        for (_, x), f in zip(w, shares):
+            self.assertAlmostEqual(f, x / 4.5, delta=0.02 * x / 4.5)
+
+    def test_window_samples(self):
+        self.assertEqual(rl.window_samples(1 << 20, 100 << 20, 1_000_000, 512), 9728)
+        self.assertEqual(rl.window_samples(1, 100, 10, 4), 4)  # at least one batch

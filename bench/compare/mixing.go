@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+	"unsafe"
+
+	"github.com/relayout/relayout/loader"
+)
+
+// epochTimes produces one epoch of batches of n samples through one reader
+// (one worker) and returns the seconds and the tensor bytes produced.
+// copyOut copies every tensor into a staging buffer (what a pinned-memory
+// loader does); v1 views are not copied.
+func epochTimes(out string, order string, n int64, copyOut bool) (float64, int64, error) {
+	d, err := loader.Open(out, loader.Options{})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.Close()
+	r, err := d.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: 1, Shuffle: order != loader.OrderNone}, Order: order, Batch: n})
+	if err != nil {
+		return 0, 0, err
+	}
+	stage := make([]byte, 64<<20)
+	var bytes int64
+	t0 := time.Now()
+	for {
+		b, err := r.Next()
+		if err != nil {
+			return 0, 0, err
+		}
+		if b == nil {
+			break
+		}
+		off := 0
+		for _, t := range b.Tensors {
+			bytes += int64(len(t.Data))
+			if copyOut {
+				if off+len(t.Data) > len(stage) {
+					off = 0
+				}
+				off += copy(stage[off:], t.Data)
+			}
+		}
+	}
+	return time.Since(t0).Seconds(), bytes, nil
+}
+
+// plainCopy is the rate of copying `bytes` bytes in 4 MiB pieces from one
+// buffer to another: the ceiling a loader that copies its batches out is
+// measured against.
+func plainCopy(bytes int64) float64 {
+	src, dst := make([]byte, 256<<20), make([]byte, 4<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	t0 := time.Now()
+	for done, off := int64(0), 0; done < bytes; done += int64(len(dst)) {
+		if off+len(dst) > len(src) {
+			off = 0
+		}
+		copy(dst, src[off:off+len(dst)])
+		off += len(dst)
+	}
+	return float64(bytes) / time.Since(t0).Seconds()
+}
+
+// mixingOf measures batch composition of an order: distinct countries per
+// 512-sample batch and the standard deviation of per-batch click rate.
+func mixingOf(country []int64, click []float64, order []int64) (float64, float64) {
+	var distinct, sum, sum2 float64
+	nb := len(order) / 512
+	for b := 0; b < nb; b++ {
+		set := map[int64]bool{}
+		var c float64
+		for _, s := range order[b*512 : (b+1)*512] {
+			set[country[s]] = true
+			c += click[s]
+		}
+		distinct += float64(len(set))
+		sum += c / 512
+		sum2 += (c / 512) * (c / 512)
+	}
+	mean := sum / float64(nb)
+	return distinct / float64(nb), math.Sqrt(max(sum2/float64(nb)-mean*mean, 0))
+}
+
+// orderOf returns an epoch's global sample order under order (one reader).
+func orderOf(out, order string) ([]int64, error) {
+	d, err := loader.Open(out, loader.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	r, err := d.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: 1, Shuffle: order != loader.OrderNone}, Order: order, Batch: 512, Index: true})
+	if err != nil {
+		return nil, err
+	}
+	var idx []int64
+	for {
+		b, err := r.Next()
+		if err != nil || b == nil {
+			return idx, err
+		}
+		t, _ := b.Get(loader.IndexTensor)
+		idx = append(idx, unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(t.Data))), len(t.Data)/8)...)
+	}
+}
+
+// mixingBench: batches in relayout-order-v2 (window) against v1 (block)
+// views and copies and a plain copy of the same bytes, flat and packed, one
+// worker; then batch composition of block, window and a uniform shuffle.
+func mixingBench(flat, packed string, reps int, res map[string]any) {
+	fmt.Printf("\n== loader orders, one worker, batches of %d (median of %d)\n", batchRows, reps)
+	out := map[string]any{}
+	for _, c := range []struct{ name, dir string }{{"flat", flat}, {"packed", packed}} {
+		var v1v, v1c, v2 []float64
+		var bytes int64
+		for i := 0; i < reps; i++ {
+			s, _, err := epochTimes(c.dir, loader.OrderBlock, batchRows, false)
+			if err != nil {
+				fmt.Printf("  %s: %v\n", c.name, err)
+				return
+			}
+			v1v = append(v1v, s)
+			s, bytes, _ = epochTimes(c.dir, loader.OrderBlock, batchRows, true)
+			v1c = append(v1c, s)
+			s, _, _ = epochTimes(c.dir, loader.OrderWindow, batchRows, true)
+			v2 = append(v2, s)
+		}
+		cp := plainCopy(bytes)
+		mv, mc, mw := medianF(v1v), medianF(v1c), medianF(v2)
+		gb := func(s float64) float64 { return float64(bytes) / s / 1e9 }
+		fmt.Printf("  %-6s %.0f MB/epoch: v1 views %.2f GB/s, v1 copied %.2f GB/s, v2 window (gathered copies) %.2f GB/s; plain copy %.2f GB/s; v2/copy %.2fx (target >= 0.5x)\n",
+			c.name, float64(bytes)/1e6, gb(mv), gb(mc), gb(mw), cp/1e9, gb(mw)*1e9/cp)
+		out[c.name] = map[string]any{"bytes": bytes, "v1_views_gbps": gb(mv), "v1_copied_gbps": gb(mc), "v2_window_gbps": gb(mw), "plain_copy_gbps": cp / 1e9, "v2_over_copy": gb(mw) * 1e9 / cp}
+	}
+	// Composition, on the flat output's country and click tensors.
+	all, err := orderOf(flat, loader.OrderNone)
+	if err == nil {
+		d, _ := loader.Open(flat, loader.Options{})
+		r, _ := d.NewReader(loader.ReadOptions{Order: loader.OrderNone, Batch: 1 << 20, Index: true})
+		country, click := make([]int64, len(all)), make([]float64, len(all))
+		for {
+			b, err := r.Next()
+			if err != nil || b == nil {
+				break
+			}
+			ix, _ := b.Get(loader.IndexTensor)
+			ct, _ := b.Get("country")
+			kt, _ := b.Get("click")
+			is := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(ix.Data))), len(ix.Data)/8)
+			cs := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(ct.Data))), len(ct.Data)/8)
+			ks := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(kt.Data))), len(kt.Data)/4)
+			for i, s := range is {
+				country[s], click[s] = cs[i], float64(ks[i])
+			}
+		}
+		d.Close()
+		uniform := make([]int64, len(all))
+		for i := range uniform {
+			uniform[i] = int64(i)
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		rng.Shuffle(len(uniform), func(i, j int) { uniform[i], uniform[j] = uniform[j], uniform[i] })
+		mix := map[string]any{}
+		for _, o := range []string{loader.OrderBlock, loader.OrderWindow, "uniform"} {
+			ord := uniform
+			if o != "uniform" {
+				ord, _ = orderOf(flat, o)
+			}
+			dc, sd := mixingOf(country, click, ord)
+			fmt.Printf("  mixing (flat, seed 1, batches of 512): %-7s %.2f distinct countries per batch, click-rate std %.4f\n", o, dc, sd)
+			mix[o] = map[string]float64{"distinct_countries": dc, "click_rate_std": sd}
+		}
+		out["mixing"] = mix
+	}
+	res["loader_orders"] = out
+}
+
+func medianF(v []float64) float64 {
+	s := append([]float64{}, v...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)/2]
+}
