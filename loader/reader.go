@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	mbits "math/bits"
 	"os"
 	"sort"
 	"syscall"
@@ -72,6 +73,7 @@ type Reader struct {
 	cur     map[int]*windowBuf
 	v1      [][]Range
 	next    int
+	bits    []uint64 // scratch for positions
 }
 
 // windowBuf is a stream's current window: its pieces resolved to shard
@@ -168,12 +170,37 @@ func (r *Reader) Next() (*Batch, error) {
 		}
 		r.cur[wb.Stream] = buf
 	}
-	idx := BatchPositions(buf.perm, wb)
+	idx := r.positions(buf.perm, wb)
 	b, g := r.d.gather(buf, idx, r.o.Index)
 	if r.o.Index {
 		b.Tensors = append(b.Tensors, indexTensor(g))
 	}
 	return b, nil
+}
+
+// positions is BatchPositions with a bitmap over the window instead of a
+// sort: mark the batch's positions, then list the marked ones in order.
+func (r *Reader) positions(perm []int64, wb WindowBatch) []int64 {
+	words := (len(perm) + 63) / 64
+	if int64(words) > 16*wb.Count { // a sparse batch of a large window: sort
+		return BatchPositions(perm, wb)
+	}
+	if cap(r.bits) < words {
+		r.bits = make([]uint64, words)
+	}
+	bits := r.bits[:words]
+	clear(bits)
+	for _, q := range perm[wb.First : wb.First+wb.Count] {
+		bits[q>>6] |= 1 << (q & 63)
+	}
+	out := make([]int64, 0, wb.Count)
+	for i, w := range bits {
+		for w != 0 {
+			out = append(out, int64(i)*64+int64(mbits.TrailingZeros64(w)))
+			w &= w - 1
+		}
+	}
+	return out
 }
 
 // openWindow resolves a window's pieces to shard segments and asks the
@@ -253,23 +280,28 @@ func (sh *mapped) rowBytes(k int, lo, hi int64) (int64, int64) {
 // the samples' global indices too when index is set.
 func (d *Dataset) gather(w *windowBuf, idx []int64, index bool) (*Batch, []int64) {
 	schema := d.Manifest.Tensors.Schema
-	type ref struct {
-		sh  *mapped
-		row int64 // sample's row in its shard
+	// Positions ascend, so samples come in runs of one segment each.
+	type run struct {
+		sh     *mapped
+		i0, i1 int
 	}
-	refs := make([]ref, len(idx))
+	rows := make([]int64, len(idx))
+	var runs []run
 	var global []int64
 	if index {
 		global = make([]int64, len(idx))
 	}
-	k := 0
+	k := -1
 	for i, q := range idx {
-		for q >= w.ends[k] {
-			k++
+		if k < 0 || q >= w.ends[k] {
+			for k++; q >= w.ends[k]; k++ {
+			}
+			runs = append(runs, run{sh: w.segs[k].sh, i0: i})
 		}
+		runs[len(runs)-1].i1 = i + 1
 		sg := &w.segs[k]
 		start := w.ends[k] - (sg.hi - sg.lo)
-		refs[i] = ref{sg.sh, sg.lo + q - start}
+		rows[i] = sg.lo + q - start
 		if index {
 			global[i] = sg.first + q - start
 		}
@@ -278,64 +310,83 @@ func (d *Dataset) gather(w *windowBuf, idx []int64, index bool) (*Batch, []int64
 	for ti, t := range schema {
 		if t.Kind == "offsets" {
 			offs := make([]int64, 1, len(idx)+1)
-			for _, r := range refs {
-				a, e := r.row, r.row+1
-				if r.sh.views[ti].offsItem {
-					a, e = r.sh.items[a], r.sh.items[e]
-				}
-				o := r.sh.views[ti].offs
-				base := offs[len(offs)-1] - o[a]
-				for _, v := range o[a+1 : e+1] {
-					offs = append(offs, v+base)
+			for _, rn := range runs {
+				v := &rn.sh.views[ti]
+				for _, row := range rows[rn.i0:rn.i1] {
+					a, e := row, row+1
+					if v.offsItem {
+						a, e = rn.sh.items[a], rn.sh.items[e]
+					}
+					base := offs[len(offs)-1] - v.offs[a]
+					for _, x := range v.offs[a+1 : e+1] {
+						offs = append(offs, x+base)
+					}
 				}
 			}
 			out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: []int{len(offs)},
 				Data: unsafe.Slice((*byte)(unsafe.Pointer(&offs[0])), len(offs)*8)})
 			continue
 		}
-		var n int64
 		fixed := t.Kind != "values" && t.Level != "item"
 		per := rowSizeOf(t)
+		var n int64
 		if fixed {
-			n = int64(len(refs)) * per
+			n = int64(len(rows)) * per
 		} else {
-			for _, r := range refs {
-				a, e := r.sh.rowBytes(ti, r.row, r.row+1)
-				n += e - a
+			for _, rn := range runs {
+				for _, row := range rows[rn.i0:rn.i1] {
+					a, e := rn.sh.rowBytes(ti, row, row+1)
+					n += e - a
+				}
 			}
 		}
 		data := make([]byte, n)
 		var off int64
-		switch {
-		case fixed && per == 8:
-			dst := u64s(data)
-			for i, r := range refs {
-				dst[i] = *(*uint64)(unsafe.Pointer(&r.sh.views[ti].data[r.row*8]))
-			}
-		case fixed && per == 4:
-			dst := u32s(data)
-			for i, r := range refs {
-				dst[i] = *(*uint32)(unsafe.Pointer(&r.sh.views[ti].data[r.row*4]))
-			}
-		case fixed:
-			for _, r := range refs {
-				src := r.sh.views[ti].data[r.row*per : (r.row+1)*per]
-				off += copyRow(data[off:], src)
-			}
-		default:
-			for _, r := range refs {
-				a, e := r.sh.rowBytes(ti, r.row, r.row+1)
-				off += copyRow(data[off:], r.sh.views[ti].data[a:e])
+		for _, rn := range runs {
+			src := rn.sh.views[ti].data
+			rs := rows[rn.i0:rn.i1]
+			switch {
+			case fixed && per == 8:
+				d, s := u64s(data[off:]), u64s(src)
+				for i, row := range rs {
+					d[i] = s[row]
+				}
+				off += int64(len(rs)) * 8
+			case fixed && per == 4:
+				d, s := u32s(data[off:]), u32s(src)
+				for i, row := range rs {
+					d[i] = s[row]
+				}
+				off += int64(len(rs)) * 4
+			case fixed && per%8 == 0:
+				wd := per / 8
+				d, s := u64s(data[off:]), u64s(src)
+				for i, row := range rs {
+					dr, sr := d[int64(i)*wd:int64(i+1)*wd], s[row*wd:(row+1)*wd]
+					for x := range dr {
+						dr[x] = sr[x]
+					}
+				}
+				off += int64(len(rs)) * per
+			case fixed:
+				for _, row := range rs {
+					off += copyRow(data[off:], src[row*per:(row+1)*per])
+				}
+			default:
+				for _, row := range rs {
+					a, e := rn.sh.rowBytes(ti, row, row+1)
+					off += copyRow(data[off:], src[a:e])
+				}
 			}
 		}
 		if t.Kind == "values" {
 			per = dtypeSize[t.DType]
 		}
-		rows := 0
+		nrows := 0
 		if per > 0 {
-			rows = int(n / per)
+			nrows = int(n / per)
 		}
-		out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{rows}, t.Shape...), Data: data})
+		out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{nrows}, t.Shape...), Data: data})
 	}
 	return out, global
 }
