@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -859,4 +860,17 @@ func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
 		return n, fmt.Errorf("short")
 	}
 	return n, nil
+}
+
+// TestTorchDataLoader runs python/tests/torch_check.py with Debian's
+// python3-torch: a DataLoader with 2 workers over TorchDataset yields the
+// window order, every sample once, and set_epoch reorders.
+func TestTorchDataLoader(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "python3-torch not installed (run make deps)")
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 9})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200})
+	t.Setenv("RELAYOUT_TORCH_OUTPUT", out)
+	testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_check.py"))
 }
