@@ -42,9 +42,13 @@ type WindowPlan struct {
 	// size); Streams the canonical streams.
 	Window  int64
 	Streams int
-	Batch   int64
-	Seed    uint64
-	Epoch   int
+	// PieceSamples, when below BlockSamples, cuts each block into pieces
+	// of this many samples before the shuffle: more, smaller reads, and
+	// more mixing when each reader owns few blocks.
+	PieceSamples int64
+	Batch        int64
+	Seed         uint64
+	Epoch        int
 }
 
 // SliceWeight is a slice's sampling weight.
@@ -82,9 +86,15 @@ func streamRNG(seed uint64, epoch, s int, w int64) *SplitMix64 {
 // boundaries and each slice's pieces repeated or subsampled to its share.
 func (p WindowPlan) pieces() []Piece {
 	b := max(p.BlockSamples, 1)
+	ps := b
+	if p.PieceSamples > 0 && p.PieceSamples < b {
+		ps = p.PieceSamples
+	}
 	var blocks []Piece
 	for s := int64(0); s < p.Samples; s += b {
-		blocks = append(blocks, Piece{s, min(s+b, p.Samples)})
+		for q := s; q < min(s+b, p.Samples); q += ps {
+			blocks = append(blocks, Piece{q, min(q+ps, s+b, p.Samples)})
+		}
 	}
 	if p.Weights != nil {
 		return p.weighted(blocks)

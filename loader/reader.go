@@ -29,6 +29,10 @@ type ReadOptions struct {
 	// stream (default DefaultWindowBytes): a reader holds one window per
 	// stream it reads.
 	WindowBytes int64
+	// PieceSamples cuts blocks into smaller read pieces (default: whole
+	// blocks, BlockSamples): more mixing per batch when each reader owns
+	// few blocks, at the cost of smaller reads.
+	PieceSamples int64
 	// Index adds the "_index" tensor (I64, each sample's global position
 	// in the output) to every batch.
 	Index bool
@@ -52,7 +56,7 @@ func (d *Dataset) WindowPlan(o ReadOptions) (WindowPlan, error) {
 	a := o.Assignment.withDefaults()
 	mt := d.Manifest.Tensors
 	p := WindowPlan{Samples: mt.Totals.Rows, BlockSamples: mt.Order.BlockSamples, Selection: d.sel, Weights: d.weights,
-		Streams: o.Streams, Batch: o.Batch, Seed: a.Seed, Epoch: a.Epoch}
+		Streams: o.Streams, Batch: o.Batch, Seed: a.Seed, Epoch: a.Epoch, PieceSamples: o.PieceSamples}
 	if p.Streams == 0 {
 		p.Streams = a.World * a.NumWorkers
 	}

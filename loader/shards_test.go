@@ -518,21 +518,22 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
 		Tensors: true, ShardBytes: 256 << 10, BlockSamples: 100})
 	type cfg struct {
-		Batch       int64                         `json:"batch"`
-		Seed        uint64                        `json:"seed"`
-		Epoch       int                           `json:"epoch"`
-		Rank        int                           `json:"rank"`
-		World       int                           `json:"world"`
-		Worker      int                           `json:"worker"`
-		NumWorkers  int                           `json:"num_workers"`
-		SamplesSeen int64                         `json:"samples_seen"`
-		DropLast    bool                          `json:"drop_last"`
-		Streams     int                           `json:"streams,omitempty"`
-		WindowBytes int64                         `json:"window_bytes,omitempty"`
-		Slices      []int                         `json:"slices,omitempty"`
-		Weights     map[string]map[string]float64 `json:"-"`
-		SliceW      map[int]float64               `json:"-"`
-		W           map[string]any                `json:"weights,omitempty"`
+		Batch        int64                         `json:"batch"`
+		Seed         uint64                        `json:"seed"`
+		Epoch        int                           `json:"epoch"`
+		Rank         int                           `json:"rank"`
+		World        int                           `json:"world"`
+		Worker       int                           `json:"worker"`
+		NumWorkers   int                           `json:"num_workers"`
+		SamplesSeen  int64                         `json:"samples_seen"`
+		DropLast     bool                          `json:"drop_last"`
+		Streams      int                           `json:"streams,omitempty"`
+		PieceSamples int64                         `json:"piece_samples,omitempty"`
+		WindowBytes  int64                         `json:"window_bytes,omitempty"`
+		Slices       []int                         `json:"slices,omitempty"`
+		Weights      map[string]map[string]float64 `json:"-"`
+		SliceW       map[int]float64               `json:"-"`
+		W            map[string]any                `json:"weights,omitempty"`
 	}
 	cfgs := []cfg{
 		{Batch: 512, Seed: 1, World: 1, NumWorkers: 1},
@@ -540,6 +541,7 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 		{Batch: 128, Seed: 9, Epoch: 1, Rank: 2, World: 4, NumWorkers: 1, Streams: 8, SamplesSeen: 1280, DropLast: true, WindowBytes: 256 << 10},
 		{Batch: 64, Seed: 7, World: 1, NumWorkers: 1, Slices: []int{0, 3, 5}, WindowBytes: 64 << 10},
 		{Batch: 100, Seed: 7, World: 1, NumWorkers: 1, Weights: map[string]map[string]float64{"country": {"C01": 5, "C02": 0.25}}, SliceW: map[int]float64{4: 0}},
+		{Batch: 200, Seed: 5, Rank: 1, World: 2, NumWorkers: 1, PieceSamples: 64},
 	}
 	for i := range cfgs {
 		if cfgs[i].Weights != nil || cfgs[i].SliceW != nil {
@@ -570,7 +572,7 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 			}
 			r, err := d.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: c.Seed, Epoch: c.Epoch, Shuffle: true, Rank: c.Rank, World: c.World,
 				Worker: c.Worker, NumWorkers: c.NumWorkers, SamplesSeen: c.SamplesSeen, DropLast: c.DropLast},
-				Batch: c.Batch, Streams: c.Streams, WindowBytes: c.WindowBytes, Index: true})
+				Batch: c.Batch, Streams: c.Streams, WindowBytes: c.WindowBytes, PieceSamples: c.PieceSamples, Index: true})
 			if err != nil {
 				t.Fatal(err)
 			}

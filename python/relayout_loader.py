@@ -200,9 +200,10 @@ def _cut(pieces, sel):
     return out
 
 
-def _pieces(n, block_samples, sel, weights, seed, epoch):
+def _pieces(n, block_samples, sel, weights, seed, epoch, piece_samples=None):
     b = max(int(block_samples), 1)
-    blocks = [(s, min(s + b, n)) for s in range(0, n, b)]
+    ps = piece_samples if piece_samples and 0 < piece_samples < b else b
+    blocks = [(q, min(q + ps, s + b, n)) for s in range(0, n, b) for q in range(s, min(s + b, n), ps)]
     if weights is None:
         return blocks if sel is None else _cut(blocks, sel)
     rows = sum(e - s for (s, e), _ in weights)
@@ -234,10 +235,10 @@ def _pieces(n, block_samples, sel, weights, seed, epoch):
     return out
 
 
-def streams_of(n, block_samples, sel, weights, seed, epoch, streams, batch):
+def streams_of(n, block_samples, sel, weights, seed, epoch, streams, batch, piece_samples=None):
     """relayout-order-v2's streams: lists of (start, end) pieces, and the
     epoch's global batch count."""
-    ps = _pieces(n, block_samples, sel, weights, seed, epoch)
+    ps = _pieces(n, block_samples, sel, weights, seed, epoch, piece_samples)
     rng = SplitMix64(seed, epoch)
     for i in range(len(ps) - 1, 0, -1):
         j = rng.next() % (i + 1)
@@ -429,6 +430,8 @@ class Dataset:
     streams: v2's canonical streams (default world * num_workers); any job
     whose world * num_workers divides it reads the same global order.
     window_bytes: tensor bytes permuted together per stream (256 MiB).
+    piece_samples: cut blocks into read pieces this small (default: whole
+    blocks) for more mixing when each reader owns few blocks.
     weights: sampling weights, {slice index: w} and/or {key: {value: w}}
     (values as the manifest prints them); a slice's weight is the product
     (1 where none is given). index=True adds "_index" (int64 global sample
@@ -436,7 +439,7 @@ class Dataset:
 
     def __init__(self, manifest, rank=0, world=1, worker=0, num_workers=1, seed=0, epoch=0,
                  shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False,
-                 streams=None, window_bytes=None, weights=None, index=False):
+                 streams=None, window_bytes=None, weights=None, index=False, piece_samples=None):
         if os.path.isdir(manifest):
             manifest = os.path.join(manifest, "manifest.json")
         with open(manifest) as f:
@@ -471,6 +474,7 @@ class Dataset:
         self.shuffle = shuffle != "none"
         self.streams = streams if streams else world * num_workers
         self.window_bytes = window_bytes
+        self.piece_samples = piece_samples
         self.index = index
         self.weights = self._weigh(weights) if weights is not None else None
         if self.weights is not None and self.order != "window":
@@ -619,7 +623,7 @@ class Dataset:
         N = t["totals"]["rows"]
         window = window_samples(self.window_bytes, t["totals"]["bytes"], N, n)
         streams, total = streams_of(N, t["order"]["block_samples"], self.selection, self.weights,
-                                    self.seed, self.epoch, self.streams, n)
+                                    self.seed, self.epoch, self.streams, n, self.piece_samples)
         return streams, total, window
 
     def batches(self, n):
