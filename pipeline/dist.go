@@ -99,7 +99,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	// The plan holds the output's lease while it prepares it and writes
 	// plan.json; plan.json then marks the work as relayout's, and the
 	// commit's conditional create of the manifest is the commit point.
-	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "plan", plan.WorkPrefix) // and an old work prefix
+	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, false, "plan", plan.WorkPrefix) // and an old work prefix
 	if err != nil {
 		return nil, nil, err
 	}

@@ -38,7 +38,12 @@ var ownedName = regexp.MustCompile(`^(parquet/part-\d{5,}\.parquet|tensors/shard
 // The old manifest is removed first, so no reader trusts it while files
 // change. prefixes are what this run writes and removes again if it fails;
 // the caller defers the claim's release.
-func claimOutput(ctx context.Context, out storage.Location, inputs []string, overwrite bool, command string, prefixes ...string) (*outputClaim, error) {
+//
+// With stage set, overwriting a committed output leaves it whole until
+// the commit: the claim's Target is then a staging prefix under the work
+// prefix, and commit swaps the staged files in (docs/reliability.md). A
+// run that fails before it leaves the old output committed and intact.
+func claimOutput(ctx context.Context, out storage.Location, inputs []string, overwrite, stage bool, command string, prefixes ...string) (*outputClaim, error) {
 	for _, in := range inputs {
 		if err := checkOverlap(out, in); err != nil {
 			return nil, err
@@ -64,6 +69,7 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 			return nil, storage.Classify(fmt.Errorf("check %s: %w", out.URL(plan.FileName), err))
 		}
 	}
+	staged := stage && committed
 	var debris []string
 	for _, prefix := range []string{"parquet/", "tensors/", plan.WorkPrefix} {
 		keys, err := storage.ListKeys(ctx, out, prefix)
@@ -75,6 +81,9 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 				return nil, errs.Preconditionf("remove it or choose another output: relayout never deletes files it did not write",
 					"output %s holds %s, which relayout did not write", out.Name, out.URL(rel))
 			}
+			if staged && prefix != plan.WorkPrefix {
+				continue // the committed output: kept until the swap
+			}
 			debris = append(debris, rel)
 		}
 	}
@@ -82,7 +91,7 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 		return nil, errs.Preconditionf("remove them or choose another output: relayout deletes only what a manifest, a run lease or a plan marks as its own",
 			"output %s holds %d files (%s, …) but no manifest, run lease or plan says relayout wrote them", out.Name, len(debris), out.URL(debris[0]))
 	}
-	if committed {
+	if committed && !staged {
 		if err := out.Bucket.Delete(ctx, out.Key(manifests.FileName)); err != nil && !storage.IsNotFound(err) {
 			return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(manifests.FileName), err))
 		}
@@ -100,16 +109,39 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 			}
 		}
 	}
-	if err := out.Bucket.Delete(ctx, out.Key(report.FileName)); err != nil && !storage.IsNotFound(err) {
-		return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(report.FileName), err))
+	if !staged {
+		if err := out.Bucket.Delete(ctx, out.Key(report.FileName)); err != nil && !storage.IsNotFound(err) {
+			return nil, storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(report.FileName), err))
+		}
 	}
 	ok = true
-	return &outputClaim{out: out, lease: lease, prefixes: prefixes}, nil
+	c := &outputClaim{out: out, target: out, lease: lease, prefixes: prefixes}
+	if staged {
+		c.target, c.prefixes = stageOf(out), []string{StagePrefix}
+	}
+	return c, nil
+}
+
+// StagePrefix holds a run's files while it overwrites a committed output;
+// the commit moves them to their names (parquet/, tensors/).
+const StagePrefix = plan.WorkPrefix + "next/"
+
+// stageOf is the location of out's staging prefix: keys there are the
+// output's own names (parquet/part-00000.parquet) under StagePrefix.
+func stageOf(out storage.Location) storage.Location {
+	st := storage.Location{Bucket: out.Bucket, Prefix: out.Key(StagePrefix), Name: out.URL(StagePrefix)}
+	if out.Local != "" {
+		st.Local = filepath.Join(out.Local, filepath.FromSlash(StagePrefix))
+	}
+	return st
 }
 
 // outputClaim is a run's hold on its output, from claimOutput to release.
 type outputClaim struct {
-	out      storage.Location
+	out storage.Location
+	// target is where the run writes its files: out, or out's staging
+	// prefix when it overwrites a committed output (commit swaps).
+	target   storage.Location
 	lease    *storage.Lease
 	prefixes []string
 	// committed: the run's commit point is written; lost: another run owns
@@ -124,6 +156,11 @@ func (c *outputClaim) commit(ctx context.Context, m *manifests.Manifest) error {
 	if err != nil {
 		return err
 	}
+	if c.target.Prefix != c.out.Prefix || c.target.Local != c.out.Local {
+		if err := c.swap(ctx, m); err != nil {
+			return err
+		}
+	}
 	if err := storage.SyncTree(c.out, "parquet", "tensors"); err != nil {
 		return err
 	}
@@ -132,6 +169,75 @@ func (c *outputClaim) commit(ctx context.Context, m *manifests.Manifest) error {
 		return errs.WithHint(err, "another run committed this output meanwhile; nothing of this run was committed")
 	}
 	return err
+}
+
+// swap replaces the committed output by the staged one: it removes the old
+// manifest (from here until the new one is written the output is
+// uncommitted, and a killed run leaves only what the next run clears), the
+// old files, then moves every staged file to its name (a rename on local
+// disks, a copy and delete on object stores). The commit then writes the
+// new manifest.
+func (c *outputClaim) swap(ctx context.Context, m *manifests.Manifest) error {
+	if err := storage.SyncTree(c.target, "parquet", "tensors"); err != nil {
+		return err
+	}
+	if err := c.lease.Check(ctx); err != nil {
+		c.lost = true
+		return err
+	}
+	if err := c.out.Bucket.Delete(ctx, c.out.Key(manifests.FileName)); err != nil && !storage.IsNotFound(err) {
+		return storage.Classify(fmt.Errorf("remove old %s: %w", c.out.URL(manifests.FileName), err))
+	}
+	c.prefixes = []string{"parquet/", "tensors/", StagePrefix} // from here a failure clears the output
+	for _, prefix := range []string{"parquet/", "tensors/"} {
+		keys, err := storage.ListKeys(ctx, c.out, prefix)
+		if err != nil {
+			return err
+		}
+		for _, rel := range keys {
+			if err := c.out.Bucket.Delete(ctx, c.out.Key(rel)); err != nil && !storage.IsNotFound(err) {
+				return storage.Classify(fmt.Errorf("remove old %s: %w", c.out.URL(rel), err))
+			}
+		}
+	}
+	var names []string
+	for _, f := range m.Files {
+		names = append(names, f.Path)
+	}
+	if m.Tensors != nil {
+		for _, s := range m.Tensors.Shards {
+			names = append(names, s.Path)
+		}
+	}
+	for _, rel := range names {
+		if err := moveObject(ctx, c.target, c.out, rel); err != nil {
+			return err
+		}
+	}
+	_ = storage.RemovePrefix(ctx, c.out, StagePrefix)
+	c.target = c.out
+	return nil
+}
+
+// moveObject moves rel from one location to another in the same bucket.
+func moveObject(ctx context.Context, from, to storage.Location, rel string) error {
+	if from.Local != "" && to.Local != "" {
+		dst := filepath.Join(to.Local, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return errs.TransientErr(fmt.Errorf("move %s: %w", to.URL(rel), err))
+		}
+		if err := os.Rename(filepath.Join(from.Local, filepath.FromSlash(rel)), dst); err != nil {
+			return errs.TransientErr(fmt.Errorf("move %s to %s: %w", from.URL(rel), to.URL(rel), err))
+		}
+		return nil
+	}
+	if err := to.Bucket.Copy(ctx, to.Key(rel), from.Key(rel), nil); err != nil {
+		return storage.Classify(fmt.Errorf("copy %s to %s: %w", from.URL(rel), to.URL(rel), err))
+	}
+	if err := from.Bucket.Delete(ctx, from.Key(rel)); err != nil && !storage.IsNotFound(err) {
+		return storage.Classify(fmt.Errorf("remove %s: %w", from.URL(rel), err))
+	}
+	return nil
 }
 
 // put writes rel as the run's commit point (a manifest, or a distributed

@@ -64,7 +64,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	// Until the manifest is committed, what this run writes under these
 	// prefixes is removed on failure (claimOutput emptied them).
-	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, "run", "parquet/", "tensors/")
+	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, true, "run", "parquet/", "tensors/")
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 	ks.Extra = nil
-	lp := &loadedPlan{Plan: p, out: out, work: out, opts: opts, hist: ks.Hist, tensors: tr.config(opts)}
+	lp := &loadedPlan{Plan: p, out: claim.target, work: out, opts: opts, hist: ks.Hist, tensors: tr.config(opts)}
 	units, _ := p.Units()
 	rep.Units = len(units)
 	rep.ConfigHash = p.ConfigHash
@@ -249,7 +249,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if opts.Check != CheckNone {
 		t2 := time.Now()
 		opts.Progress.Start("check", m.Totals.Rows)
-		vr, err := verify.Manifest(ctx, out, m, opts.Check == CheckFull, opts.Parallel, opts.Progress)
+		vr, err := verify.Manifest(ctx, claim.target, m, opts.Check == CheckFull, opts.Parallel, opts.Progress)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err

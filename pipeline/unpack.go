@@ -54,7 +54,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	claim, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, "unpack", "parquet/")
+	claim, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, false, "unpack", "parquet/")
 	if err != nil {
 		return nil, err
 	}
