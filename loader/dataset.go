@@ -325,26 +325,12 @@ func int64s(b []byte) []int64 {
 func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
 	mt := d.Manifest.Tensors
 	b := &Batch{Ranges: ranges}
-	type piece struct {
-		sh     *mapped
-		lo, hi int64 // local samples
+	pieces, err := d.segments(ranges)
+	if err != nil {
+		return nil, err
 	}
-	var pieces []piece
 	for _, r := range ranges {
 		b.Samples += r.Len()
-		for s := r.Start; s < r.End; {
-			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
-			if i == len(mt.Shards) {
-				return nil, fmt.Errorf("sample %d is past the last shard", s)
-			}
-			sh, err := d.shard(i)
-			if err != nil {
-				return nil, err
-			}
-			e := min(r.End, mt.Shards[i].FirstRow+mt.Shards[i].Rows)
-			pieces = append(pieces, piece{sh, s - mt.Shards[i].FirstRow, e - mt.Shards[i].FirstRow})
-			s = e
-		}
 	}
 	byName := map[string]manifests.Tensor{}
 	for _, t := range mt.Schema {
@@ -352,7 +338,7 @@ func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
 	}
 	// levelRange returns the rows of level lvl that samples [lo, hi) of a
 	// piece cover.
-	levelRange := func(p piece, lvl string) (int64, int64) {
+	levelRange := func(p segment, lvl string) (int64, int64) {
 		if lvl != "item" {
 			return p.lo, p.hi
 		}
@@ -407,6 +393,28 @@ func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
 		b.Tensors = append(b.Tensors, out)
 	}
 	return b, nil
+}
+
+// segments cuts sample ranges at shard boundaries, mapping the shards.
+func (d *Dataset) segments(ranges []Range) ([]segment, error) {
+	mt := d.Manifest.Tensors
+	var out []segment
+	for _, r := range ranges {
+		for s := r.Start; s < r.End; {
+			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
+			if i == len(mt.Shards) {
+				return nil, fmt.Errorf("sample %d is past the last shard", s)
+			}
+			sh, err := d.shard(i)
+			if err != nil {
+				return nil, err
+			}
+			e := min(r.End, mt.Shards[i].FirstRow+mt.Shards[i].Rows)
+			out = append(out, segment{sh: sh, shard: i, lo: s - mt.Shards[i].FirstRow, hi: e - mt.Shards[i].FirstRow, first: s})
+			s = e
+		}
+	}
+	return out, nil
 }
 
 // concat returns the one view itself (zero copy), else the views copied

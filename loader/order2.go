@@ -201,7 +201,7 @@ func (p WindowPlan) StreamsOf() ([]Stream, int64, error) {
 	full, last := m/p.Batch, m%p.Batch
 	S := int64(p.Streams)
 	out := make([]Stream, p.Streams)
-	k, off := 0, int64(0) // current piece and samples taken from it
+	var cur cursor
 	for s := range out {
 		nb := full / S
 		if int64(s) < full%S {
@@ -212,24 +212,36 @@ func (p WindowPlan) StreamsOf() ([]Stream, int64, error) {
 			n += last
 			nb++
 		}
-		st := Stream{Index: s, Samples: n, Batches: nb}
-		for n > 0 {
-			pc := ps[k]
-			take := min(pc.Len()-off, n)
-			st.Pieces = append(st.Pieces, Piece{pc.Start + off, pc.Start + off + take})
-			off += take
-			n -= take
-			if off == pc.Len() {
-				k, off = k+1, 0
-			}
-		}
-		out[s] = st
+		out[s] = Stream{Index: s, Samples: n, Batches: nb, Pieces: cur.take(ps, n)}
 	}
 	batches := full
 	if last > 0 {
 		batches++
 	}
 	return out, batches, nil
+}
+
+// cursor walks a list of pieces: piece k, of which off samples are taken.
+type cursor struct {
+	k   int
+	off int64
+}
+
+// take returns the next n samples of ps as pieces (the first and last
+// possibly cut) and advances the cursor.
+func (c *cursor) take(ps []Piece, n int64) []Piece {
+	var out []Piece
+	for n > 0 {
+		pc := ps[c.k]
+		t := min(pc.Len()-c.off, n)
+		out = append(out, Piece{pc.Start + c.off, pc.Start + c.off + t})
+		c.off += t
+		n -= t
+		if c.off == pc.Len() {
+			c.k, c.off = c.k+1, 0
+		}
+	}
+	return out
 }
 
 // Window is one window of a stream: the pieces to read (in order) and the
@@ -245,20 +257,10 @@ type Window struct {
 // each (Fisher-Yates, its own generator).
 func (p WindowPlan) Windows(st Stream) []Window {
 	var out []Window
-	k, off := 0, int64(0)
+	var cur cursor
 	for w, left := int64(0), st.Samples; left > 0; w++ {
 		n := min(p.Window, left)
-		win := Window{Stream: st.Index, Index: int(w)}
-		for need := n; need > 0; {
-			pc := st.Pieces[k]
-			take := min(pc.Len()-off, need)
-			win.Pieces = append(win.Pieces, Piece{pc.Start + off, pc.Start + off + take})
-			off += take
-			need -= take
-			if off == pc.Len() {
-				k, off = k+1, 0
-			}
-		}
+		win := Window{Stream: st.Index, Index: int(w), Pieces: cur.take(st.Pieces, n)}
 		win.Perm = make([]int64, n)
 		for i := range win.Perm {
 			win.Perm[i] = int64(i)

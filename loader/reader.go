@@ -4,7 +4,6 @@ import (
 	"fmt"
 	mbits "math/bits"
 	"os"
-	"sort"
 	"syscall"
 	"unsafe"
 
@@ -211,27 +210,16 @@ func (r *Reader) positions(perm []int64, wb WindowBatch) []int64 {
 // kernel to read them ahead, piece by piece in order (one sequential read
 // of each tensor's rows per piece), so the gather finds them in memory.
 func (d *Dataset) openWindow(w Window) (*windowBuf, error) {
-	mt := d.Manifest.Tensors
-	buf := &windowBuf{index: w.Index, perm: w.Perm}
+	segs, err := d.segments(w.Pieces)
+	if err != nil {
+		return nil, err
+	}
+	buf := &windowBuf{index: w.Index, perm: w.Perm, segs: segs}
 	var pos int64
-	for _, pc := range w.Pieces {
-		for s := pc.Start; s < pc.End; {
-			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
-			if i == len(mt.Shards) {
-				return nil, fmt.Errorf("sample %d is past the last shard", s)
-			}
-			sh, err := d.shard(i)
-			if err != nil {
-				return nil, err
-			}
-			e := min(pc.End, mt.Shards[i].FirstRow+mt.Shards[i].Rows)
-			sg := segment{sh: sh, shard: i, lo: s - mt.Shards[i].FirstRow, hi: e - mt.Shards[i].FirstRow, first: s}
-			buf.segs = append(buf.segs, sg)
-			pos += e - s
-			buf.ends = append(buf.ends, pos)
-			willNeed(sh, sg.lo, sg.hi)
-			s = e
-		}
+	for _, sg := range segs {
+		pos += sg.hi - sg.lo
+		buf.ends = append(buf.ends, pos)
+		willNeed(sg.sh, sg.lo, sg.hi)
 	}
 	return buf, nil
 }

@@ -245,40 +245,43 @@ def streams_of(n, block_samples, sel, weights, seed, epoch, streams, batch, piec
         ps[i], ps[j] = ps[j], ps[i]
     m = sum(e - s for s, e in ps)
     full, last = divmod(m, batch)
-    out, k, off = [], 0, 0
+    out, cur = [], _Cursor()
     for s in range(streams):
         nb = full // streams + (1 if s < full % streams else 0)
         cnt = nb * batch
         if s == full % streams and last > 0:
             cnt += last
-        st = []
-        while cnt > 0:
-            lo, hi = ps[k]
-            take = min(hi - lo - off, cnt)
-            st.append((lo + off, lo + off + take))
-            off += take
-            cnt -= take
-            if off == hi - lo:
-                k, off = k + 1, 0
-        out.append(st)
+        out.append(cur.take(ps, cnt))
     return out, full + (1 if last else 0)
+
+
+class _Cursor:
+    """Walks a list of pieces: piece k, of which off samples are taken."""
+
+    def __init__(self):
+        self.k, self.off = 0, 0
+
+    def take(self, ps, n):
+        """The next n samples of ps as pieces (the ends possibly cut)."""
+        out = []
+        while n > 0:
+            lo, hi = ps[self.k]
+            t = min(hi - lo - self.off, n)
+            out.append((lo + self.off, lo + self.off + t))
+            self.off += t
+            n -= t
+            if self.off == hi - lo:
+                self.k, self.off = self.k + 1, 0
+        return out
 
 
 def stream_windows(pieces, s, window, seed, epoch):
     """Stream s's windows: (pieces, permutation of their samples)."""
     total = sum(e - a for a, e in pieces)
-    out, k, off, w = [], 0, 0, 0
+    out, cur, w = [], _Cursor(), 0
     while total > 0:
         n = min(window, total)
-        wp, need = [], n
-        while need > 0:
-            lo, hi = pieces[k]
-            take = min(hi - lo - off, need)
-            wp.append((lo + off, lo + off + take))
-            off += take
-            need -= take
-            if off == hi - lo:
-                k, off = k + 1, 0
+        wp = cur.take(pieces, n)
         out.append((wp, _permutation(n, _stream_rng(seed, epoch, s, w))))
         total -= n
         w += 1
