@@ -96,7 +96,10 @@ func TestStatsNeverPruneAPresentValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tbl.Close()
-	md := tbl.Files[0].Parquet().MetaData()
+	md, err := tbl.Files[0].Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
 	pruned := 0
 	var all [][][]byte // per column, every value's key
 	for c := 0; c < schema.NumFields(); c++ {

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
 
@@ -418,7 +419,10 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 		}
 		defer otbl.Close()
 		for _, f := range otbl.Files {
-			md := f.Parquet().MetaData()
+			md, err := f.Metadata()
+			if err != nil {
+				return nil, err
+			}
 			var data int64
 			for g := 0; g < md.NumRowGroups(); g++ {
 				rg := md.RowGroup(g)
@@ -438,12 +442,15 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 					l.Values += cc.NumValues()
 					if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DataPageOffset() > cc.DictionaryPageOffset() {
 						l.Dict += float64(cc.DataPageOffset() - cc.DictionaryPageOffset())
-						if pr, err := f.Parquet().RowGroup(g).GetColumnPageReader(c); err == nil {
-							if dp, err := pr.GetDictionaryPage(); err == nil && dp != nil {
-								l.DictValues += int64(dp.NumValues())
+						_ = f.WithParquet(func(pq *file.Reader) error {
+							if pr, err := pq.RowGroup(g).GetColumnPageReader(c); err == nil {
+								if dp, err := pr.GetDictionaryPage(); err == nil && dp != nil {
+									l.DictValues += int64(dp.NumValues())
+								}
+								pr.Close()
 							}
-							pr.Close()
-						}
+							return nil
+						})
 					}
 					l.Query = m.Packing != nil && path[0] != "items"
 					l.Key = len(path) == 1 && slices.Contains(opts.SliceKeys, path[0])

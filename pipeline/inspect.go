@@ -109,7 +109,10 @@ func Inspect(ctx context.Context, o InspectOptions) (*InspectResult, error) {
 		return nil, err
 	}
 	for _, f := range tbl.Files {
-		md := f.Parquet().MetaData()
+		md, err := f.Metadata()
+		if err != nil {
+			return nil, err
+		}
 		inf := InspectFile{Path: f.Obj.URL, Bytes: f.Obj.Size, Rows: f.Rows, RowGroups: len(f.RowGroupRows), CreatedBy: md.GetCreatedBy(), Codecs: []string{}}
 		codecs := map[string]bool{}
 		pageIndex := len(f.RowGroupRows) > 0

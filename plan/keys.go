@@ -54,7 +54,7 @@ func SizesOf(tbl *source.Table) Sizes {
 		s.RowBytes = float64(s.Uncompressed) / float64(tbl.Rows)
 		s.FileRowBytes = float64(s.Bytes) / float64(tbl.Rows)
 	}
-	s.Leaves = int64(tbl.Files[0].Parquet().MetaData().Schema.NumColumns())
+	s.Leaves = tbl.Files[0].Leaves
 	return s
 }
 

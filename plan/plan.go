@@ -450,12 +450,5 @@ func dataBytes(d arrow.ArrayData) int64 {
 
 // RowGroupBytes is a row group's stored bytes (its column chunks).
 func RowGroupBytes(ref source.RowGroupRef) int64 {
-	rg := ref.File.Parquet().MetaData().RowGroup(ref.RowGroup)
-	var n int64
-	for c := 0; c < rg.NumColumns(); c++ {
-		if cc, err := rg.ColumnChunk(c); err == nil {
-			n += cc.TotalCompressedSize()
-		}
-	}
-	return n
+	return ref.File.RowGroupBytes[ref.RowGroup]
 }

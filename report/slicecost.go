@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"sort"
 
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -145,78 +146,84 @@ func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]ui
 	defer errs.Recover(&err, "read page indexes")
 	i := 0
 	for _, f := range tbl.Files {
-		md := f.Parquet().MetaData()
-		tc.footer += int64(md.Size()) + 8
-		keyLeaf := map[int]bool{}
-		for _, name := range sliceKeys {
-			if idx := md.Schema.ColumnIndexByName(name); idx >= 0 {
-				keyLeaf[idx] = true
-			}
-		}
-		pir := f.Parquet().GetPageIndexReader()
-		for g := range f.RowGroupRows {
-			rg := md.RowGroup(g)
-			rc := rgCost{rows: f.RowGroupRows[g]}
-			var rgIdx *metadata.RowGroupPageIndexReader
-			if pir != nil {
-				rgIdx, _ = pir.RowGroup(g)
-			}
-			for c := 0; c < rg.NumColumns(); c++ {
-				cc, err := rg.ColumnChunk(c)
-				if err != nil {
-					continue
-				}
-				size := cc.TotalCompressedSize()
-				rc.bytes += size
-				if keyLeaf[c] {
-					rc.keyBytes += size
-					continue
-				}
-				col := colCost{bytes: size}
-				if rgIdx != nil {
-					if idx, err := rgIdx.GetOffsetIndex(c); err == nil && idx != nil {
-						locs := idx.GetPageLocations()
-						start := cc.DataPageOffset()
-						if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
-							start = cc.DictionaryPageOffset()
-						}
-						if len(locs) > 0 {
-							col.dict = max(locs[0].Offset-start, 0)
-							first, sizes := make([]int64, len(locs)), make([]int64, len(locs))
-							for i, l := range locs {
-								first[i], sizes[i] = l.FirstRowIndex, int64(l.CompressedPageSize)
-							}
-							col.setPages(first, sizes)
-						}
-					}
-				}
-				rc.others = append(rc.others, col)
-			}
-			missing := false
+		err := f.WithParquet(func(pq *file.Reader) error {
+			md := pq.MetaData()
+			tc.footer += int64(md.Size()) + 8
+			keyLeaf := map[int]bool{}
 			for _, name := range sliceKeys {
-				sr := partition.StatsRange{MayHaveNulls: true}
-				fi, err := tbl.FieldIndex(name)
-				idx := md.Schema.ColumnIndexByName(name)
-				if err == nil && idx >= 0 {
-					if cc, err := rg.ColumnChunk(idx); err == nil {
-						if st, err := cc.Statistics(); err == nil && st != nil {
-							sr = partition.StatsFor(tbl.Schema.Field(fi).Type, st)
+				if idx := md.Schema.ColumnIndexByName(name); idx >= 0 {
+					keyLeaf[idx] = true
+				}
+			}
+			pir := pq.GetPageIndexReader()
+			for g := range f.RowGroupRows {
+				rg := md.RowGroup(g)
+				rc := rgCost{rows: f.RowGroupRows[g]}
+				var rgIdx *metadata.RowGroupPageIndexReader
+				if pir != nil {
+					rgIdx, _ = pir.RowGroup(g)
+				}
+				for c := 0; c < rg.NumColumns(); c++ {
+					cc, err := rg.ColumnChunk(c)
+					if err != nil {
+						continue
+					}
+					size := cc.TotalCompressedSize()
+					rc.bytes += size
+					if keyLeaf[c] {
+						rc.keyBytes += size
+						continue
+					}
+					col := colCost{bytes: size}
+					if rgIdx != nil {
+						if idx, err := rgIdx.GetOffsetIndex(c); err == nil && idx != nil {
+							locs := idx.GetPageLocations()
+							start := cc.DataPageOffset()
+							if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+								start = cc.DictionaryPageOffset()
+							}
+							if len(locs) > 0 {
+								col.dict = max(locs[0].Offset-start, 0)
+								first, sizes := make([]int64, len(locs)), make([]int64, len(locs))
+								for i, l := range locs {
+									first[i], sizes[i] = l.FirstRowIndex, int64(l.CompressedPageSize)
+								}
+								col.setPages(first, sizes)
+							}
 						}
 					}
+					rc.others = append(rc.others, col)
 				}
-				if !sr.MinMax {
-					missing = true
+				missing := false
+				for _, name := range sliceKeys {
+					sr := partition.StatsRange{MayHaveNulls: true}
+					fi, err := tbl.FieldIndex(name)
+					idx := md.Schema.ColumnIndexByName(name)
+					if err == nil && idx >= 0 {
+						if cc, err := rg.ColumnChunk(idx); err == nil {
+							if st, err := cc.Statistics(); err == nil && st != nil {
+								sr = partition.StatsFor(tbl.Schema.Field(fi).Type, st)
+							}
+						}
+					}
+					if !sr.MinMax {
+						missing = true
+					}
+					rc.stats = append(rc.stats, sr)
 				}
-				rc.stats = append(rc.stats, sr)
+				if missing && len(sliceKeys) > 0 {
+					tc.noStats++
+				}
+				if vectors != nil {
+					rc.vectors = vectors[i]
+				}
+				tc.rgs = append(tc.rgs, rc)
+				i++
 			}
-			if missing && len(sliceKeys) > 0 {
-				tc.noStats++
-			}
-			if vectors != nil {
-				rc.vectors = vectors[i]
-			}
-			tc.rgs = append(tc.rgs, rc)
-			i++
+			return nil
+		})
+		if err != nil {
+			return tc, err
 		}
 	}
 	return tc, nil

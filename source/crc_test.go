@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
 )
@@ -107,7 +110,10 @@ func TestPageCRCsAreChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pages [][2]int
-	md := tbl.Files[0].pq.MetaData()
+	md, err := tbl.Files[0].Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for rg := 0; rg < md.NumRowGroups(); rg++ {
 		for c := 0; c < md.RowGroup(rg).NumColumns(); c++ {
 			cc, err := md.RowGroup(rg).ColumnChunk(c)
@@ -195,4 +201,56 @@ func pageRanges(t *testing.T, chunk []byte, base int) [][2]int {
 		pos = end
 	}
 	return out
+}
+
+// TestManyFilesKeepFewOpen: a table of many files keeps at most MaxOpen of
+// them open (each open file holds its footer, tens of KB), reopens the
+// others when they are read again, and reads the same values either way.
+func TestManyFilesKeepFewOpen(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := gen.Write(dir, gen.Options{Rows: 6_000, Files: 60, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := storage.List(context.Background(), []string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(maxOpen int) (fingerprint.Sum, int) {
+		tbl, err := Open(context.Background(), objs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tbl.Close()
+		tbl.MaxOpen = maxOpen
+		var total fingerprint.Sum
+		most := 0
+		var mu sync.Mutex
+		err = par.ForEach(context.Background(), len(tbl.RowGroups()), 4, func(i int) error {
+			rec, err := tbl.Read(context.Background(), tbl.RowGroups()[i], nil, 2)
+			if err != nil {
+				return err
+			}
+			defer rec.Release()
+			s, err := fingerprint.Record(rec)
+			mu.Lock()
+			total.Add(s)
+			tbl.mu.Lock()
+			most = max(most, tbl.lru.Len())
+			tbl.mu.Unlock()
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return total, most
+	}
+	all, _ := sum(1000)
+	few, most := sum(3)
+	if few != all || few.Rows != 6_000 {
+		t.Fatalf("with 3 files open: %v, with all open: %v", few, all)
+	}
+	if most > 3+4 { // MaxOpen plus the files pinned by the 4 readers
+		t.Fatalf("%d files open at once with MaxOpen 3", most)
+	}
 }

@@ -103,7 +103,12 @@ func (t *Table) Head(ctx context.Context, ref RowGroupRef, n int64) (rec arrow.R
 	props := parquet.NewReaderProperties(memory.DefaultAllocator)
 	props.BufferedStreamEnabled = true
 	props.BufferSize = 64 << 10
-	pq, err := file.NewParquetReader(f.ra, file.WithReadProps(props), file.WithMetadata(f.pq.MetaData()))
+	h, err := t.acquire(f)
+	if err != nil {
+		return nil, err
+	}
+	defer t.release(f)
+	pq, err := file.NewParquetReader(h.ra, file.WithReadProps(props), file.WithMetadata(h.pq.MetaData()))
 	if err != nil {
 		return nil, classify(err, what)
 	}

@@ -2,17 +2,20 @@ package source
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
@@ -36,18 +39,103 @@ type File struct {
 	UncompressedBytes int64
 	CompressedBytes   int64
 
-	ra     *storage.ReaderAt
-	pq     *file.Reader
-	fr     *pqarrow.FileReader
+	// RowGroupBytes is each row group's stored bytes (its column chunks);
+	// Leaves the file's leaf columns.
+	RowGroupBytes []int64
+	Leaves        int64
+
+	t      *Table
+	h      *handle // nil while closed (the table keeps at most MaxOpen)
+	pins   int     // uses in progress: the file is not closed meanwhile
 	schema *arrow.Schema
 	// colMap maps a table field index to this file's field index; leaves
 	// holds each table field's leaf column indices in this file.
 	colMap []int
-	leaves []map[int]bool
+	leaves [][]int
 }
 
-// Parquet returns the file's low-level reader (footer metadata, page index).
-func (f *File) Parquet() *file.Reader { return f.pq }
+// handle is an open file: its reader, footer and Arrow reader. Footer
+// metadata and schemas take tens of KB per file, so a table of many small
+// files keeps only MaxOpen of them open and reopens the others (one footer
+// read) when they are read again.
+type handle struct {
+	ra   *storage.ReaderAt
+	pq   *file.Reader
+	fr   *pqarrow.FileReader
+	elem *list.Element
+}
+
+// WithParquet calls fn with the file's low-level reader (footer metadata,
+// page index), opening the file again if the table closed it; the file
+// stays open until fn returns.
+func (f *File) WithParquet(fn func(*file.Reader) error) error {
+	h, err := f.t.acquire(f)
+	if err != nil {
+		return err
+	}
+	defer f.t.release(f)
+	return fn(h.pq)
+}
+
+// Metadata returns the file's footer metadata, reopening the file if the
+// table closed it; the metadata stays valid after the file is closed again.
+func (f *File) Metadata() (*metadata.FileMetaData, error) {
+	var md *metadata.FileMetaData
+	err := f.WithParquet(func(pq *file.Reader) error {
+		md = pq.MetaData()
+		return nil
+	})
+	return md, err
+}
+
+// DefaultMaxOpen is how many input files a table keeps open at once.
+const DefaultMaxOpen = 64
+
+// acquire opens f if it is closed and pins it.
+func (t *Table) acquire(f *File) (*handle, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f.h == nil {
+		h, err := openHandle(t.ctx, f.Obj, t.Counts)
+		if err != nil {
+			return nil, err
+		}
+		if h.pq.NumRows() != f.Rows || h.pq.NumRowGroups() != len(f.RowGroupRows) {
+			h.ra.Close()
+			return nil, errs.BadInputf("%s changed while it was read (its footer now says %d rows in %d row groups, it said %d in %d)",
+				f.Obj.URL, h.pq.NumRows(), h.pq.NumRowGroups(), f.Rows, len(f.RowGroupRows))
+		}
+		f.h = h
+		h.elem = t.lru.PushFront(f)
+	} else {
+		t.lru.MoveToFront(f.h.elem)
+	}
+	f.pins++
+	t.evict()
+	return f.h, nil
+}
+
+// release unpins f.
+func (t *Table) release(f *File) {
+	t.mu.Lock()
+	f.pins--
+	t.evict()
+	t.mu.Unlock()
+}
+
+// evict closes the least recently used files beyond MaxOpen that are not
+// in use.
+func (t *Table) evict() {
+	for e := t.lru.Back(); e != nil && t.lru.Len() > t.MaxOpen; {
+		prev := e.Prev()
+		if g := e.Value.(*File); g.pins == 0 {
+			g.h.ra.Close()
+			g.h = nil
+			t.lru.Remove(e)
+		}
+		e = prev
+	}
+}
 
 // Table is the union of the input files.
 type Table struct {
@@ -58,6 +146,12 @@ type Table struct {
 	Metadata map[string]string
 	Counts   *storage.Counters
 	mem      memory.Allocator
+	// MaxOpen bounds the files kept open (DefaultMaxOpen).
+	MaxOpen int
+
+	ctx context.Context // reopens read through it
+	mu  sync.Mutex
+	lru *list.List // open files, most recently used first
 }
 
 // NumRowGroups returns the number of row groups over all files.
@@ -71,14 +165,18 @@ func (t *Table) NumRowGroups() int {
 
 // Close closes every file.
 func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var first error
 	for _, f := range t.Files {
-		if f.ra != nil {
-			if err := f.ra.Close(); err != nil && first == nil {
+		if f.h != nil {
+			if err := f.h.ra.Close(); err != nil && first == nil {
 				first = err
 			}
+			f.h = nil
 		}
 	}
+	t.lru.Init()
 	return first
 }
 
@@ -101,13 +199,14 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 	if counts == nil {
 		counts = new(storage.Counters)
 	}
-	t := &Table{Counts: counts, mem: memory.DefaultAllocator}
+	t := &Table{Counts: counts, mem: memory.DefaultAllocator, MaxOpen: DefaultMaxOpen, ctx: context.WithoutCancel(ctx), lru: list.New()}
 	for i, obj := range objs {
 		f, err := openFile(ctx, obj, counts)
 		if err != nil {
 			t.Close()
 			return nil, err
 		}
+		f.t = t
 		f.Index = i
 		f.RowOffset = t.Rows
 		for j := range f.RowGroupOffsets {
@@ -118,7 +217,7 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 		if i == 0 {
 			t.Schema = f.schema
 			t.Metadata = map[string]string{}
-			md := f.pq.MetaData().KeyValueMetadata()
+			md := f.h.pq.MetaData().KeyValueMetadata()
 			for k, key := range md.Keys() {
 				t.Metadata[key] = md.Values()[k]
 			}
@@ -127,6 +226,11 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 			t.Close()
 			return nil, err
 		}
+		f.schema = nil // matched: the table's schema serves
+		t.mu.Lock()
+		f.h.elem = t.lru.PushFront(f)
+		t.evict()
+		t.mu.Unlock()
 	}
 	if len(t.Files) == 0 {
 		return nil, errs.BadInputf("no input files")
@@ -135,51 +239,24 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 }
 
 func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters) (f *File, err error) {
-	defer errs.Recover(&err, "open "+obj.URL)
-	ra, err := storage.NewReaderAt(ctx, obj, counts)
+	h, err := openHandle(ctx, obj, counts)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			ra.Close()
+			h.ra.Close()
 		}
 	}()
-	if obj.Size < 12 {
-		return nil, errs.BadInputf("open %s: not a Parquet file (only %d bytes)", obj.URL, obj.Size)
-	}
-	var magic [4]byte
-	if _, err := ra.ReadAt(magic[:], obj.Size-4); err != nil && err != io.EOF {
-		return nil, err
-	}
-	switch {
-	case bytes.Equal(magic[:], []byte("PARE")):
-		return nil, errs.BadInputf("open %s: unsupported: encrypted Parquet file (decrypt it first)", obj.URL)
-	case !bytes.Equal(magic[:], []byte("PAR1")):
-		return nil, errs.BadInputf("open %s: not a Parquet file (bad magic bytes at the end)", obj.URL)
-	}
-	props := parquet.NewReaderProperties(memory.DefaultAllocator)
-	props.BufferedStreamEnabled = false // one read per column chunk
-	cra := &crcReaderAt{ReaderAt: ra, url: obj.URL}
-	pq, err := file.NewParquetReader(cra, file.WithReadProps(props))
-	if err != nil {
-		if c := errs.ClassOf(err); c == errs.Transient {
-			return nil, err
-		}
-		return nil, badData("open "+obj.URL, err)
-	}
-	cra.index(pq.MetaData())
-	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
-	if err != nil {
-		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
-	}
+	defer errs.Recover(&err, "open "+obj.URL)
+	pq, fr := h.pq, h.fr
 	sc, err := fr.Schema()
 	if err != nil {
 		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
 	}
 	md := pq.MetaData()
 	sc = markUTCTimes(sc, fr)
-	f = &File{Obj: obj, Rows: md.NumRows, ra: ra, pq: pq, fr: fr, schema: sc}
+	f = &File{Obj: obj, Rows: md.NumRows, h: h, schema: sc, Leaves: int64(md.Schema.NumColumns())}
 	var off int64
 	for i := 0; i < md.NumRowGroups(); i++ {
 		rg := md.RowGroup(i)
@@ -191,13 +268,16 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		f.RowGroupOffsets = append(f.RowGroupOffsets, off)
 		off += n
 		f.UncompressedBytes += rg.TotalByteSize()
+		var stored int64
 		for c := 0; c < rg.NumColumns(); c++ {
 			cc, err := rg.ColumnChunk(c)
 			if err != nil {
 				return nil, badData(fmt.Sprintf("open %s: row group %d column %d", obj.URL, i, c), err)
 			}
-			f.CompressedBytes += cc.TotalCompressedSize()
+			stored += cc.TotalCompressedSize()
 		}
+		f.CompressedBytes += stored
+		f.RowGroupBytes = append(f.RowGroupBytes, stored)
 	}
 	if off != f.Rows {
 		return nil, errs.BadInputf("open %s: row groups hold %d rows but the footer says %d", obj.URL, off, f.Rows)
@@ -226,7 +306,11 @@ func (t *Table) match(f *File) error {
 			fields[i].Nullable = true
 		}
 		f.colMap[i] = idx[0]
-		f.leaves = append(f.leaves, leafSet(&f.fr.Manifest.Fields[idx[0]], map[int]bool{}))
+		var leaves []int
+		for c := range leafSet(&f.h.fr.Manifest.Fields[idx[0]], map[int]bool{}) {
+			leaves = append(leaves, c)
+		}
+		f.leaves = append(f.leaves, leaves)
 	}
 	md := t.Schema.Metadata()
 	t.Schema = arrow.NewSchema(fields, &md)
@@ -238,16 +322,25 @@ func (t *Table) match(f *File) error {
 func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, err error) {
 	name := "?"
 	if col < len(f.colMap) {
-		name = f.schema.Field(f.colMap[col]).Name
+		name = f.t.Schema.Field(col).Name
 	}
 	what := fmt.Sprintf("read %s: row group %d, column %s", f.Obj.URL, rg, name)
 	defer errs.Recover(&err, what)
-	cr, err := f.fr.GetFieldReader(ctx, f.colMap[col], f.leaves[col], []int{rg})
+	h, err := f.t.acquire(f)
+	if err != nil {
+		return nil, err
+	}
+	defer f.t.release(f)
+	leaves := make(map[int]bool, len(f.leaves[col]))
+	for _, c := range f.leaves[col] {
+		leaves[c] = true
+	}
+	cr, err := h.fr.GetFieldReader(ctx, f.colMap[col], leaves, []int{rg})
 	if err != nil {
 		return nil, classify(err, what)
 	}
 	defer cr.Release()
-	ch, err := f.fr.ReadColumn([]int{rg}, cr)
+	ch, err := h.fr.ReadColumn([]int{rg}, cr)
 	if err != nil {
 		return nil, classify(err, what)
 	}
@@ -396,4 +489,48 @@ func markUTCTimes(sc *arrow.Schema, fr *pqarrow.FileReader) *arrow.Schema {
 	}
 	md := sc.Metadata()
 	return arrow.NewSchema(fields, &md)
+}
+
+// openHandle opens an object as Parquet: its magic bytes, footer (with
+// the page CRC index) and Arrow reader.
+func openHandle(ctx context.Context, obj storage.Object, counts *storage.Counters) (h *handle, err error) {
+	defer errs.Recover(&err, "open "+obj.URL)
+	ra, err := storage.NewReaderAt(ctx, obj, counts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			ra.Close()
+		}
+	}()
+	if obj.Size < 12 {
+		return nil, errs.BadInputf("open %s: not a Parquet file (only %d bytes)", obj.URL, obj.Size)
+	}
+	var magic [4]byte
+	if _, err := ra.ReadAt(magic[:], obj.Size-4); err != nil && err != io.EOF {
+		return nil, err
+	}
+	switch {
+	case bytes.Equal(magic[:], []byte("PARE")):
+		return nil, errs.BadInputf("open %s: unsupported: encrypted Parquet file (decrypt it first)", obj.URL)
+	case !bytes.Equal(magic[:], []byte("PAR1")):
+		return nil, errs.BadInputf("open %s: not a Parquet file (bad magic bytes at the end)", obj.URL)
+	}
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = false // one read per column chunk
+	cra := &crcReaderAt{ReaderAt: ra, url: obj.URL}
+	pq, err := file.NewParquetReader(cra, file.WithReadProps(props))
+	if err != nil {
+		if c := errs.ClassOf(err); c == errs.Transient {
+			return nil, err
+		}
+		return nil, badData("open "+obj.URL, err)
+	}
+	cra.index(pq.MetaData())
+	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+	if err != nil {
+		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
+	}
+	return &handle{ra: ra, pq: pq, fr: fr}, nil
 }

@@ -339,7 +339,10 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 		keyCols = append(keyCols, c)
 	}
 	nSlice := len(m.SliceKeys)
-	md := f.Parquet().MetaData()
+	md, err := f.Metadata()
+	if err != nil {
+		return "", fp, nil, nil, err
+	}
 	for g, mg := range mf.RowGroups {
 		if f.RowGroupRows[g] != mg.Rows {
 			return fmt.Sprintf("%s: row group %d has %d rows, manifest says %d", url, g, f.RowGroupRows[g], mg.Rows), fp, nil, nil, nil
