@@ -99,7 +99,6 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	rep.Input = report.Input{Files: len(tbl.Files), Bytes: inBytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	log.Info("inputs opened", "files", len(tbl.Files), "rows", tbl.Rows, "bytes", inBytes)
 
-
 	// 1. Plan: the key pass, the layout, the partitions and units.
 	opts.Progress.Start("plan", int64(tbl.NumRowGroups()))
 	ks, err := plan.AnalyzeSized(ctx, tbl, keys, in, opts.layout(tr), opts.resources())
