@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -149,9 +150,10 @@ type Table struct {
 	// MaxOpen bounds the files kept open (DefaultMaxOpen).
 	MaxOpen int
 
-	ctx context.Context // reopens read through it
-	mu  sync.Mutex
-	lru *list.List // open files, most recently used first
+	ctx    context.Context // reopens read through it
+	shared *File           // the last file whose column mapping others share
+	mu     sync.Mutex
+	lru    *list.List // open files, most recently used first
 }
 
 // NumRowGroups returns the number of row groups over all files.
@@ -310,10 +312,18 @@ func (t *Table) match(f *File) error {
 		for c := range leafSet(&f.h.fr.Manifest.Fields[idx[0]], map[int]bool{}) {
 			leaves = append(leaves, c)
 		}
+		slices.Sort(leaves)
 		f.leaves = append(f.leaves, leaves)
 	}
 	md := t.Schema.Metadata()
 	t.Schema = arrow.NewSchema(fields, &md)
+	// Files of one table mostly share their column order: share the
+	// mapping too (10,000 files would otherwise hold 10,000 copies).
+	if prev := t.shared; prev != nil && slices.Equal(prev.colMap, f.colMap) && slices.EqualFunc(prev.leaves, f.leaves, slices.Equal[[]int]) {
+		f.colMap, f.leaves = prev.colMap, prev.leaves
+	} else {
+		t.shared = f
+	}
 	return nil
 }
 
