@@ -215,6 +215,9 @@ func (c *outputClaim) swap(ctx context.Context, m *manifests.Manifest) error {
 		}
 	}
 	_ = storage.RemovePrefix(ctx, c.out, StagePrefix)
+	if c.out.Local != "" { // the emptied work folder (kept when something else is in it)
+		os.Remove(filepath.Join(c.out.Local, filepath.FromSlash(strings.TrimSuffix(plan.WorkPrefix, "/"))))
+	}
 	c.target = c.out
 	return nil
 }

@@ -113,6 +113,24 @@ func TestPackGenerated(t *testing.T) {
 	if r, err := verify.Output(ctx, filepath.Join(base, "flat"), true, 2); err != nil || !r.OK {
 		t.Fatalf("verify of the unpacked output: %+v %v", r, err)
 	}
+	// Unpack again over it: refused without --overwrite, swapped in with it
+	// (byte-identical, no staging left).
+	before, _ := os.ReadFile(filepath.Join(base, "flat", "manifest.json"))
+	if _, err := Unpack(ctx, UnpackOptions{Input: filepath.Join(base, "packed"), Output: filepath.Join(base, "flat")}); !errs.Is(err, errs.Precondition) {
+		t.Fatalf("unpack over a committed output without --overwrite: %v", err)
+	}
+	if _, err := Unpack(ctx, UnpackOptions{Input: filepath.Join(base, "packed"), Output: filepath.Join(base, "flat"), Overwrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(base, "flat", "manifest.json")); !bytes.Equal(after, before) {
+		t.Fatal("unpack --overwrite wrote another manifest")
+	}
+	if _, err := os.Stat(filepath.Join(base, "flat", "_relayout")); !os.IsNotExist(err) {
+		t.Fatalf("unpack --overwrite left its staging folder (%v)", err)
+	}
+	if r, err := verify.Output(ctx, filepath.Join(base, "flat"), true, 2); err != nil || !r.OK {
+		t.Fatalf("verify after unpack --overwrite: %+v %v", r, err)
+	}
 }
 
 func TestPackConflictsAndLimits(t *testing.T) {

@@ -54,7 +54,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	claim, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, false, "unpack", "parquet/")
+	claim, err := claimOutput(ctx, out, []string{o.Input}, o.Overwrite, true, "unpack", "parquet/")
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	}
 	cfg, _ := json.Marshal(map[string]any{"unpack_of": pm.ConfigHash, "slice_keys": nonNil(pm.SliceKeys), "sort_keys": nonNil(pm.Packing.QueryKey)})
 	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfg))
-	w, err := writer.NewParquet(ctx, out, l.Flat, nil, writer.ParquetOptions{
+	w, err := writer.NewParquet(ctx, claim.target, l.Flat, nil, writer.ParquetOptions{
 		Parallel: o.Parallel, SortingColumns: append(append([]string{}, pm.SliceKeys...), pm.Packing.QueryKey...),
 		Metadata:  [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", cfgHash}},
 		CreatedBy: "relayout version " + version.Version,
@@ -139,7 +139,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	}
 	opts := RunOptions{SliceKeys: pm.SliceKeys, SortKeys: pm.Packing.QueryKey}
 	m := buildManifest(tbl, l.Flat, slices, files, cfg, cfgHash, opts, fp)
-	if res, err := verify.Manifest(ctx, out, m, false, max(o.Parallel, 1), nopProgress{}); err != nil {
+	if res, err := verify.Manifest(ctx, claim.target, m, false, max(o.Parallel, 1), nopProgress{}); err != nil {
 		return nil, err
 	} else if !res.OK {
 		return nil, fmt.Errorf("unpacked output check failed, nothing committed: %s", res.Problem)
