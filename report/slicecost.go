@@ -143,6 +143,13 @@ func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 // packed output), with vectors[i] saying where each slice's rows lie in
 // row group i (nil: unknown).
 func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64) (tc TableCost, err error) {
+	return costOfFiles(tbl, sliceKeys, vectors, nil)
+}
+
+// costOfFiles is costOfTable that, when perFile is set, hands it the
+// model after each file and then drops that file's row groups (the footer
+// and noStats keep adding up): memory for one file, not the whole input.
+func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64, perFile func(*TableCost)) (tc TableCost, err error) {
 	defer errs.Recover(&err, "read page indexes")
 	i := 0
 	for _, f := range tbl.Files {
@@ -220,6 +227,10 @@ func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]ui
 				tc.rgs = append(tc.rgs, rc)
 				i++
 			}
+			if perFile != nil {
+				perFile(&tc)
+				tc.rgs = tc.rgs[:0]
+			}
 			return nil
 		})
 		if err != nil {
@@ -271,14 +282,27 @@ type Before struct {
 
 // CostsBefore reads the input's page indexes and prices every slice.
 func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, vectors []map[int32][]uint64) (Before, error) {
-	tc, err := costOfTable(tbl, sliceKeys, vectors)
+	b := Before{SliceRowGroups: make([]int, len(hist.Slices)), SliceBytes: make([]int64, len(hist.Slices))}
+	// File by file: a slice's cost is a sum over row groups, plus every
+	// footer, so the model never holds more than one file's row groups.
+	tc, err := costOfFiles(tbl, sliceKeys, vectors, func(tc *TableCost) {
+		footer := tc.footer
+		tc.footer = 0
+		for i, s := range hist.Slices {
+			n, by := tc.readsFor(int32(i), s.Parts)
+			b.SliceRowGroups[i] += n
+			b.SliceBytes[i] += by
+		}
+		tc.footer = footer
+		b.RowGroups += len(tc.rgs)
+	})
 	if err != nil {
 		return Before{}, err
 	}
-	b := Before{SliceRowGroups: make([]int, len(hist.Slices)), SliceBytes: make([]int64, len(hist.Slices)), NoStats: tc.noStats, RowGroups: len(tc.rgs)}
-	for i, s := range hist.Slices {
-		b.SliceRowGroups[i], b.SliceBytes[i] = tc.readsFor(int32(i), s.Parts)
+	for i := range b.SliceBytes {
+		b.SliceBytes[i] += tc.footer
 	}
+	b.NoStats = tc.noStats
 	return b, nil
 }
 
