@@ -219,6 +219,9 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	if err := dec.Decode(&p); err != nil || p.Format != plan.Format {
 		return nil, errs.BadInputf("%s is not a relayout plan: %v", out.URL(plan.FileName), err)
 	}
+	if err := p.Check(); err != nil {
+		return nil, errs.BadInputf("%s: %v", out.URL(plan.FileName), err)
+	}
 	if p.FormatVersion != plan.FormatVersion || p.RelayoutVersion != version.Version {
 		return nil, errs.Preconditionf("run every step with the same relayout version",
 			"plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(plan.FileName), p.RelayoutVersion, p.FormatVersion, version.Version)

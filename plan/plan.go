@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 
@@ -451,4 +452,32 @@ func dataBytes(d arrow.ArrayData) int64 {
 // RowGroupBytes is a row group's stored bytes (its column chunks).
 func RowGroupBytes(ref source.RowGroupRef) int64 {
 	return ref.File.RowGroupBytes[ref.RowGroup]
+}
+
+// Check refuses a plan whose partitions do not fit its layout (plan.json
+// is a file anyone may edit): every partition inside the rows, a flat
+// partition's files in the layout, a packed plan one partition per layout
+// file with at most one output file each.
+func (p *Plan) Check() error {
+	nf := len(p.Layout.Files)
+	if p.Packing != nil && len(p.Partitions) != nf {
+		return fmt.Errorf("%d partitions for %d layout files", len(p.Partitions), nf)
+	}
+	for j, pp := range p.Partitions {
+		if pp.Start < 0 || pp.Rows < 0 || pp.Start > p.Rows || pp.Rows > p.Rows-pp.Start {
+			return fmt.Errorf("partition %d: rows [%d, +%d) outside the plan's %d", j, pp.Start, pp.Rows, p.Rows)
+		}
+		if pp.Rows > 0 && len(pp.Files) == 0 {
+			return fmt.Errorf("partition %d holds rows but no file", j)
+		}
+		for _, f := range pp.Files {
+			if f < 0 || (p.Packing == nil && f >= nf) {
+				return fmt.Errorf("partition %d: file %d is not in the layout's %d", j, f, nf)
+			}
+		}
+		if p.Packing != nil && len(pp.Files) > 1 {
+			return fmt.Errorf("partition %d: %d files, a packed partition writes at most one", j, len(pp.Files))
+		}
+	}
+	return nil
 }
