@@ -649,13 +649,17 @@ func TestKillAtRandomPoints(t *testing.T) {
 		time.Sleep(delay)
 		cmd.Process.Signal(sig)
 		err := cmd.Wait()
+		afterCommit := false
 		if err == nil {
+			finished++
+		} else if _, serr := os.Stat(filepath.Join(out, "manifest.json")); serr == nil {
+			// Killed after its commit point (while it wrote the report): the
+			// manifest must be the whole committed one, checked below; its
+			// lease is stale, and the next run takes it over.
+			afterCommit = true
 			finished++
 		} else {
 			killed++
-			if _, serr := os.Stat(filepath.Join(out, "manifest.json")); serr == nil {
-				t.Fatalf("trial %d: %v after %v: the killed run left a manifest", trial, sig, delay)
-			}
 			if sig == syscall.SIGTERM && cmd.ProcessState.ExitCode() != 4 {
 				// A SIGTERM within the first milliseconds, before main
 				// installs its handler, kills the process by default:
@@ -675,11 +679,11 @@ func TestKillAtRandomPoints(t *testing.T) {
 		if r := relayout(t, nil, "verify", out); r.code != 0 {
 			t.Fatalf("trial %d: verify: %s", trial, r.stderr)
 		}
-		if _, err := os.Stat(filepath.Join(out, "_relayout.lock")); err == nil {
+		if _, err := os.Stat(filepath.Join(out, "_relayout.lock")); err == nil && !afterCommit {
 			t.Fatalf("trial %d: a lease was left after the commit", trial)
 		}
 	}
-	t.Logf("%d runs killed at random points and rerun, %d finished before the signal; all byte-identical", killed, finished)
+	t.Logf("%d runs killed at random points and rerun, %d finished (or committed) before the signal; all byte-identical", killed, finished)
 }
 
 // TestInterruptedTaskNamesItself: a SIGTERM'd reduce exits 4 naming the
