@@ -410,7 +410,7 @@ func (d *Dataset) segments(ranges []Range) ([]segment, error) {
 				return nil, err
 			}
 			e := min(r.End, mt.Shards[i].FirstRow+mt.Shards[i].Rows)
-			out = append(out, segment{sh: sh, shard: i, lo: s - mt.Shards[i].FirstRow, hi: e - mt.Shards[i].FirstRow, first: s})
+			out = append(out, segment{sh: sh, lo: s - mt.Shards[i].FirstRow, hi: e - mt.Shards[i].FirstRow, first: s})
 			s = e
 		}
 	}

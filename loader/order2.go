@@ -174,8 +174,9 @@ func (p WindowPlan) weighted(blocks []Piece) []Piece {
 type Stream struct {
 	Index  int
 	Pieces []Piece
-	// Samples is the stream's sample count; Batches its batches.
-	Samples, Batches int64
+	// Samples is the stream's sample count (its batches: Samples/Batch,
+	// rounded up).
+	Samples int64
 }
 
 // StreamsOf deals the epoch's shuffled pieces to p.Streams streams: the
@@ -208,11 +209,10 @@ func (p WindowPlan) StreamsOf() ([]Stream, int64, error) {
 			nb++
 		}
 		n := nb * p.Batch
-		if int64(s) == full%S && last > 0 {
+		if int64(s) == full%S {
 			n += last
-			nb++
 		}
-		out[s] = Stream{Index: s, Samples: n, Batches: nb, Pieces: cur.take(ps, n)}
+		out[s] = Stream{Index: s, Samples: n, Pieces: cur.take(ps, n)}
 	}
 	batches := full
 	if last > 0 {

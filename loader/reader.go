@@ -91,7 +91,6 @@ type windowBuf struct {
 // segment is a piece's rows within one shard.
 type segment struct {
 	sh     *mapped
-	shard  int
 	lo, hi int64 // rows of the shard
 	first  int64 // global index of row lo
 }
@@ -322,12 +321,15 @@ func (d *Dataset) gather(w *windowBuf, idx []int64, index bool) (*Batch, []int64
 		fixed := t.Kind != "values" && t.Level != "item"
 		per := rowSizeOf(t)
 		var n int64
+		var spans [][2]int64 // ragged tensors: each sample's byte range, found once
 		if fixed {
 			n = int64(len(rows)) * per
 		} else {
+			spans = make([][2]int64, 0, len(rows))
 			for _, rn := range runs {
 				for _, row := range rows[rn.i0:rn.i1] {
 					a, e := rn.sh.rowBytes(ti, row, row+1)
+					spans = append(spans, [2]int64{a, e})
 					n += e - a
 				}
 			}
@@ -365,9 +367,8 @@ func (d *Dataset) gather(w *windowBuf, idx []int64, index bool) (*Batch, []int64
 					off += copyRow(data[off:], src[row*per:(row+1)*per])
 				}
 			default:
-				for _, row := range rs {
-					a, e := rn.sh.rowBytes(ti, row, row+1)
-					off += copyRow(data[off:], src[a:e])
+				for _, sp := range spans[rn.i0:rn.i1] {
+					off += copyRow(data[off:], src[sp[0]:sp[1]])
 				}
 			}
 		}
