@@ -466,12 +466,14 @@ func (p *Plan) layoutTensors() error {
 			*per += int64(e.width * e.conv.dt.Size())
 		}
 		if e.valid {
+			// A group marks each of its columns; a list column marks the
+			// list (one byte per sample, whatever its length).
 			shape := e.shape
-			if e.kind == kRagged {
+			if e.kind == kRagged || e.kind == kFixed {
 				shape = nil
 			}
 			e.out = append(e.out, add(manifests.Tensor{Name: e.name + ".valid", DType: string(U8), Shape: shape, Level: e.level, Kind: KindValid, Columns: cols, Transform: "1 where the source value is not null"}))
-			if e.kind == kRagged {
+			if e.kind == kRagged || e.kind == kFixed {
 				*per++
 			} else {
 				*per += int64(e.width)

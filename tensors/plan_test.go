@@ -195,3 +195,55 @@ func TestSpecErrorsAreConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestNullableFixedListValidIsPerSample: a nullable list column of fixed
+// length (as DuckDB writes every list) gets a .valid tensor of one byte per
+// sample, the list's validity, shaped [n]; its data is [n, k] with nulls
+// filled. (The .valid tensor was planned [n, k] while one byte per sample
+// was written: every --tensors run over a DuckDB-written list failed its
+// output check.)
+func TestNullableFixedListValidIsPerSample(t *testing.T) {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "emb", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32), Nullable: true},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const n = 5
+	for i := 0; i < n; i++ {
+		ll := b.Field(0).(*array.ListBuilder)
+		if i == 3 {
+			ll.AppendNull()
+			continue
+		}
+		ll.Append(true)
+		for k := 0; k < 2; k++ {
+			ll.ValueBuilder().(*array.Float32Builder).Append(float32(10*i + k))
+		}
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	p := planFor(t, rec, &Spec{})
+	bufs := p.NewBuffers()
+	if err := p.Append(bufs, rec, 0, n); err != nil {
+		t.Fatal(err)
+	}
+	bufs.Seal()
+	for i, ts := range p.Tensors() {
+		var got []byte
+		for _, blk := range bufs.Blocks(i) {
+			got = append(got, blk...)
+		}
+		switch ts.Name {
+		case "emb":
+			if len(ts.Shape) != 1 || ts.Shape[0] != 2 || len(got) != n*2*4 {
+				t.Fatalf("emb: shape %v, %d bytes", ts.Shape, len(got))
+			}
+		case "emb.valid":
+			if len(ts.Shape) != 0 || string(got) != "\x01\x01\x01\x00\x01" {
+				t.Fatalf("emb.valid: shape %v, bytes %v; want [] and 1 1 1 0 1", ts.Shape, got)
+			}
+		default:
+			t.Fatalf("unexpected tensor %s", ts.Name)
+		}
+	}
+}
