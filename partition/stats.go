@@ -146,3 +146,13 @@ func decKey(v *big.Int) []byte {
 
 // IsNullKey reports whether an encoded key part is the null value.
 func IsNullKey(part []byte) bool { return len(part) > 0 && part[0] == tagNull }
+
+// ConstantStats is the exact range of a row group whose every row holds
+// the one value of v (a partition folder's value).
+func ConstantStats(v arrow.Array) StatsRange {
+	if v.IsNull(0) {
+		return StatsRange{MinMax: true, MayHaveNulls: true} // an empty range: nulls only
+	}
+	k := AppendKey(nil, v, 0)
+	return StatsRange{Lo: k, Hi: k, MinMax: true}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -104,7 +105,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 		return nil, nil, err
 	}
 	defer claim.release(ctx)
-	tbl, keys, in, _, err := openTable(ctx, opts)
+	tbl, keys, in, _, err := openTable(ctx, &opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -236,6 +237,7 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
 		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
 		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
+		hive: cfg.Hive,
 	}
 	if p.Packing != nil {
 		opts.MaxItemsPerQuery = p.Packing.MaxItems
@@ -291,7 +293,11 @@ func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) 
 				o.URL, o.Size, o.ETag, o.MTime, pin.Bytes, pin.ETag, pin.MTime)
 		}
 	}
-	return source.Open(ctx, objs, counts)
+	mode := hive.Off
+	if lp.opts.hive != "" {
+		mode = hive.On
+	}
+	return openObjects(ctx, objs, counts, string(mode), lp.opts.hive)
 }
 
 func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {

@@ -67,7 +67,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if err != nil {
 		return nil, err
 	}
-	tbl, keys, in, counts, err := openTable(ctx, opts)
+	tbl, keys, in, counts, err := openTable(ctx, &opts)
 	if err != nil {
 		return nil, err
 	}

@@ -7,15 +7,17 @@ import (
 
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
-	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
 
 // InspectOptions configures Inspect.
 type InspectOptions struct {
-	Inputs    []string
-	SliceKeys []string
-	Parallel  int
+	Inputs []string
+	// HivePartitioning and HiveTypes read partition columns from the
+	// inputs' key=value folders, as RunOptions' do.
+	HivePartitioning, HiveTypes string
+	SliceKeys                   []string
+	Parallel                    int
 }
 
 // InspectResult describes a table and, with slice keys, what reading each
@@ -93,7 +95,7 @@ func Inspect(ctx context.Context, o InspectOptions) (*InspectResult, error) {
 		return nil, err
 	}
 	counts := new(storage.Counters)
-	tbl, err := source.Open(ctx, objs, counts)
+	tbl, err := openObjects(ctx, objs, counts, o.HivePartitioning, o.HiveTypes)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +137,10 @@ func Inspect(ctx context.Context, o InspectOptions) (*InspectResult, error) {
 				idx := md.Schema.ColumnIndexByName(name)
 				var sr partition.StatsRange
 				sr.MayHaveNulls = true
-				if idx >= 0 {
+				if v := f.PartitionValue(sc); v != nil {
+					sr = partition.ConstantStats(v)
+					v.Release()
+				} else if idx >= 0 {
 					if cc, err := rg.ColumnChunk(idx); err == nil {
 						if st, err := cc.Statistics(); err == nil && st != nil {
 							sr = partition.StatsFor(tbl.Schema.Field(sc).Type, st)

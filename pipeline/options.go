@@ -13,6 +13,12 @@ import (
 type RunOptions struct {
 	// Inputs are local paths (files, folders, globs) or URLs.
 	Inputs []string
+	// HivePartitioning is "auto" (default: partition columns are read from
+	// key=value folders when every input path has them), "on" or "off".
+	HivePartitioning string
+	// HiveTypes declares partition column types ("date=date,hour=int32");
+	// undeclared ones are inferred (integers, dates, then strings).
+	HiveTypes string
 	// Output is a local folder or a URL prefix.
 	Output string
 	// SliceKeys and SortKeys name the columns rows are ordered by.
@@ -92,6 +98,9 @@ type RunOptions struct {
 	// overstate them), so its row groups hold as many rows as the run's.
 	sample   bool
 	sampleOf *plan.Sizes
+	// hive is the resolved partitioning of the input (hive.Partitioning's
+	// Spec), set when the inputs are opened; it is part of the config.
+	hive string
 	// FailAfterFiles, when > 0, fails the run after that many files are
 	// written: a fault-injection hook for tests.
 	FailAfterFiles int

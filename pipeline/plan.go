@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 
+	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
@@ -10,22 +11,54 @@ import (
 
 // openTable lists and opens the inputs (footers only; reads counted) and
 // resolves the key columns: the start of run, dry run and plan.
-func openTable(ctx context.Context, opts RunOptions) (*source.Table, plan.Keys, plan.Sizes, *storage.Counters, error) {
+// It records the input's resolved Hive partitioning in opts.
+func openTable(ctx context.Context, opts *RunOptions) (*source.Table, plan.Keys, plan.Sizes, *storage.Counters, error) {
 	objs, err := storage.List(ctx, opts.Inputs)
 	if err != nil {
 		return nil, plan.Keys{}, plan.Sizes{}, nil, err
 	}
 	counts := new(storage.Counters)
-	tbl, err := source.Open(ctx, objs, counts)
+	tbl, err := openObjects(ctx, objs, counts, opts.HivePartitioning, opts.HiveTypes)
 	if err != nil {
 		return nil, plan.Keys{}, plan.Sizes{}, nil, err
 	}
-	keys, err := resolveKeys(tbl, opts)
+	opts.hive = tbl.Partitioning().Spec()
+	keys, err := resolveKeys(tbl, *opts)
 	if err != nil {
 		tbl.Close()
 		return nil, plan.Keys{}, plan.Sizes{}, nil, err
 	}
 	return tbl, keys, plan.SizesOf(tbl), counts, nil
+}
+
+// openObjects opens the objects as one table with the Hive partition
+// columns their paths hold (mode: auto, on, off; types: declared types).
+func openObjects(ctx context.Context, objs []storage.Object, counts *storage.Counters, mode, types string) (*source.Table, error) {
+	m, err := hive.ParseMode(mode)
+	if err != nil {
+		return nil, err
+	}
+	declared, err := hive.ParseTypes(types)
+	if err != nil {
+		return nil, err
+	}
+	rels, urls := make([]string, len(objs)), make([]string, len(objs))
+	for i, o := range objs {
+		rels[i], urls[i] = o.Rel, o.URL
+	}
+	p, err := hive.Discover(rels, urls, m, declared)
+	if err != nil {
+		return nil, err
+	}
+	tbl, err := source.Open(ctx, objs, counts)
+	if err != nil {
+		return nil, err
+	}
+	if err := tbl.AddPartitions(p); err != nil {
+		tbl.Close()
+		return nil, err
+	}
+	return tbl, nil
 }
 
 // resolveKeys checks the key options against the table.
@@ -46,7 +79,7 @@ func (o RunOptions) layout(tr *tensorRun) plan.Options {
 		ItemOrder: o.ItemOrder, OnQueryConflict: o.OnQueryConflict, MaxItemsPerQuery: o.MaxItemsPerQuery,
 		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes, RowGroupRows: o.RowGroupRows,
 		FileBytes: o.FileBytes, BoundaryKeys: o.BoundaryKeys, ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes,
-		Tensors: tr.config(o),
+		Tensors: tr.config(o), Hive: o.hive,
 	}
 	return lo
 }

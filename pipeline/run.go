@@ -87,7 +87,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			defer debug.SetGCPercent(debug.SetGCPercent(30))
 		}
 	}
-	tbl, keys, in, counts, err := openTable(ctx, opts)
+	tbl, keys, in, counts, err := openTable(ctx, &opts)
 	if err != nil {
 		return nil, err
 	}

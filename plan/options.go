@@ -36,6 +36,10 @@ type Options struct {
 	PageBytes    int64
 	// Tensors, when set, also writes tensor shards.
 	Tensors *TensorOptions
+	// Hive is the input's resolved Hive partitioning (partition columns
+	// and types, "part=string,date=date"; "" for none): the map and reduce
+	// tasks read the inputs with it.
+	Hive string
 }
 
 // TensorOptions are the choices that fix the tensor shards.
@@ -83,6 +87,7 @@ type config struct {
 	ZstdLevel        int            `json:"zstd_level"`
 	PageBytes        int64          `json:"page_bytes"`
 	Tensors          *TensorOptions `json:"tensors,omitempty"`
+	Hive             string         `json:"hive_partitioning,omitempty"`
 }
 
 // Config returns the options as recorded in the manifest and the plan,
@@ -92,7 +97,7 @@ func (o Options) Config() ([]byte, string) {
 		SliceKeys: nonNil(o.SliceKeys), SortKeys: nonNil(o.SortKeys),
 		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes,
 		RowGroupRows: o.RowGroupRows, FileBytes: o.FileBytes, BoundaryKeys: o.BoundaryKeys,
-		ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes, Tensors: o.Tensors,
+		ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes, Tensors: o.Tensors, Hive: o.Hive,
 	}
 	if len(o.QueryKey) > 0 {
 		cfg.QueryKey, cfg.QueryColumns, cfg.ItemOrder, cfg.OnQueryConflict = o.QueryKey, nonNil(o.QueryColumns), nonNil(o.ItemOrder), o.OnQueryConflict
@@ -113,7 +118,7 @@ func DecodeConfig(data []byte) (Options, error) {
 		ItemOrder: c.ItemOrder, OnQueryConflict: c.OnQueryConflict,
 		RowGroupBytes: c.RowGroupBytes, MinRowGroupBytes: c.MinRowGroupBytes, RowGroupRows: c.RowGroupRows,
 		FileBytes: c.FileBytes, BoundaryKeys: c.BoundaryKeys, ZstdLevel: c.ZstdLevel, PageBytes: c.PageBytes,
-		Tensors: c.Tensors,
+		Tensors: c.Tensors, Hive: c.Hive,
 	}, nil
 }
 

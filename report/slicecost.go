@@ -206,7 +206,10 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]ui
 					sr := partition.StatsRange{MayHaveNulls: true}
 					fi, err := tbl.FieldIndex(name)
 					idx := md.Schema.ColumnIndexByName(name)
-					if err == nil && idx >= 0 {
+					if v := f.PartitionValue(fi); err == nil && v != nil {
+						sr = partition.ConstantStats(v)
+						v.Release()
+					} else if err == nil && idx >= 0 {
 						if cc, err := rg.ColumnChunk(idx); err == nil {
 							if st, err := cc.Statistics(); err == nil && st != nil {
 								sr = partition.StatsFor(tbl.Schema.Field(fi).Type, st)

@@ -134,8 +134,28 @@ func (t *Table) Head(ctx context.Context, ref RowGroupRef, n int64) (rec arrow.R
 	}
 	got := rr.RecordBatch()
 	arrs := make([]arrow.Array, t.Schema.NumFields())
+	var consts []arrow.Array
+	defer func() {
+		for _, a := range consts {
+			a.Release()
+		}
+	}()
 	for i := range arrs {
+		if i >= len(f.colMap) {
+			c, err := f.partitionColumn(i, int(got.NumRows()))
+			if err != nil {
+				return nil, err
+			}
+			consts = append(consts, c)
+			arrs[i] = c
+			continue
+		}
 		arrs[i] = got.Column(f.colMap[i])
+		if t.partCol != nil && t.partCol[i] >= 0 {
+			if err := f.checkPartition(arrs[i], i, what); err != nil {
+				return nil, err
+			}
+		}
 	}
 	rows := min(got.NumRows(), n)
 	out := array.NewRecordBatch(t.Schema, arrs, got.NumRows())

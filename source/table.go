@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
+	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/storage"
 )
@@ -149,6 +150,12 @@ type Table struct {
 	mem      memory.Allocator
 	// MaxOpen bounds the files kept open (DefaultMaxOpen).
 	MaxOpen int
+
+	// parts are the Hive partitions (nil: none); partCol maps a table
+	// field to its partition key (-1: none). Fields past the files' own
+	// are partition-only.
+	parts   *hive.Partitioning
+	partCol []int
 
 	ctx    context.Context // reopens read through it
 	shared *File           // the last file whose column mapping others share
@@ -334,6 +341,9 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 	if col < len(f.colMap) {
 		name = f.t.Schema.Field(col).Name
 	}
+	if col >= len(f.colMap) && col < f.t.Schema.NumFields() {
+		return f.partitionColumn(col, int(f.RowGroupRows[rg]))
+	}
 	what := fmt.Sprintf("read %s: row group %d, column %s", f.Obj.URL, rg, name)
 	defer errs.Recover(&err, what)
 	h, err := f.t.acquire(f)
@@ -365,6 +375,12 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 	if verr := validateArray(arr); verr != nil {
 		arr.Release()
 		return nil, errs.WithHint(errs.BadInputf("%s: corrupt data: %v", what, verr), "re-export the file or leave it out of --input")
+	}
+	if f.t.partCol != nil && f.t.partCol[col] >= 0 {
+		if err := f.checkPartition(arr, col, what); err != nil {
+			arr.Release()
+			return nil, err
+		}
 	}
 	return arr, nil
 }
@@ -543,4 +559,109 @@ func openHandle(ctx context.Context, obj storage.Object, counts *storage.Counter
 		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
 	}
 	return &handle{ra: ra, pq: pq, fr: fr}, nil
+}
+
+// AddPartitions adds the Hive partition columns p found in the files'
+// paths (p.Values[i] is file i's). A key that is not a file column becomes
+// a column appended after the files' own, whose every row holds the file's
+// folder value. A key that is also a file column stays the file's column,
+// and every value read from it must equal the folder's (a file in
+// date=2026-11-30/ holding another date is bad input, naming the file).
+func (t *Table) AddPartitions(p *hive.Partitioning) error {
+	if p == nil || len(p.Keys) == 0 {
+		return nil
+	}
+	if len(p.Values) != len(t.Files) {
+		return fmt.Errorf("partitions for %d files, the table has %d", len(p.Values), len(t.Files))
+	}
+	t.parts = p
+	t.partCol = make([]int, t.Schema.NumFields())
+	for i := range t.partCol {
+		t.partCol[i] = -1
+	}
+	fields := t.Schema.Fields()
+	for k, key := range p.Keys {
+		if idx := t.Schema.FieldIndices(key); len(idx) > 0 {
+			typ := fields[idx[0]].Type
+			for i, f := range t.Files {
+				if p.Nulls[i][k] {
+					continue
+				}
+				if _, err := hive.Parse(typ, p.Values[i][k]); err != nil {
+					return errs.WithHint(errs.BadInputf("input %s: partition folder %s=%q does not fit the file's own column %q (%s): %v", f.Obj.URL, key, p.Values[i][k], key, typ, err),
+						"rename the folder or the column, or pass --hive-partitioning off")
+				}
+			}
+			t.partCol[idx[0]] = k
+			continue
+		}
+		fields = append(fields, arrow.Field{Name: key, Type: p.Types[k], Nullable: true})
+		t.partCol = append(t.partCol, k)
+	}
+	md := t.Schema.Metadata()
+	t.Schema = arrow.NewSchema(fields, &md)
+	return nil
+}
+
+// Partitioning returns the partitions added with AddPartitions (nil: none).
+func (t *Table) Partitioning() *hive.Partitioning { return t.parts }
+
+// partitionValue is file f's folder value for partition key k (nil: null).
+func (t *Table) partitionValue(f *File, k int) *string {
+	if t.parts.Nulls[f.Index][k] {
+		return nil
+	}
+	return &t.parts.Values[f.Index][k]
+}
+
+// partitionColumn returns n rows of a column that only the path holds.
+func (f *File) partitionColumn(col, n int) (arrow.Array, error) {
+	k := f.t.partCol[col]
+	return hive.Constant(f.t.mem, f.t.Schema.Field(col).Type, f.t.partitionValue(f, k), n)
+}
+
+// checkPartition checks that a file column that is also a partition key
+// holds the folder's value in every row.
+func (f *File) checkPartition(arr arrow.Array, col int, what string) error {
+	k := f.t.partCol[col]
+	want := f.t.partitionValue(f, k)
+	var ws string
+	if want != nil {
+		one, err := hive.Parse(arr.DataType(), *want)
+		if err != nil {
+			return errs.BadInputf("%s: folder value %q is not a %s: %v", what, *want, arr.DataType(), err)
+		}
+		ws = one.ValueStr(0)
+		one.Release()
+	}
+	for i := 0; i < arr.Len(); i++ {
+		ok := arr.IsNull(i) == (want == nil) && (want == nil || arr.ValueStr(i) == ws)
+		if !ok {
+			got := "null"
+			if arr.IsValid(i) {
+				got = arr.ValueStr(i)
+			}
+			folder := hive.DefaultPartition
+			if want != nil {
+				folder = *want
+			}
+			return errs.WithHint(errs.BadInputf("%s: row %d holds %s, but the file lies in the partition folder %s=%s",
+				what, i, got, f.t.parts.Keys[k], folder), "move the file to its partition's folder, or pass --hive-partitioning off to read the column as stored")
+		}
+	}
+	return nil
+}
+
+// PartitionValue returns, for a column that only the file's path holds,
+// its one value as a one-row array (the caller releases it); nil for a
+// file column. Readers that prune by folder use it as exact statistics.
+func (f *File) PartitionValue(col int) arrow.Array {
+	if col < len(f.colMap) || col >= f.t.Schema.NumFields() {
+		return nil
+	}
+	a, err := f.partitionColumn(col, 1)
+	if err != nil {
+		return nil
+	}
+	return a
 }

@@ -143,6 +143,11 @@ type Object struct {
 	MTime string // RFC 3339, UTC
 	// LocalPath is set for local files, which are read with os.File.
 	LocalPath string
+	// Rel is the object's slash-separated path under the input root it was
+	// listed from (a folder, prefix or a glob's fixed folder); for an input
+	// naming one object, its path as given. Hive partition folders are read
+	// from it.
+	Rel string
 }
 
 // List expands the input names (local files, folders, globs or URLs naming an
@@ -189,7 +194,9 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 	if key != "" && !strings.HasSuffix(key, "/") {
 		attrs, err := loc.Bucket.Attributes(ctx, key)
 		if err == nil {
-			return []Object{objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))}, nil
+			o := objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
+			o.Rel = key
+			return []Object{o}, nil
 		}
 		if gcerrors.Code(err) != gcerrors.NotFound {
 			return nil, Classify(fmt.Errorf("stat %s: %w", name, err))
@@ -209,7 +216,9 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 		if obj.IsDir || !strings.HasSuffix(strings.ToLower(obj.Key), ".parquet") || hiddenKey(obj.Key[len(key):]) {
 			continue
 		}
-		out = append(out, objectFrom(loc, obj.Key, obj.Size, "", obj.ModTime.UTC().Format("2006-01-02T15:04:05Z")))
+		o := objectFrom(loc, obj.Key, obj.Size, "", obj.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
+		o.Rel = obj.Key[len(key):]
+		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	// Listing does not return ETags on every driver; fetch them.
@@ -221,6 +230,16 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 		out[i].ETag = attrs.ETag
 	}
 	return out, nil
+}
+
+// globRoot is the folder a glob's matches are relative to: its leading
+// elements without wildcards.
+func globRoot(glob string) string {
+	dir := filepath.Dir(glob)
+	for strings.ContainsAny(dir, "*?[") {
+		dir = filepath.Dir(dir)
+	}
+	return dir
 }
 
 // hiddenKey reports whether a relative key has a path element starting with
@@ -240,7 +259,9 @@ func objectFrom(loc Location, key string, size int64, etag, mtime string) Object
 
 func listLocal(ctx context.Context, name string) ([]Object, error) {
 	var files []string
+	root := "" // what Rel is relative to ("": the path as given)
 	if strings.ContainsAny(name, "*?[") {
+		root = globRoot(name)
 		m, err := filepath.Glob(name)
 		if err != nil {
 			return nil, errs.Usagef("bad glob %q: %v", name, err)
@@ -259,6 +280,7 @@ func listLocal(ctx context.Context, name string) ([]Object, error) {
 			return nil, classifyOS(fmt.Errorf("input %s: %w", name, err))
 		}
 		if st.IsDir() {
+			root = name
 			err := filepath.WalkDir(name, func(p string, d os.DirEntry, err error) error {
 				if err != nil {
 					return err
@@ -290,7 +312,14 @@ func listLocal(ctx context.Context, name string) ([]Object, error) {
 			return nil, classifyOS(fmt.Errorf("stat %s: %w", f, err))
 		}
 		abs, _ := filepath.Abs(f)
+		rel := f
+		if root != "" {
+			if r, err := filepath.Rel(root, f); err == nil {
+				rel = r
+			}
+		}
 		out = append(out, Object{
+			Rel:       filepath.ToSlash(rel),
 			Key:       path.Base(filepath.ToSlash(abs)),
 			URL:       f,
 			Size:      st.Size(),

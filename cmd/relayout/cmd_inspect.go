@@ -10,6 +10,8 @@ func inspectCommand() *cli.Command {
 	flags := append([]cli.Flag{
 		configFlag(),
 		sliceFlag("slice-keys", "columns whose values define slices"),
+		strFlag("hive-partitioning", "auto", "read partition columns from key=value folders: auto, on, off"),
+		strFlag("hive-types", "", "partition column types, e.g. date=date,hour=int32"),
 		boolFlag("json", "print JSON"),
 		intFlag("slices", 20, "slices listed in the table (largest first; 0: all)"),
 		intFlag("parallel", 0, "goroutines (default: number of CPUs)"),

@@ -14,7 +14,7 @@ import (
 
 func runInspect(c *cli.Context) error {
 	res, err := pipeline.Inspect(c.Context, pipeline.InspectOptions{
-		Inputs: c.Args().Slice(), SliceKeys: splitList(c.StringSlice("slice-keys")), Parallel: c.Int("parallel"),
+		Inputs: c.Args().Slice(), HivePartitioning: c.String("hive-partitioning"), HiveTypes: c.String("hive-types"), SliceKeys: splitList(c.StringSlice("slice-keys")), Parallel: c.Int("parallel"),
 	})
 	if err != nil {
 		return err

@@ -20,6 +20,8 @@ func runFlags() []cli.Flag {
 	fs := []cli.Flag{
 		configFlag(),
 		sliceFlag("input", "input Parquet: local file, folder or glob, or URL (file://, mem://, s3://, gs://, azblob://) of an object or prefix; repeatable"),
+		strFlag("hive-partitioning", "auto", "read partition columns from key=value folders of the input paths: auto (when every path has them), on, off"),
+		strFlag("hive-types", "", "partition column types, e.g. date=date,hour=int32 (default: inferred: integers, dates, then strings)"),
 		strFlag("output", "", "output folder or URL prefix"),
 		sliceFlag("slice-keys", "columns whose values define slices (comma-separated), e.g. country,date"),
 		sliceFlag("sort-keys", "columns that order rows inside a slice"),
@@ -119,6 +121,8 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 	opts = pipeline.RunOptions{
 		Inputs:           c.StringSlice("input"),
 		Output:           c.String("output"),
+		HivePartitioning: c.String("hive-partitioning"),
+		HiveTypes:        c.String("hive-types"),
 		SliceKeys:        splitList(c.StringSlice("slice-keys")),
 		SortKeys:         splitList(c.StringSlice("sort-keys")),
 		RowGroupRows:     int64(c.Int("row-group-rows")),

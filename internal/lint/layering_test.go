@@ -76,9 +76,12 @@ func TestLayering(t *testing.T) {
 		t.Errorf("manifests imports %v: it is the leaf every stage shares", g["manifests"])
 	}
 	upper := []string{"pipeline", "plan", "report", "verify"}
-	for _, stage := range []string{"source", "storage", "partition", "dedupe", "writer", "tensors", "fingerprint", "loader"} {
+	for _, stage := range []string{"source", "storage", "partition", "dedupe", "writer", "tensors", "fingerprint", "loader", "hive"} {
 		forbid(stage, upper...)
 	}
+	// hive is shared by both ends of the data path: it names paths and
+	// parses values, and imports no stage.
+	forbid("hive", "source", "storage", "partition", "dedupe", "writer", "tensors", "manifests")
 	forbid("writer", "partition", "dedupe", "plan")
 	forbid("source", "partition", "dedupe", "writer")
 	forbid("partition", "dedupe")

@@ -1,0 +1,305 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+	"gocloud.dev/blob"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/verify"
+)
+
+// duckScan is DuckDB's read_parquet over every Parquet file under dir,
+// with or without Hive partitioning.
+func duckScan(dir string, hivePart bool) string {
+	return fmt.Sprintf("read_parquet('%s/**/*.parquet', hive_partitioning=%v)", dir, hivePart)
+}
+
+// duckTypes returns DuckDB's column name -> type for a scan.
+func duckTypes(t *testing.T, scan string) map[string]string {
+	t.Helper()
+	rows, _ := testutil.DuckDB(t, "describe select * from "+scan)
+	out := map[string]string{}
+	for _, r := range rows {
+		out[r["column_name"].(string)] = r["column_type"].(string)
+	}
+	return out
+}
+
+// sameRowsInDuckDB checks with DuckDB that two scans hold the same
+// columns with the same types and the same multiset of rows.
+func sameRowsInDuckDB(t *testing.T, what, want, got string) {
+	t.Helper()
+	wt, gt := duckTypes(t, want), duckTypes(t, got)
+	if fmt.Sprint(wt) != fmt.Sprint(gt) {
+		t.Fatalf("%s: columns differ:\n want %v\n got  %v", what, wt, gt)
+	}
+	var cols []string
+	for c := range wt {
+		cols = append(cols, `"`+c+`"`)
+	}
+	sort.Strings(cols)
+	list := strings.Join(cols, ", ")
+	rows, _ := testutil.DuckDB(t, fmt.Sprintf(`select
+		(select count(*) from %[1]s)::BIGINT a, (select count(*) from %[2]s)::BIGINT b,
+		(select count(*) from (select %[3]s from %[1]s except all select %[3]s from %[2]s))::BIGINT only_a,
+		(select count(*) from (select %[3]s from %[2]s except all select %[3]s from %[1]s))::BIGINT only_b`, want, got, list))
+	r := rows[0]
+	if r["a"] != r["b"] || r["only_a"] != "0" || r["only_b"] != "0" || r["a"] == "0" {
+		t.Fatalf("%s: rows differ: %v", what, r)
+	}
+}
+
+// dailyTable writes a generated impression log as DuckDB writes a daily
+// table partitioned by date and hour (date=…/hour=…/data_0.parquet, the
+// partition columns only in the folders).
+func dailyTable(t *testing.T, rows int64) string {
+	t.Helper()
+	flat := testutil.Generate(t, gen.Options{Rows: rows, Files: 2, Days: 4, Seed: 41})
+	dir := filepath.Join(t.TempDir(), "daily")
+	testutil.DuckDB(t, fmt.Sprintf(`copy (select * exclude (date), date, (hour(event_time) // 6)::INTEGER as hour from read_parquet('%s/*.parquet'))
+		to '%s' (format parquet, partition_by (date, hour))`, flat, dir))
+	return dir
+}
+
+// TestHiveInputMatchesDuckDB: partition columns come from the folders as
+// DuckDB reads them (names, types, values), can be slice keys, sort keys
+// and tensors, and are written into the output: DuckDB over the Hive input
+// and over the flat output give the same rows. On the shared DuckDB table
+// and on a generated daily table, locally and on loopback S3.
+func TestHiveInputMatchesDuckDB(t *testing.T) {
+	shared := filepath.Join(testutil.DataDir(t), "duckdb-parquet-testing", "hive-partitioning", "simple")
+	if _, err := os.Stat(shared); err != nil {
+		testutil.Missing(t, "shared DuckDB hive table: %v", err)
+	}
+	daily := dailyTable(t, 30_000)
+	cases := []struct {
+		name, in string
+		mod      func(*RunOptions)
+	}{
+		{"shared, slice by date", shared, func(o *RunOptions) { o.SliceKeys = []string{"date"} }},
+		{"shared, no slice keys", shared, func(o *RunOptions) { o.SliceKeys = nil }},
+		{"shared, slice by part, date", shared, func(o *RunOptions) { o.SliceKeys = []string{"part", "date"} }},
+		{"daily, slice by date, hour", daily, func(o *RunOptions) { o.SliceKeys = []string{"date", "hour"} }},
+		{"daily, hour as sort key", daily, func(o *RunOptions) {
+			o.SliceKeys, o.SortKeys = []string{"country"}, []string{"hour", "user_id"}
+		}},
+		{"daily, packed with the date as a query column", daily, func(o *RunOptions) {
+			o.SliceKeys, o.QueryKey = []string{"date"}, []string{"query_id"}
+		}},
+		{"daily, hour as a tensor", daily, func(o *RunOptions) {
+			o.SliceKeys, o.Tensors = []string{"date"}, true
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			o := RunOptions{Inputs: []string{tc.in}, Output: out, RowGroupBytes: 256 << 10, MinRowGroupBytes: 32 << 10}
+			tc.mod(&o)
+			res, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := res.Manifest
+			if !strings.Contains(string(m.Config), `"hive_partitioning"`) {
+				t.Fatalf("config does not record the partitioning: %s", m.Config)
+			}
+			if len(o.QueryKey) > 0 {
+				// Packed: DuckDB unnests the items back to rows. The hour is
+				// a query column or an item column, as the detector found.
+				hour := "i.hour"
+				if _, ok := duckTypes(t, duckScan(out+"/parquet", false))["hour"]; ok {
+					hour = "hour"
+				}
+				rows, _ := testutil.DuckDB(t, fmt.Sprintf(`select
+					(select count(*) from (select date, query_id, i.item_id, %[3]s from %[1]s, unnest(items) as u(i) except all select date, query_id, item_id, hour from %[2]s))::BIGINT d1,
+					(select count(*) from (select date, query_id, item_id, hour from %[2]s except all select date, query_id, i.item_id, %[3]s from %[1]s, unnest(items) as u(i)))::BIGINT d2`,
+					duckScan(out+"/parquet", false), duckScan(tc.in, true), hour))
+				if rows[0]["d1"] != "0" || rows[0]["d2"] != "0" {
+					t.Fatalf("packed rows differ from the input: %v", rows[0])
+				}
+				return
+			}
+			sameRowsInDuckDB(t, tc.name, duckScan(tc.in, true), duckScan(out+"/parquet", false))
+			if o.Tensors {
+				names := map[string]bool{}
+				for _, tn := range m.Tensors.Schema {
+					names[tn.Name] = true
+				}
+				if !names["hour"] || !names["date"] {
+					t.Fatalf("tensors %v lack the partition columns", names)
+				}
+			}
+			if v, err := verify.Output(context.Background(), out, true, 2); err != nil || !v.OK {
+				t.Fatalf("verify: %+v %v", v, err)
+			}
+		})
+	}
+
+	t.Run("loopback S3", func(t *testing.T) {
+		params, _ := s3Server(t, "hive")
+		ctx := context.Background()
+		loc, err := storage.OpenDir(ctx, "s3://hive/daily"+params, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uploadTree(t, loc.Bucket, "daily/", daily)
+		local := filepath.Join(t.TempDir(), "local")
+		o := RunOptions{Inputs: []string{daily}, Output: local, SliceKeys: []string{"date", "hour"}}
+		if _, err := Run(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		o.Inputs, o.Output = []string{"s3://hive/daily/" + params}, "s3://hive/out/"+params
+		if _, err := Run(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		want, got := readTree(t, local), testutil.BucketTree(t, loc.Bucket, "out/")
+		for k, v := range want {
+			if k == "manifest.json" {
+				continue
+			}
+			if string(got[k]) != string(v) {
+				t.Fatalf("%s differs between the S3 and the local run", k)
+			}
+		}
+	})
+}
+
+// uploadTree copies a local folder tree under prefix, keeping its paths.
+func uploadTree(t *testing.T, b *blob.Bucket, prefix, dir string) {
+	t.Helper()
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return b.WriteAll(context.Background(), prefix+filepath.ToSlash(rel), data, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHiveInputErrors: inconsistent folders, values that do not parse as
+// the declared type, and a partition key that is also a file column with
+// other values are bad input naming the path; --hive-partitioning off
+// reads the paths as plain names.
+func TestHiveInputErrors(t *testing.T) {
+	type Row struct {
+		ID   int64  `parquet:"id"`
+		Date string `parquet:"date"`
+	}
+	type Plain struct {
+		ID int64 `parquet:"id"`
+	}
+	root := t.TempDir()
+	write := func(rel string, rows any) string {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch r := rows.(type) {
+		case []Row:
+			err = parquet.WriteFile(p, r)
+		case []Plain:
+			err = parquet.WriteFile(p, r)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Dir(filepath.Dir(p))
+	}
+	mixed := write("mixed/day=1/a.parquet", []Plain{{1}})
+	write("mixed/other/b.parquet", []Plain{{2}})
+	typed := write("typed/hour=x1/a.parquet", []Plain{{1}})
+	clash := write("clash/date=2024-01-01/a.parquet", []Row{{1, "2024-01-01"}, {2, "2024-01-02"}})
+	agree := write("agree/date=2024-01-01/a.parquet", []Row{{1, "2024-01-01"}})
+	plain := write("plain/p/a.parquet", []Plain{{1}})
+	cases := []struct {
+		name  string
+		in    string
+		mod   func(*RunOptions)
+		class errs.Class
+		want  []string
+	}{
+		{"inconsistent folders", mixed, nil, errs.BadInput, []string{"b.parquet", "day"}},
+		{"declared type", typed, func(o *RunOptions) { o.HiveTypes = "hour=int32" }, errs.BadInput, []string{"a.parquet", "hour", `"x1"`}},
+		{"file column disagrees", clash, func(o *RunOptions) { o.SliceKeys = []string{"date"} }, errs.BadInput, []string{"a.parquet", "2024-01-02", "date=2024-01-01"}},
+		{"on without folders", plain, func(o *RunOptions) { o.HivePartitioning = "on" }, errs.BadInput, []string{"a.parquet", "key=value"}},
+		{"bad mode", plain, func(o *RunOptions) { o.HivePartitioning = "maybe" }, errs.Usage, []string{"maybe"}},
+		{"declared key absent", typed, func(o *RunOptions) { o.HiveTypes = "nope=int32" }, errs.Usage, []string{"nope", "hour"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := RunOptions{Inputs: []string{tc.in}, Output: filepath.Join(t.TempDir(), "o")}
+			if tc.mod != nil {
+				tc.mod(&o)
+			}
+			_, err := Run(context.Background(), o)
+			if errs.ClassOf(err) != tc.class {
+				t.Fatalf("err = %v (class %v), want %v", err, errs.ClassOf(err), tc.class)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+		})
+	}
+	// Folders and a file column that agree: one date column, checked.
+	out := filepath.Join(t.TempDir(), "agree")
+	if _, err := Run(context.Background(), RunOptions{Inputs: []string{agree}, Output: out, SliceKeys: []string{"date"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Off: the folders are plain names, the mixed table reads as one.
+	out = filepath.Join(t.TempDir(), "off")
+	res, err := Run(context.Background(), RunOptions{Inputs: []string{mixed}, Output: out, HivePartitioning: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Manifest.Config), "hive") || len(res.Manifest.Schema) != 1 {
+		t.Fatalf("off: config %s, %d columns", res.Manifest.Config, len(res.Manifest.Schema))
+	}
+}
+
+// TestHiveInputDistributedMatchesRun: the map and reduce tasks read the
+// partition columns as the plan did: byte-identical to run.
+func TestHiveInputDistributedMatchesRun(t *testing.T) {
+	daily := dailyTable(t, 40_000)
+	base := t.TempDir()
+	o := distOpts(daily, filepath.Join(base, "run"))
+	o.SliceKeys = []string{"date", "hour", "country"}
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	want := readTree(t, o.Output)
+	o.Output = filepath.Join(base, "dist")
+	runDistributed(t, o, 256<<10, 2)
+	got := readTree(t, o.Output)
+	if len(got) != len(want) {
+		t.Fatalf("%d files, run wrote %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if string(got[k]) != string(v) {
+			t.Fatalf("%s differs from run's", k)
+		}
+	}
+}
