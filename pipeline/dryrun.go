@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/loader"
 	"github.com/relayout/relayout/manifests"
@@ -390,6 +391,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	sub := opts
 	sub.Inputs, sub.Output = []string{root + "/in/sample.parquet"}, root+"/out"
 	sub.Check, sub.Overwrite, sub.Log, sub.Progress = CheckNone, true, nil, nil
+	sub.HivePartitioning, sub.HiveTypes = string(hive.Off), "" // the sample holds the partition columns
 	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices, sub.sample, sub.sampleOf = 0, 0, 0, true, &in
 	// One row group: its dictionary pages tell which columns keep a
 	// dictionary of about the same size whatever a row group's rows (few

@@ -303,3 +303,42 @@ func TestHiveInputDistributedMatchesRun(t *testing.T) {
 		}
 	}
 }
+
+// TestHiveDryRunAndInspect: the dry run and inspect read the partition
+// columns too; a slice on a partition column reads only its folder's row
+// groups before the re-layout (the folder is exact statistics), as a
+// pruning engine does.
+func TestHiveDryRunAndInspect(t *testing.T) {
+	daily := dailyTable(t, 20_000)
+	o := RunOptions{Inputs: []string{daily}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"date", "hour"},
+		HivePartitioning: "on", HiveTypes: "date=date,hour=int32"}
+	rep, err := DryRun(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Slices.Count != res.Report.Slices.Count || rep.Slices.Count < 8 || rep.ConfigHash != res.Report.ConfigHash {
+		t.Fatalf("dry run: %d slices, config %s; run: %d, %s", rep.Slices.Count, rep.ConfigHash, res.Report.Slices.Count, res.Report.ConfigHash)
+	}
+	if !strings.Contains(string(res.Manifest.Config), `"hive_partitioning":"date=date,hour=int32"`) {
+		t.Fatalf("config %s", res.Manifest.Config)
+	}
+	in, err := Inspect(context.Background(), InspectOptions{Inputs: []string{daily}, SliceKeys: []string{"date", "hour"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := len(in.Files)
+	for _, s := range in.Slices {
+		if s.RowGroupsRead != s.RowGroupsTouched || s.RowGroupsRead >= files {
+			t.Fatalf("slice %v: reads %d row groups, touches %d (of %d files): the folders should prune exactly", s.Key, s.RowGroupsRead, s.RowGroupsTouched, files)
+		}
+	}
+	for _, s := range res.Report.Slices.List {
+		if s.RowGroupsBefore >= files {
+			t.Fatalf("report: slice %v reads %d row groups before, of %d files", s.Key, s.RowGroupsBefore, files)
+		}
+	}
+}
