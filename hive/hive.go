@@ -353,12 +353,15 @@ func Constant(mem memory.Allocator, t arrow.DataType, value *string, n int) (arr
 
 // Escape escapes a partition key or value for a folder name as Hive and
 // DuckDB do: control characters, space and "#%'*/:=?\{}[]^ become %XX
-// (upper-case hex); other bytes, UTF-8 included, are kept.
+// (upper-case hex); other bytes, UTF-8 included, are kept. A final "." after
+// another "." becomes %2E too, so that no folder name ends in ".." (object
+// store clients rewrite "../" in keys).
 func Escape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c < 0x20 || c == 0x7f || strings.IndexByte(" \"#%'*/:=?\\{}[]^", c) >= 0 {
+		if c < 0x20 || c == 0x7f || strings.IndexByte(" \"#%'*/:=?\\{}[]^", c) >= 0 ||
+			(c == '.' && i == len(s)-1 && i > 0 && s[i-1] == '.') {
 			fmt.Fprintf(&b, "%%%02X", c)
 			continue
 		}

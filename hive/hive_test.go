@@ -164,3 +164,18 @@ func TestParseTypesAndMode(t *testing.T) {
 		t.Fatal("maybe accepted")
 	}
 }
+
+// TestPathNeverEndsInDotDot: object-store clients rewrite "../" in keys
+// (gocloud's fileblob escapes the slash), so no folder may end in "..".
+func TestPathNeverEndsInDotDot(t *testing.T) {
+	for _, v := range []string{"..", "a..", "...", ".", "a.b."} {
+		v := v
+		p, _ := Path([]string{"k"}, []*string{&v})
+		if strings.HasSuffix(p, "..") {
+			t.Errorf("value %q: folder %q ends in ..", v, p)
+		}
+		if got := Segments(p + "/f"); got[0].Value != v {
+			t.Errorf("value %q read back as %q", v, got[0].Value)
+		}
+	}
+}

@@ -32,6 +32,9 @@ type Manifest struct {
 	Fingerprint     Fingerprint     `json:"fingerprint"`
 	// Packing is set for packed outputs.
 	Packing *Packing `json:"packing,omitempty"`
+	// Partitioning is set when the data files lie in Hive partition
+	// folders (--output-partitioning hive).
+	Partitioning *Partitioning `json:"partitioning,omitempty"`
 	// Tensors is set when tensor shards were written.
 	Tensors *Tensors `json:"tensors,omitempty"`
 }
@@ -224,4 +227,16 @@ type Distribution struct {
 	P90 int64 `json:"p90"`
 	P99 int64 `json:"p99"`
 	Max int64 `json:"max"`
+}
+
+// Partitioning says how the data files are laid out in folders.
+type Partitioning struct {
+	// Style is "hive": parquet/k1=v1/k2=v2/part-NNNNN.parquet.
+	Style string `json:"style"`
+	// Keys are the leading slice keys that name the folders, in folder
+	// order; Types their types as --hive-types names them. These columns
+	// are in the schema but not in the files: readers take them from the
+	// folder names (DuckDB hive_partitioning, pyarrow partitioning="hive").
+	Keys  []string `json:"keys"`
+	Types []string `json:"types"`
 }

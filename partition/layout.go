@@ -17,6 +17,10 @@ type LayoutOptions struct {
 	// BoundaryKeys slice keys changes, unless the groups on both sides of
 	// the change are tiny (fewer rows than MinRows/32).
 	BoundaryKeys int
+	// FileKeys: files (and so row groups) always end where one of the
+	// first FileKeys slice keys changes, whatever their sizes: each file
+	// then lies in one Hive partition folder.
+	FileKeys int
 	// RowBytes is the average uncompressed bytes per row; FileRowBytes the
 	// average stored (compressed) bytes per row. Both at least 1.
 	RowBytes     float64
@@ -104,18 +108,27 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 	}
 	tiny := minRows / 32
 	var groups []RowGroup
+	var fileStart []bool // groups[i] must start a file
 	var cur RowGroup
+	curStarts, prev := false, -1
 	flush := func() {
 		if cur.Rows > 0 {
 			groups = append(groups, cur)
+			fileStart = append(fileStart, curStarts)
 		}
-		cur = RowGroup{Start: cur.Start + cur.Rows}
+		cur, curStarts = RowGroup{Start: cur.Start + cur.Rows}, false
 	}
 	for i, s := range slices {
 		if s.Rows == 0 {
 			continue
 		}
+		if o.FileKeys > 0 && prev >= 0 && !samePrefix(slices[prev], s, o.FileKeys) {
+			flush()
+			curStarts = true
+		}
+		prev = i
 		if s.Rows >= minRows {
+			starts := curStarts
 			flush()
 			k := (s.Rows + target - 1) / target
 			base, extra := s.Rows/k, s.Rows%k
@@ -126,6 +139,7 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 					n++
 				}
 				groups = append(groups, RowGroup{Start: start, Rows: n})
+				fileStart = append(fileStart, starts && i == 0)
 				start += n
 			}
 			cur = RowGroup{Start: start}
@@ -142,8 +156,8 @@ func PlanLayout(slices []Slice, o LayoutOptions) Layout {
 	flush()
 
 	var f File
-	for _, g := range groups {
-		if f.Rows > 0 && f.Rows+g.Rows > fileRows {
+	for gi, g := range groups {
+		if f.Rows > 0 && (f.Rows+g.Rows > fileRows || fileStart[gi]) {
 			l.Files = append(l.Files, f)
 			f = File{Start: g.Start}
 		}

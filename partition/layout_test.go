@@ -144,3 +144,56 @@ func TestPlanLayoutRandomInvariants(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanLayoutFileKeys: with FileKeys, no file (so no row group) holds
+// rows of two prefixes (Hive partition folders), whatever the sizes; a
+// large prefix may take several files. Without it small slices of several
+// prefixes share a file.
+func TestPlanLayoutFileKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for it := 0; it < 300; it++ {
+		n := 1 + r.IntN(60)
+		rows := make([]int64, n)
+		var total int64
+		for i := range rows {
+			rows[i] = int64(r.ExpFloat64() * 300)
+			total += rows[i]
+		}
+		o := LayoutOptions{RowGroupBytes: int64(50 + r.IntN(2000)), FileBytes: int64(100 + r.IntN(20000)), RowGroupRows: int64(r.IntN(3000)),
+			RowBytes: 1, FileRowBytes: 1, BoundaryKeys: r.IntN(2), FileKeys: 1 + r.IntN(2)}
+		o.MinRowGroupBytes = o.RowGroupBytes / 8
+		sl := slicesOf(rows...)
+		l := PlanLayout(sl, o)
+		checkCover(t, l, total)
+		prefixOf := func(row int64) string {
+			for _, s := range sl {
+				if s.Rows > 0 && row >= s.Start && row < s.Start+s.Rows {
+					return string(s.Parts[0]) + "/" + string(s.Parts[1])[:o.FileKeys-1]
+				}
+			}
+			t.Fatalf("row %d in no slice", row)
+			return ""
+		}
+		for fi, f := range l.Files {
+			if f.Rows == 0 {
+				continue
+			}
+			p := prefixOf(f.Start)
+			for _, g := range f.RowGroups {
+				if prefixOf(g.Start) != p || prefixOf(g.Start+g.Rows-1) != p {
+					t.Fatalf("it %d: file %d (prefix %q) holds row group %+v of another prefix", it, fi, p, g)
+				}
+			}
+		}
+	}
+	// Small slices of three prefixes fit one file without the rule.
+	sl := slicesOf(10, 10, 10, 10, 10, 10, 10, 10, 10)
+	o := LayoutOptions{RowGroupBytes: 1000, MinRowGroupBytes: 125, FileBytes: 1 << 20, RowBytes: 1, FileRowBytes: 1}
+	if n := len(PlanLayout(sl, o).Files); n != 1 {
+		t.Fatalf("without FileKeys: %d files", n)
+	}
+	o.FileKeys = 1
+	if n := len(PlanLayout(sl, o).Files); n != 3 {
+		t.Fatalf("FileKeys 1: %d files, want 3", n)
+	}
+}

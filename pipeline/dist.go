@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -114,6 +115,9 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkFolders(ks.Hist, opts, in.FileRowBytes); err != nil {
+		return nil, nil, err
+	}
 	p, err := plan.Build(ctx, tbl, keys, ks, opts.layout(tr), opts.resources(), opts.Inputs, mapBytes)
 	if err != nil {
 		return nil, nil, err
@@ -152,6 +156,9 @@ type loadedPlan struct {
 	// work holds the work prefix (_relayout/): the output for distributed
 	// runs, a local temporary folder when run executes the plan.
 	work storage.Location
+	// enc caches the column encodings per output schema (encodings).
+	encMu sync.Mutex
+	enc   map[string]*writer.Encodings
 }
 
 // planLocation splits a plan URL (<output>/_relayout/plan.json, with the
@@ -238,6 +245,9 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
 		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
 		hive: cfg.Hive,
+	}
+	if cfg.HiveKeys > 0 {
+		opts.OutputPartitioning, opts.HiveKeys = "hive", cfg.HiveKeys
 	}
 	if p.Packing != nil {
 		opts.MaxItemsPerQuery = p.Packing.MaxItems

@@ -235,6 +235,9 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	}
 	rep.Warnings = report.WarningsOf(report.WarnFacts{SliceKeys: opts.SliceKeys, Before: before, Hist: hist, Layout: layout,
 		OutRowBytes: rowBytesOut, Packing: rep.Packing, MaxItems: maxItems, SampleQueries: sq})
+	if err := checkFolders(hist, opts, rowBytesOut); err != nil {
+		rep.Warnings = append(rep.Warnings, report.Warning{Code: "tiny_folders", Message: err.Error() + "; the run will refuse it"})
+	}
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.Cost.BytesRead, rep.Cost.Requests, rep.Cost.Seconds = counts.Bytes.Load(), counts.Requests.Load(), rep.Seconds
 	rep.PeakRSSBytes = report.PeakRSS()
@@ -392,6 +395,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	sub.Inputs, sub.Output = []string{root + "/in/sample.parquet"}, root+"/out"
 	sub.Check, sub.Overwrite, sub.Log, sub.Progress = CheckNone, true, nil, nil
 	sub.HivePartitioning, sub.HiveTypes = string(hive.Off), "" // the sample holds the partition columns
+	sub.ForceFolders = true                                    // the dry run warns instead
 	sub.FailAfterFiles, sub.UnitRows, sub.ReportSlices, sub.sample, sub.sampleOf = 0, 0, 0, true, &in
 	// One row group: its dictionary pages tell which columns keep a
 	// dictionary of about the same size whatever a row group's rows (few

@@ -3,8 +3,10 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -201,6 +203,7 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 		Metadata:       [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", lp.ConfigHash}},
 		CreatedBy:      "relayout version " + version.Version,
 		FirstFile:      pp.Files[0],
+		HiveColumns:    lp.opts.hiveColumns(),
 	}
 	tr := lp.tensorRun(pr.prof)
 	if tr != nil {
@@ -220,13 +223,16 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	outSchema, layout := tbl.Schema, fileLayouts(lp.Layout, pp.Files)
 	var dec *dedupe.Decision
 	var packer *dedupe.Packer
+	var err error
 	if lp.Packing != nil {
-		var err error
 		if dec, err = decidePacking(tbl, keys, det, lp.opts); err != nil {
 			return nil, err
 		}
 		outSchema, layout = dec.Layout.Packed, nil // packing cuts at query boundaries
 		wopts.SortingColumns = append(append([]string{}, lp.opts.SliceKeys...), lp.opts.QueryKey...)
+	}
+	if wopts.Encodings, err = lp.encodings(sample, outSchema); err != nil {
+		return nil, err
 	}
 	pw, err := writer.NewParquet(ctx, lp.out, outSchema, layout, wopts)
 	if err != nil {
@@ -278,6 +284,26 @@ func (p progressSink) Write(rec arrow.RecordBatch) error {
 	}
 	p.prog.Add(rec.NumRows())
 	return nil
+}
+
+// encodings returns the column encodings for sinks of schema sc, chosen
+// from the sample once per run (every partition shares them).
+func (lp *loadedPlan) encodings(sample arrow.RecordBatch, sc *arrow.Schema) (*writer.Encodings, error) {
+	lp.encMu.Lock()
+	defer lp.encMu.Unlock()
+	key := sc.String()
+	if e, ok := lp.enc[key]; ok {
+		return e, nil
+	}
+	e, err := writer.NewEncodings(sample, sc, lp.opts.hiveColumns())
+	if err != nil {
+		return nil, err
+	}
+	if lp.enc == nil {
+		lp.enc = map[string]*writer.Encodings{}
+	}
+	lp.enc[key] = e
+	return e, nil
 }
 
 // fileLayouts returns the writer's layout of the given files of l.
@@ -340,7 +366,7 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 			if lp.Packing == nil {
 				want = lp.Layout.Files[pp.Files[k]].Rows
 			}
-			if f.Path != writer.FileName(pp.Files[k]) || f.Rows != want {
+			if path.Base(f.Path) != path.Base(writer.FileName(pp.Files[k])) || !strings.HasPrefix(f.Path, "parquet/") || f.Rows != want {
 				return nil, nil, nil, errs.Preconditionf("re-run the task", "reduce task %d wrote %s with %d rows, the plan has %s with %d",
 					j, f.Path, f.Rows, writer.FileName(pp.Files[k]), want)
 			}

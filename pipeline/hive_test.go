@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -339,6 +341,240 @@ func TestHiveDryRunAndInspect(t *testing.T) {
 	for _, s := range res.Report.Slices.List {
 		if s.RowGroupsBefore >= files {
 			t.Fatalf("report: slice %v reads %d row groups before, of %d files", s.Key, s.RowGroupsBefore, files)
+		}
+	}
+}
+
+// hiveRun runs with Hive output and checks the manifest records it.
+func hiveRun(t *testing.T, o RunOptions) *Result {
+	t.Helper()
+	o.OutputPartitioning = "hive"
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Manifest
+	if m.Partitioning == nil || m.Partitioning.Style != "hive" || len(m.Partitioning.Keys) == 0 {
+		t.Fatalf("manifest partitioning %+v", m.Partitioning)
+	}
+	for _, f := range m.Files {
+		dir := strings.TrimPrefix(path.Dir(f.Path), "parquet/")
+		if n := strings.Count(dir, "/") + 1; n != len(m.Partitioning.Keys) || !strings.HasPrefix(dir, m.Partitioning.Keys[0]+"=") {
+			t.Fatalf("file %s: folder %q does not name %v", f.Path, dir, m.Partitioning.Keys)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(o.Output, "manifest.json"))
+	if err == nil {
+		var doc any
+		if err := json.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if err := manifestSchema(t).Validate(doc); err != nil {
+			t.Fatalf("manifest does not match its JSON Schema: %v", err)
+		}
+	}
+	if v, err := verify.Output(context.Background(), o.Output, true, 2); err != nil || !v.OK {
+		t.Fatalf("verify --deep: %+v %v", v, err)
+	}
+	return res
+}
+
+// TestHiveOutputMatchesDuckDB: --output-partitioning hive writes
+// parquet/k1=v1/…/part-NNNNN.parquet without the folder columns in the
+// files, and DuckDB reading it with hive_partitioning gives the input's
+// rows and types: flat input -> Hive output (one and two folder keys),
+// Hive -> Hive, with tensors, and on loopback S3. DuckDB filtering on a
+// folder column reads only that folder's files.
+func TestHiveOutputMatchesDuckDB(t *testing.T) {
+	flat := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 2, Countries: 6, Days: 5, Seed: 43})
+	daily := dailyTable(t, 30_000)
+	base := t.TempDir()
+	small := func(in, out string, keys ...string) RunOptions {
+		return RunOptions{Inputs: []string{in}, Output: filepath.Join(base, out), SliceKeys: keys, RowGroupBytes: 256 << 10, MinRowGroupBytes: 32 << 10}
+	}
+	t.Run("flat to hive, two keys", func(t *testing.T) {
+		o := small(flat, "f2", "country", "date")
+		hiveRun(t, o)
+		sameRowsInDuckDB(t, "flat -> hive", duckScan(flat, false), duckScan(o.Output+"/parquet", true))
+		// The files hold neither folder column.
+		inFiles := duckTypes(t, duckScan(o.Output+"/parquet", false))
+		if _, ok := inFiles["country"]; ok {
+			t.Fatalf("the files still hold country: %v", inFiles)
+		}
+	})
+	t.Run("flat to hive, one key, tensors", func(t *testing.T) {
+		o := small(flat, "f1", "country", "date")
+		o.HiveKeys, o.Tensors = 1, true
+		res := hiveRun(t, o)
+		sameRowsInDuckDB(t, "flat -> hive(1)", duckScan(flat, false), duckScan(o.Output+"/parquet", true))
+		if len(res.Manifest.Files) < 6 || res.Manifest.Tensors == nil {
+			t.Fatalf("%d files, tensors %v", len(res.Manifest.Files), res.Manifest.Tensors != nil)
+		}
+		// Pruning: a reader filtering on the folder column opens only
+		// that folder's files.
+		var total, folder int64
+		for _, f := range res.Manifest.Files {
+			total += f.Bytes
+			if strings.HasPrefix(f.Path, "parquet/country=C02/") {
+				folder += f.Bytes
+			}
+		}
+		_, reads := testutil.DuckDB(t, fmt.Sprintf("select sum(click)::BIGINT, sum(item_price) from %s where country = 'C02'", duckScan(o.Output+"/parquet", true)))
+		if folder == 0 || reads[0] > folder+folder/10+(64<<10) || reads[0]*3 > total {
+			t.Fatalf("DuckDB read %d bytes for one folder of %d bytes (output %d)", reads[0], folder, total)
+		}
+	})
+	t.Run("hive to hive", func(t *testing.T) {
+		o := small(daily, "h2", "date", "hour", "country")
+		o.HiveKeys = 2
+		hiveRun(t, o)
+		sameRowsInDuckDB(t, "hive -> hive", duckScan(daily, true), duckScan(o.Output+"/parquet", true))
+	})
+	t.Run("shared DuckDB table, hive to hive", func(t *testing.T) {
+		shared := filepath.Join(testutil.DataDir(t), "duckdb-parquet-testing", "hive-partitioning", "simple")
+		o := small(shared, "shared", "date", "part")
+		hiveRun(t, o)
+		sameRowsInDuckDB(t, "shared hive -> hive", duckScan(shared, true), duckScan(o.Output+"/parquet", true))
+	})
+	t.Run("packed, unpacked again", func(t *testing.T) {
+		o := small(flat, "p", "country")
+		o.QueryKey = []string{"query_id"}
+		hiveRun(t, o)
+		un := filepath.Join(base, "unpacked")
+		if _, err := Unpack(context.Background(), UnpackOptions{Input: o.Output, Output: un}); err != nil {
+			t.Fatal(err)
+		}
+		sameRowsInDuckDB(t, "hive packed -> unpack", duckScan(flat, false), duckScan(un+"/parquet", false))
+	})
+	t.Run("loopback S3", func(t *testing.T) {
+		params, _ := s3Server(t, "hout")
+		o := small(flat, "local", "country", "date")
+		hiveRun(t, o)
+		want := readTree(t, o.Output)
+		o.Output = "s3://hout/out/" + params
+		o.OutputPartitioning = "hive"
+		if _, err := Run(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		loc, err := storage.OpenDir(context.Background(), o.Output, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := testutil.BucketTree(t, loc.Bucket, "out/")
+		for k, v := range want {
+			if k != "manifest.json" && k != "_report.json" && string(got[k]) != string(v) {
+				t.Fatalf("%s differs between S3 and local (S3 has %d objects)", k, len(got))
+			}
+		}
+		if v, err := verify.Output(context.Background(), o.Output, true, 2); err != nil || !v.OK {
+			t.Fatalf("verify on S3: %+v %v", v, err)
+		}
+	})
+}
+
+// TestHiveOutputEscaping: folder values with "/", "=", "%", spaces,
+// unicode, "..", an empty string and null round-trip through the folder
+// names (DuckDB reads the input's values back), and no folder lies
+// outside the output.
+func TestHiveOutputEscaping(t *testing.T) {
+	type Row struct {
+		ID  int64   `parquet:"id"`
+		Key *string `parquet:"key,optional"`
+	}
+	vals := []string{"a/b", "x=y", "100%", "sp ace", "São Paulo", "日本", "", "..", "../../etc", "#?*:[]", "plain"}
+	var rows []Row
+	for i := 0; i < 300; i++ {
+		r := Row{ID: int64(i)}
+		if i%12 != 11 {
+			r.Key = &vals[i%len(vals)]
+		}
+		rows = append(rows, r)
+	}
+	in := filepath.Join(t.TempDir(), "in.parquet")
+	if err := parquet.WriteFile(in, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	res := hiveRun(t, RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"key"}})
+	if len(res.Manifest.Files) != len(vals)+1 {
+		t.Fatalf("%d files for %d values and null", len(res.Manifest.Files), len(vals))
+	}
+	err := filepath.Walk(out, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if rel, _ := filepath.Rel(out, p); strings.HasPrefix(rel, "..") {
+			t.Fatalf("%s lies outside the output", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRowsInDuckDB(t, "escaping", duckScan(filepath.Dir(in), false), duckScan(out+"/parquet", true))
+}
+
+// TestHiveOutputRefusals: folders of a non-round-tripping type, more keys
+// than slice keys, and many tiny folders are refused (usage, exit 2)
+// before anything is written; --force-folders writes them.
+func TestHiveOutputRefusals(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 6_000, Files: 1, Seed: 44})
+	cases := []struct {
+		name string
+		mod  func(*RunOptions)
+		want string
+	}{
+		{"float folder", func(o *RunOptions) { o.SliceKeys = []string{"item_price"} }, "item_price"},
+		{"too many keys", func(o *RunOptions) { o.HiveKeys = 3 }, "--hive-keys"},
+		{"no slice keys", func(o *RunOptions) { o.SliceKeys = nil }, "--slice-keys"},
+		{"tiny folders", func(o *RunOptions) { o.SliceKeys = []string{"item_id"} }, "--force-folders"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"country", "date"}, OutputPartitioning: "hive"}
+			tc.mod(&o)
+			_, err := Run(context.Background(), o)
+			if !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v (class %v), want usage naming %s", err, errs.ClassOf(err), tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(o.Output, "parquet")); err == nil {
+				t.Fatal("a refused run wrote data files")
+			}
+		})
+	}
+	rep, err := DryRun(context.Background(), RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"item_id"}, OutputPartitioning: "hive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range rep.Warnings {
+		found = found || w.Code == "tiny_folders"
+	}
+	if !found {
+		t.Fatalf("dry run warnings %+v lack tiny_folders", rep.Warnings)
+	}
+}
+
+// TestHiveOutputDistributedMatchesRun: plan, map, reduce and commit write
+// the same folders and bytes as run.
+func TestHiveOutputDistributedMatchesRun(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 3, Countries: 8, Days: 4, Seed: 45})
+	base := t.TempDir()
+	o := distOpts(in, filepath.Join(base, "run"))
+	o.OutputPartitioning, o.HiveKeys, o.Tensors = "hive", 1, true
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	want := readTree(t, o.Output)
+	o.Output = filepath.Join(base, "dist")
+	runDistributed(t, o, 256<<10, 2)
+	got := readTree(t, o.Output)
+	if len(got) != len(want) {
+		t.Fatalf("%d files, run wrote %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if string(got[k]) != string(v) {
+			t.Fatalf("%s differs from run's", k)
 		}
 	}
 }

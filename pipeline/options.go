@@ -21,6 +21,16 @@ type RunOptions struct {
 	HiveTypes string
 	// Output is a local folder or a URL prefix.
 	Output string
+	// OutputPartitioning is "flat" (default: parquet/part-NNNNN.parquet) or
+	// "hive": files in partition folders of the first HiveKeys slice keys
+	// (parquet/country=US/date=2026-11-30/part-NNNNN.parquet), those
+	// columns left out of the files.
+	OutputPartitioning string
+	// HiveKeys is how many leading slice keys name folders (default all).
+	HiveKeys int
+	// ForceFolders writes Hive folders even when they would be many and
+	// tiny (more than MaxTinyFolders averaging under TinyFolderBytes).
+	ForceFolders bool
 	// SliceKeys and SortKeys name the columns rows are ordered by.
 	SliceKeys []string
 	SortKeys  []string
@@ -145,6 +155,12 @@ const (
 	DefaultPageBytes     = 1 << 20
 	DefaultCheck         = CheckKeys
 	DefaultOnConflict    = "fail"
+	// MaxTinyFolders and TinyFolderBytes: Hive output that would make more
+	// folders than MaxTinyFolders, averaging under TinyFolderBytes of
+	// output each, is refused unless forced (a folder per few rows makes
+	// every reader open a file per few rows).
+	MaxTinyFolders  = 1000
+	TinyFolderBytes = 1 << 20
 	// DefaultMapBytes is the input bytes per map task of a distributed plan.
 	DefaultMapBytes = plan.DefaultMapBytes
 )
@@ -232,6 +248,25 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	}
 	if o.BoundaryKeys > len(o.SliceKeys) {
 		o.BoundaryKeys = len(o.SliceKeys)
+	}
+	switch o.OutputPartitioning {
+	case "", "flat":
+		o.OutputPartitioning = "flat"
+		if o.HiveKeys != 0 {
+			return o, errs.Usagef("--hive-keys needs --output-partitioning hive")
+		}
+	case "hive":
+		if len(o.SliceKeys) == 0 {
+			return o, errs.Usagef("--output-partitioning hive needs --slice-keys: the folders are the leading slice keys")
+		}
+		if o.HiveKeys == 0 {
+			o.HiveKeys = len(o.SliceKeys)
+		}
+		if o.HiveKeys < 0 || o.HiveKeys > len(o.SliceKeys) {
+			return o, errs.Usagef("--hive-keys must be between 1 and the %d slice keys (got %d)", len(o.SliceKeys), o.HiveKeys)
+		}
+	default:
+		return o, errs.Usagef("--output-partitioning must be flat or hive (got %q)", o.OutputPartitioning)
 	}
 	if o.ZstdLevel == 0 {
 		o.ZstdLevel = DefaultZstdLevel

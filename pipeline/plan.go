@@ -2,8 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"strings"
 
 	"github.com/relayout/relayout/hive"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
@@ -81,10 +84,60 @@ func (o RunOptions) layout(tr *tensorRun) plan.Options {
 		FileBytes: o.FileBytes, BoundaryKeys: o.BoundaryKeys, ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes,
 		Tensors: tr.config(o), Hive: o.hive,
 	}
+	if o.OutputPartitioning == "hive" {
+		lo.HiveKeys = o.HiveKeys
+	}
 	return lo
 }
 
 // resources returns what the run may use.
 func (o RunOptions) resources() plan.Resources {
 	return plan.Resources{MemoryLimit: o.MemoryLimit, TmpDir: o.TmpDir, Parallel: o.Parallel, UnitRows: o.UnitRows}
+}
+
+// hiveColumns are the columns that name the output's folders (nil: flat).
+func (o RunOptions) hiveColumns() []string {
+	if o.OutputPartitioning != "hive" {
+		return nil
+	}
+	return o.SliceKeys[:o.HiveKeys]
+}
+
+// checkFolders refuses a Hive output of many tiny folders unless forced:
+// folders are distinct values of the leading HiveKeys slice keys, their
+// size estimated at outRowBytes per row.
+func checkFolders(hist *partition.Histogram, o RunOptions, outRowBytes float64) error {
+	n, rows := folderCount(hist, o.HiveKeys), int64(0)
+	if o.OutputPartitioning != "hive" || o.ForceFolders || n <= MaxTinyFolders {
+		return nil
+	}
+	for _, s := range hist.Slices {
+		rows += s.Rows
+	}
+	avg := float64(rows) * outRowBytes / float64(n)
+	if avg >= TinyFolderBytes {
+		return nil
+	}
+	return errs.WithHint(errs.Usagef("--output-partitioning hive: %d folders of %s averaging %.0f KiB of output each: every reader would open a file per folder",
+		n, strings.Join(o.hiveColumns(), "/"), avg/1024), "name folders by fewer keys (--hive-keys), or pass --force-folders")
+}
+
+// folderCount is the number of distinct values of the first k slice keys.
+func folderCount(hist *partition.Histogram, k int) int {
+	n := 0
+	for i, s := range hist.Slices {
+		if i == 0 || !samePrefix(hist.Slices[i-1], s, k) {
+			n++
+		}
+	}
+	return n
+}
+
+func samePrefix(a, b partition.Slice, k int) bool {
+	for i := 0; i < k && i < len(a.Parts) && i < len(b.Parts); i++ {
+		if string(a.Parts[i]) != string(b.Parts[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/verify"
+	"github.com/relayout/relayout/writer"
 )
 
 // Result is what a successful run produced.
@@ -108,6 +109,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	if ks.Sample != nil {
 		defer ks.Sample.Release()
+	}
+	if err := checkFolders(ks.Hist, opts, in.FileRowBytes); err != nil {
+		return nil, err
 	}
 	// In-process map tasks: one per core, over consecutive row groups.
 	mapBytes := max(inBytes/int64(max(opts.Parallel, 1)), 1)
@@ -324,6 +328,17 @@ func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.S
 		spans[i] = manifests.SliceSpan{Key: manifests.KeyValues{}, Start: s.Start, Rows: s.Rows}
 		for k, name := range opts.SliceKeys {
 			spans[i].Key = append(spans[i].Key, manifests.KV{Name: name, Value: s.Values[k]})
+		}
+	}
+	if keys := opts.hiveColumns(); keys != nil {
+		m.Partitioning = &manifests.Partitioning{Style: "hive", Keys: keys}
+		for _, k := range keys {
+			f, _ := schema.FieldsByName(k)
+			typ := "string"
+			if len(f) > 0 {
+				typ = writer.HiveTypeName(f[0].Type)
+			}
+			m.Partitioning.Types = append(m.Partitioning.Types, typ)
 		}
 	}
 	m.SetFiles(files, spans)

@@ -61,15 +61,7 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	defer claim.release(ctx)
 	t0 := time.Now()
 	rep := report.New("unpack", 0, max(o.Parallel, 1), "")
-	var objs []storage.Object
-	for _, f := range pm.Files {
-		obj := storage.Object{Loc: in, Key: in.Key(f.Path), URL: in.URL(f.Path), Size: f.Bytes}
-		if in.Local != "" {
-			obj.LocalPath = in.Local + "/" + f.Path
-		}
-		objs = append(objs, obj)
-	}
-	tbl, err := source.Open(ctx, objs, nil)
+	tbl, err := source.OpenOutput(ctx, in, pm, nil, nil)
 	if err != nil {
 		return nil, err
 	}

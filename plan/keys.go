@@ -64,6 +64,6 @@ func Layout(hist *partition.Histogram, in Sizes, o Options) partition.Layout {
 	return partition.PlanLayout(hist.Slices, partition.LayoutOptions{
 		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes,
 		RowGroupRows: o.RowGroupRows, FileBytes: o.FileBytes,
-		RowBytes: in.RowBytes, FileRowBytes: in.FileRowBytes, BoundaryKeys: o.BoundaryKeys,
+		RowBytes: in.RowBytes, FileRowBytes: in.FileRowBytes, BoundaryKeys: o.BoundaryKeys, FileKeys: o.HiveKeys,
 	})
 }

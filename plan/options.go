@@ -40,6 +40,10 @@ type Options struct {
 	// and types, "part=string,date=date"; "" for none): the map and reduce
 	// tasks read the inputs with it.
 	Hive string
+	// HiveKeys, when > 0, writes the data files in Hive partition folders
+	// named by the first HiveKeys slice keys (parquet/k1=v1/k2=v2/…), with
+	// those columns left out of the files.
+	HiveKeys int
 }
 
 // TensorOptions are the choices that fix the tensor shards.
@@ -88,6 +92,7 @@ type config struct {
 	PageBytes        int64          `json:"page_bytes"`
 	Tensors          *TensorOptions `json:"tensors,omitempty"`
 	Hive             string         `json:"hive_partitioning,omitempty"`
+	HiveKeys         int            `json:"output_hive_keys,omitempty"`
 }
 
 // Config returns the options as recorded in the manifest and the plan,
@@ -97,7 +102,7 @@ func (o Options) Config() ([]byte, string) {
 		SliceKeys: nonNil(o.SliceKeys), SortKeys: nonNil(o.SortKeys),
 		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes,
 		RowGroupRows: o.RowGroupRows, FileBytes: o.FileBytes, BoundaryKeys: o.BoundaryKeys,
-		ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes, Tensors: o.Tensors, Hive: o.Hive,
+		ZstdLevel: o.ZstdLevel, PageBytes: o.PageBytes, Tensors: o.Tensors, Hive: o.Hive, HiveKeys: o.HiveKeys,
 	}
 	if len(o.QueryKey) > 0 {
 		cfg.QueryKey, cfg.QueryColumns, cfg.ItemOrder, cfg.OnQueryConflict = o.QueryKey, nonNil(o.QueryColumns), nonNil(o.ItemOrder), o.OnQueryConflict
@@ -118,7 +123,7 @@ func DecodeConfig(data []byte) (Options, error) {
 		ItemOrder: c.ItemOrder, OnQueryConflict: c.OnQueryConflict,
 		RowGroupBytes: c.RowGroupBytes, MinRowGroupBytes: c.MinRowGroupBytes, RowGroupRows: c.RowGroupRows,
 		FileBytes: c.FileBytes, BoundaryKeys: c.BoundaryKeys, ZstdLevel: c.ZstdLevel, PageBytes: c.PageBytes,
-		Tensors: c.Tensors, Hive: c.Hive,
+		Tensors: c.Tensors, Hive: c.Hive, HiveKeys: c.HiveKeys,
 	}, nil
 }
 

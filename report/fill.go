@@ -125,17 +125,9 @@ func WarningsOf(f WarnFacts) []Warning {
 // transfer and warnings.
 func FillRun(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
 	hist *partition.Histogram, before Before, queries []int64, shards []writer.Shard, layout partition.Layout, maxItems int64, sliceKeys []string, listSlices int) error {
-	var objs []storage.Object
-	for _, f := range m.Files {
-		obj := storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes}
-		if out.Local != "" {
-			obj.LocalPath = out.Local + "/" + f.Path
-		}
-		objs = append(objs, obj)
-	}
 	after := TableCost{}
-	if len(objs) > 0 {
-		otbl, err := source.Open(ctx, objs, nil)
+	if len(m.Files) > 0 {
+		otbl, err := source.OpenOutput(ctx, out, m, nil, nil)
 		if err != nil {
 			return err
 		}

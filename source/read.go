@@ -141,7 +141,7 @@ func (t *Table) Head(ctx context.Context, ref RowGroupRef, n int64) (rec arrow.R
 		}
 	}()
 	for i := range arrs {
-		if i >= len(f.colMap) {
+		if f.colMap[i] < 0 {
 			c, err := f.partitionColumn(i, int(got.NumRows()))
 			if err != nil {
 				return nil, err

@@ -50,7 +50,8 @@ type File struct {
 	h      *handle // nil while closed (the table keeps at most MaxOpen)
 	pins   int     // uses in progress: the file is not closed meanwhile
 	schema *arrow.Schema
-	// colMap maps a table field index to this file's field index; leaves
+	// colMap maps a table field index to this file's field index (-1: a
+	// partition column only the path holds); leaves
 	// holds each table field's leaf column indices in this file.
 	colMap []int
 	leaves [][]int
@@ -340,9 +341,9 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 	name := "?"
 	if col < len(f.colMap) {
 		name = f.t.Schema.Field(col).Name
-	}
-	if col >= len(f.colMap) && col < f.t.Schema.NumFields() {
-		return f.partitionColumn(col, int(f.RowGroupRows[rg]))
+		if f.colMap[col] < 0 {
+			return f.partitionColumn(col, int(f.RowGroupRows[rg]))
+		}
 	}
 	what := fmt.Sprintf("read %s: row group %d, column %s", f.Obj.URL, rg, name)
 	defer errs.Recover(&err, what)
@@ -598,6 +599,78 @@ func (t *Table) AddPartitions(p *hive.Partitioning) error {
 		fields = append(fields, arrow.Field{Name: key, Type: p.Types[k], Nullable: true})
 		t.partCol = append(t.partCol, k)
 	}
+	extra := len(fields) - t.Schema.NumFields()
+	t.remap(func(colMap []int, leaves [][]int) ([]int, [][]int) {
+		colMap, leaves = slices.Clone(colMap), slices.Clone(leaves)
+		for i := 0; i < extra; i++ {
+			colMap, leaves = append(colMap, -1), append(leaves, nil)
+		}
+		return colMap, leaves
+	})
+	md := t.Schema.Metadata()
+	t.Schema = arrow.NewSchema(fields, &md)
+	return nil
+}
+
+// remap replaces every file's column mapping by fn's, once per distinct
+// mapping (files share them).
+func (t *Table) remap(fn func(colMap []int, leaves [][]int) ([]int, [][]int)) {
+	type pair struct {
+		colMap []int
+		leaves [][]int
+	}
+	done := map[*int]pair{}
+	for _, f := range t.Files {
+		if len(f.colMap) == 0 {
+			f.colMap, f.leaves = fn(f.colMap, f.leaves)
+			continue
+		}
+		key := &f.colMap[0]
+		p, ok := done[key]
+		if !ok {
+			p.colMap, p.leaves = fn(f.colMap, f.leaves)
+			done[key] = p
+		}
+		f.colMap, f.leaves = p.colMap, p.leaves
+	}
+	t.shared = nil
+}
+
+// Reorder puts the table's columns in the order names gives, which must
+// name each column once: an output whose partition columns live in its
+// folders reads back in its manifest's column order.
+func (t *Table) Reorder(names []string) error {
+	if len(names) != t.Schema.NumFields() {
+		return fmt.Errorf("reorder: %d names for %d columns", len(names), t.Schema.NumFields())
+	}
+	perm := make([]int, len(names))
+	seen := map[int]bool{}
+	for i, n := range names {
+		idx := t.Schema.FieldIndices(n)
+		if len(idx) != 1 || seen[idx[0]] {
+			return fmt.Errorf("reorder: column %q is not one column of the table", n)
+		}
+		seen[idx[0]] = true
+		perm[i] = idx[0]
+	}
+	t.remap(func(colMap []int, leaves [][]int) ([]int, [][]int) {
+		c, l := make([]int, len(perm)), make([][]int, len(perm))
+		for i, p := range perm {
+			c[i], l[i] = colMap[p], leaves[p]
+		}
+		return c, l
+	})
+	if t.partCol != nil {
+		pc := make([]int, len(perm))
+		for i, p := range perm {
+			pc[i] = t.partCol[p]
+		}
+		t.partCol = pc
+	}
+	fields := make([]arrow.Field, len(perm))
+	for i, p := range perm {
+		fields[i] = t.Schema.Field(p)
+	}
 	md := t.Schema.Metadata()
 	t.Schema = arrow.NewSchema(fields, &md)
 	return nil
@@ -656,7 +729,7 @@ func (f *File) checkPartition(arr arrow.Array, col int, what string) error {
 // its one value as a one-row array (the caller releases it); nil for a
 // file column. Readers that prune by folder use it as exact statistics.
 func (f *File) PartitionValue(col int) arrow.Array {
-	if col < len(f.colMap) || col >= f.t.Schema.NumFields() {
+	if col < 0 || col >= len(f.colMap) || f.colMap[col] >= 0 {
 		return nil
 	}
 	a, err := f.partitionColumn(col, 1)

@@ -317,11 +317,7 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 	if got := fmt.Sprintf("%016x", h.Sum64()); got != mf.XXHash64 {
 		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged)", url, got, mf.XXHash64), fp, nil, nil, nil
 	}
-	obj := storage.Object{Loc: out, Key: key, URL: url, Size: attrs.Size}
-	if out.Local != "" {
-		obj.LocalPath = out.Local + "/" + mf.Path
-	}
-	tbl, err := source.Open(ctx, []storage.Object{obj}, nil)
+	tbl, err := source.OpenOutput(ctx, out, m, []int{fi}, nil)
 	if err != nil {
 		return fmt.Sprintf("%s: %v", url, err), fp, nil, nil, nil
 	}

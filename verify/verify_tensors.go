@@ -36,17 +36,10 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 	if err != nil || cfg.Tensors == nil {
 		return "manifest: config has no tensor spec to re-derive the shards from", false, nil
 	}
-	objs := make([]storage.Object, len(m.Files))
-	for i, f := range m.Files {
-		objs[i] = storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes}
-		if out.Local != "" {
-			objs[i].LocalPath = out.Local + "/" + f.Path
-		}
-	}
-	if len(objs) == 0 {
+	if len(m.Files) == 0 {
 		return "", false, nil
 	}
-	tbl, err := source.Open(ctx, objs, nil)
+	tbl, err := source.OpenOutput(ctx, out, m, nil, nil)
 	if err != nil {
 		return fmt.Sprintf("%v", err), false, nil
 	}

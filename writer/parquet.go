@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -40,10 +41,20 @@ type ParquetOptions struct {
 	// Sample is a sample of the rows (e.g. the first input row group) from
 	// which each column's encoding is chosen; nil keeps arrow-go's defaults.
 	Sample arrow.RecordBatch
+	// Encodings, when set, are the encodings chosen once (NewEncodings)
+	// for every sink of a run, instead of choosing them from Sample again
+	// for each (a run of many small files, e.g. Hive folders).
+	Encodings *Encodings
 	// FirstFile is the global index of the layout's first file, for a sink
 	// that writes one part of a larger layout (a reduce task): file i of
 	// the layout is named FileName(FirstFile + i).
 	FirstFile int
+	// HiveColumns, when set, names top-level columns (in folder order)
+	// whose values name each file's Hive partition folder
+	// (parquet/k1=v1/k2=v2/part-NNNNN.parquet); they are left out of the
+	// files. Every row of a file must hold the same values (the layout
+	// cuts files where they change); a row that does not is an error.
+	HiveColumns []string
 }
 
 func (o ParquetOptions) withDefaults() ParquetOptions {
@@ -101,9 +112,18 @@ type Parquet struct {
 	// manual mode
 	rgOpen      bool
 	manualStart int64 // first row of the current file
+
+	// Hive folders: hiveIdx are the folder columns' indices in the rows
+	// written, keepIdx the others (the files' columns); peek is the record
+	// holding the next file's first row, at peekRow.
+	hiveIdx, keepIdx []int
+	peek             arrow.RecordBatch
+	peekRow          int64
 }
 
 type openFile struct {
+	name   string
+	vals   []*string // the folder values (Hive output)
 	key    string
 	cancel context.CancelFunc
 	bw     io.WriteCloser
@@ -136,8 +156,54 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 	opts = opts.withDefaults()
 	schema = withoutArrowSchema(schema)
 	w := &Parquet{ctx: ctx, out: out, schema: schema, layout: layout, opts: opts, workers: max(opts.Parallel, 1)}
+	if len(opts.HiveColumns) > 0 {
+		var err error
+		if schema, err = w.hiveSchema(schema); err != nil {
+			return nil, err
+		}
+		w.schema = schema
+	}
 	w.arrow = pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
-	base := []parquet.WriterProperty{
+	base := baseProps(opts)
+	probe := parquet.NewWriterProperties(base...)
+	pqs, err := pqarrow.ToParquet(schema, probe, w.arrow)
+	if err != nil {
+		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+	}
+	var sorting []parquet.SortingColumn
+	for _, name := range opts.SortingColumns {
+		if slices.Contains(opts.HiveColumns, name) {
+			continue // in the folder names, not the file
+		}
+		idx := pqs.ColumnIndexByName(name)
+		if idx < 0 {
+			return nil, fmt.Errorf("sorting column %q is not a leaf column", name)
+		}
+		sorting = append(sorting, parquet.SortingColumn{ColumnIdx: int32(idx), Descending: false, NullsFirst: true})
+	}
+	if len(sorting) > 0 {
+		base = append(base, parquet.WithSortingColumns(sorting))
+	}
+	if opts.Encodings != nil {
+		base = append(base, opts.Encodings.props...)
+	} else {
+		base = append(base, chooseEncodings(opts.Sample, pqs)...)
+	}
+	w.props = parquet.NewWriterProperties(base...)
+	if plan, ok := fastPlan(schema); ok {
+		w.fast = plan
+		pqs, err := pqarrow.ToParquet(schema, w.props, w.arrow)
+		if err != nil {
+			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		}
+		w.pqRoot = withUTCTimes(pqs.Root(), schema)
+	}
+	return w, nil
+}
+
+// baseProps are the writer properties every file gets.
+func baseProps(opts ParquetOptions) []parquet.WriterProperty {
+	return []parquet.WriterProperty{
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithCompressionLevel(opts.ZstdLevel),
 		parquet.WithDataPageVersion(parquet.DataPageV1),
@@ -149,33 +215,30 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 		parquet.WithMaxRowGroupLength(1 << 62),
 		parquet.WithCreatedBy(opts.CreatedBy),
 	}
-	probe := parquet.NewWriterProperties(base...)
-	pqs, err := pqarrow.ToParquet(schema, probe, w.arrow)
+}
+
+// Encodings are the column encodings chosen from a sample of the rows.
+type Encodings struct {
+	props []parquet.WriterProperty
+}
+
+// NewEncodings chooses the encodings for sinks of schema sc (without its
+// HiveColumns, which are not in the files) from a sample of the rows.
+func NewEncodings(sample arrow.RecordBatch, sc *arrow.Schema, hiveColumns []string) (*Encodings, error) {
+	w := &Parquet{opts: ParquetOptions{HiveColumns: hiveColumns}}
+	sc = withoutArrowSchema(sc)
+	if len(hiveColumns) > 0 {
+		var err error
+		if sc, err = w.hiveSchema(sc); err != nil {
+			return nil, err
+		}
+	}
+	probe := parquet.NewWriterProperties(baseProps(ParquetOptions{}.withDefaults())...)
+	pqs, err := pqarrow.ToParquet(sc, probe, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
 	}
-	var sorting []parquet.SortingColumn
-	for _, name := range opts.SortingColumns {
-		idx := pqs.ColumnIndexByName(name)
-		if idx < 0 {
-			return nil, fmt.Errorf("sorting column %q is not a leaf column", name)
-		}
-		sorting = append(sorting, parquet.SortingColumn{ColumnIdx: int32(idx), Descending: false, NullsFirst: true})
-	}
-	if len(sorting) > 0 {
-		base = append(base, parquet.WithSortingColumns(sorting))
-	}
-	base = append(base, chooseEncodings(opts.Sample, pqs)...)
-	w.props = parquet.NewWriterProperties(base...)
-	if plan, ok := fastPlan(schema); ok {
-		w.fast = plan
-		pqs, err := pqarrow.ToParquet(schema, w.props, w.arrow)
-		if err != nil {
-			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
-		}
-		w.pqRoot = withUTCTimes(pqs.Root(), schema)
-	}
-	return w, nil
+	return &Encodings{props: chooseEncodings(sample, pqs)}, nil
 }
 
 // withUTCTimes declares isAdjustedToUTC=true on the top-level TIME columns
@@ -226,7 +289,10 @@ func (w *Parquet) Write(rec arrow.RecordBatch) error {
 	var off int64
 	for off < n {
 		if w.cur == nil || w.rgLeft == 0 {
-			if err := w.advance(); err != nil {
+			w.peek, w.peekRow = rec, off
+			err := w.advance()
+			w.peek = nil
+			if err != nil {
 				return err
 			}
 		}
@@ -304,7 +370,7 @@ func (w *Parquet) endFastRowGroup() error {
 		return w.fail(err)
 	}
 	if err := w.cur.rgw.Close(); err != nil {
-		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(FileName(w.fileIdx)), err))
+		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(w.cur.name), err))
 	}
 	w.cur.rgw = nil
 	return nil
@@ -312,6 +378,13 @@ func (w *Parquet) endFastRowGroup() error {
 
 // writeRecord adds rows to the open row group.
 func (w *Parquet) writeRecord(rec arrow.RecordBatch) error {
+	if w.hiveIdx != nil {
+		if err := w.checkFolder(rec); err != nil {
+			return w.fail(err)
+		}
+		rec = project(rec, w.schema, w.keepIdx)
+		defer rec.Release()
+	}
 	var err error
 	if w.fast != nil {
 		err = writeFast(w.ctx, w.cur.rgw, rec, w.fast, &w.arrow, w.workers)
@@ -326,6 +399,13 @@ func (w *Parquet) writeRecord(rec arrow.RecordBatch) error {
 
 func (w *Parquet) openFile() error {
 	name := FileName(w.opts.FirstFile + w.fileIdx)
+	var vals []*string
+	if w.hiveIdx != nil {
+		var err error
+		if name, vals, err = w.folderName(); err != nil {
+			return err
+		}
+	}
 	key := w.out.Key(name)
 	ctx, cancel := context.WithCancel(w.ctx)
 	bw, err := w.out.Bucket.NewWriter(ctx, key, nil)
@@ -350,7 +430,7 @@ func (w *Parquet) openFile() error {
 			bw.Close()
 			return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
 		}
-		w.cur = &openFile{key: key, cancel: cancel, bw: bw, hw: hw, pw: pw}
+		w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, pw: pw}
 		return nil
 	}
 	fw, err := pqarrow.NewFileWriter(w.schema, hw, w.props, w.arrow)
@@ -366,13 +446,13 @@ func (w *Parquet) openFile() error {
 			return err
 		}
 	}
-	w.cur = &openFile{key: key, cancel: cancel, bw: bw, hw: hw, fw: fw}
+	w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, fw: fw}
 	return nil
 }
 
 func (w *Parquet) closeFile() error {
 	f := w.cur
-	name := FileName(w.opts.FirstFile + w.fileIdx)
+	name := f.name
 	var md *metadata.FileMetaData
 	if f.pw != nil {
 		if err := w.endFastRowGroup(); err != nil {
@@ -545,7 +625,10 @@ func (w *Parquet) Append(rec arrow.RecordBatch) error {
 		return nil
 	}
 	if w.cur == nil {
-		if err := w.openFile(); err != nil {
+		w.peek, w.peekRow = rec, 0
+		err := w.openFile()
+		w.peek = nil
+		if err != nil {
 			return err
 		}
 		w.manualStart = w.next
