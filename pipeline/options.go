@@ -7,6 +7,7 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/storage"
 )
 
 // RunOptions configures a run. Zero values take the documented defaults.
@@ -28,6 +29,18 @@ type RunOptions struct {
 	OutputPartitioning string
 	// HiveKeys is how many leading slice keys name folders (default all).
 	HiveKeys int
+	// Dataset, when set, is a dataset root that this run updates
+	// (RunDataset) instead of writing Output: one part per value of
+	// PartitionBy, the leading slice key; KeepPartitions (the newest N)
+	// and Where (a filter on the partition key, "date >= 2026-11-01")
+	// choose the window.
+	Dataset        string
+	PartitionBy    string
+	KeepPartitions int
+	Where          string
+	// objects, when set, are the inputs already listed (a dataset part's
+	// files), used instead of listing Inputs.
+	objects []storage.Object
 	// ForceFolders writes Hive folders even when they would be many and
 	// tiny (more than MaxTinyFolders averaging under TinyFolderBytes).
 	ForceFolders bool

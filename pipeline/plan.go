@@ -16,9 +16,12 @@ import (
 // resolves the key columns: the start of run, dry run and plan.
 // It records the input's resolved Hive partitioning in opts.
 func openTable(ctx context.Context, opts *RunOptions) (*source.Table, plan.Keys, plan.Sizes, *storage.Counters, error) {
-	objs, err := storage.List(ctx, opts.Inputs)
-	if err != nil {
-		return nil, plan.Keys{}, plan.Sizes{}, nil, err
+	objs := opts.objects
+	if objs == nil {
+		var err error
+		if objs, err = storage.List(ctx, opts.Inputs); err != nil {
+			return nil, plan.Keys{}, plan.Sizes{}, nil, err
+		}
 	}
 	counts := new(storage.Counters)
 	tbl, err := openObjects(ctx, objs, counts, opts.HivePartitioning, opts.HiveTypes)

@@ -64,16 +64,16 @@ func (w *Parquet) hiveSchema(sc *arrow.Schema) (*arrow.Schema, error) {
 	return arrow.NewSchema(fields, &md), nil
 }
 
-// folderValue is the folder form of a[i] (nil: null): what DuckDB,
+// FolderValue is the folder form of a[i] (nil: null): what DuckDB,
 // Spark and pyarrow parse back to the value.
-func folderValue(a arrow.Array, i int) *string {
+func FolderValue(a arrow.Array, i int) *string {
 	if a.IsNull(i) {
 		return nil
 	}
 	var v string
 	switch x := a.(type) {
 	case *array.Dictionary:
-		return folderValue(x.Dictionary(), x.GetValueIndex(i))
+		return FolderValue(x.Dictionary(), x.GetValueIndex(i))
 	case *array.String:
 		v = x.Value(i)
 	case *array.LargeString:
@@ -92,7 +92,7 @@ func (w *Parquet) folderName() (string, []*string, error) {
 	vals := make([]*string, len(w.hiveIdx))
 	if w.peek != nil && w.peekRow < w.peek.NumRows() {
 		for k, c := range w.hiveIdx {
-			vals[k] = folderValue(w.peek.Column(c), int(w.peekRow))
+			vals[k] = FolderValue(w.peek.Column(c), int(w.peekRow))
 		}
 	}
 	dir, err := hive.Path(w.opts.HiveColumns, vals)
@@ -109,7 +109,7 @@ func (w *Parquet) checkFolder(rec arrow.RecordBatch) error {
 		want := w.cur.vals[k]
 		a := rec.Column(c)
 		for i := 0; i < int(rec.NumRows()); i++ {
-			got := folderValue(a, i)
+			got := FolderValue(a, i)
 			if (got == nil) != (want == nil) || (got != nil && *got != *want) {
 				return fmt.Errorf("writer: a row of %s holds %s=%v, its folder says %v (the layout must cut files where folder values change)",
 					w.cur.name, w.opts.HiveColumns[k], strOrNull(got), strOrNull(want))

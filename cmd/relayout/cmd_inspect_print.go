@@ -13,6 +13,9 @@ import (
 )
 
 func runInspect(c *cli.Context) error {
+	if c.NArg() == 1 && isDatasetRoot(c.Context, c.Args().First()) {
+		return printGenerations(c.Context, c.Args().First(), c.Bool("json"), c.App.Writer)
+	}
 	res, err := pipeline.Inspect(c.Context, pipeline.InspectOptions{
 		Inputs: c.Args().Slice(), HivePartitioning: c.String("hive-partitioning"), HiveTypes: c.String("hive-types"), SliceKeys: splitList(c.StringSlice("slice-keys")), Parallel: c.Int("parallel"),
 	})

@@ -54,6 +54,7 @@ func runFlags() []cli.Flag {
 		intFlag("sample-rows", pipeline.DefaultSampleRows, "dry run: rows decoded in full to estimate sizes and query-level columns"),
 		intFlag("report-slices", pipeline.DefaultReportSlices, "slices listed in the report, largest first (0: all)"),
 	}
+	fs = append(fs, datasetFlags()...)
 	return append(fs, logFlags()...)
 }
 
@@ -76,6 +77,9 @@ func runCommand() *cli.Command {
 			opts, err := runOptions(c)
 			if err != nil {
 				return err
+			}
+			if opts.Dataset != "" {
+				return runDataset(c.Context, opts, c.Bool("dry-run"), c.String("report-json"), c.App.Writer)
 			}
 			if c.Bool("dry-run") {
 				return runDryRun(c.Context, opts, c.String("report-json"), c.App.Writer)
@@ -129,6 +133,10 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		OutputPartitioning: c.String("output-partitioning"),
 		HiveKeys:           c.Int("hive-keys"),
 		ForceFolders:       c.Bool("force-folders"),
+		Dataset:            c.String("dataset"),
+		PartitionBy:        c.String("partition-by"),
+		KeepPartitions:     c.Int("keep-partitions"),
+		Where:              c.String("where"),
 		SliceKeys:          splitList(c.StringSlice("slice-keys")),
 		SortKeys:           splitList(c.StringSlice("sort-keys")),
 		RowGroupRows:       int64(c.Int("row-group-rows")),

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/pipeline"
 	"github.com/relayout/relayout/verify"
 )
 
@@ -19,6 +20,7 @@ func verifyCommand() *cli.Command {
 		boolFlag("json", "print the result as JSON"),
 		boolFlag("strict", "fail (exit 3) on warnings too: files under parquet/ or tensors/ that the manifest does not name"),
 		intFlag("parallel", verify.DefaultParallel, "files checked at once"),
+		intFlag("generation", 0, "on a dataset root: the generation to check (default: the current one)"),
 	}, logFlags()...)
 	return &cli.Command{
 		Name:      "verify",
@@ -34,21 +36,27 @@ func verifyCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return errs.Usagef("verify takes one output folder or URL")
 			}
-			o := verifyOptions{deep: c.Bool("deep"), json: c.Bool("json"), strict: c.Bool("strict"), parallel: c.Int("parallel")}
+			o := verifyOptions{deep: c.Bool("deep"), json: c.Bool("json"), strict: c.Bool("strict"), parallel: c.Int("parallel"), generation: c.Int("generation")}
 			return runVerify(c.Context, c.Args().First(), o, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
 
 type verifyOptions struct {
-	deep, json, strict bool
-	parallel           int
+	deep, json, strict   bool
+	parallel, generation int
 }
 
 // runVerify is `relayout verify`: the result on stdout (a line, or JSON),
 // warnings on stderr, and exit 3 naming the first problem.
 func runVerify(ctx context.Context, output string, o verifyOptions, stdout, stderr io.Writer) error {
-	res, err := verify.Output(ctx, output, o.deep, o.parallel)
+	var res *verify.Result
+	var err error
+	if isDatasetRoot(ctx, output) {
+		res, err = pipeline.VerifyDataset(ctx, output, o.generation, o.deep, o.parallel)
+	} else {
+		res, err = verify.Output(ctx, output, o.deep, o.parallel)
+	}
 	if err != nil {
 		return err
 	}
