@@ -64,9 +64,13 @@ func linkDays(t *testing.T, src, dst string, days []string) {
 	}
 }
 
+func dsOpts(root, in string) RunOptions {
+	return RunOptions{Dataset: root, Inputs: []string{in}, SliceKeys: []string{"date", "country"}, RowGroupBytes: 256 << 10, MinRowGroupBytes: 32 << 10}
+}
+
 func dsRun(t *testing.T, root, in string, mod func(*RunOptions)) *DatasetResult {
 	t.Helper()
-	o := RunOptions{Dataset: root, Inputs: []string{in}, SliceKeys: []string{"date", "country"}, RowGroupBytes: 256 << 10, MinRowGroupBytes: 32 << 10}
+	o := dsOpts(root, in)
 	if mod != nil {
 		mod(&o)
 	}
@@ -105,6 +109,23 @@ func TestDatasetAddsOneDay(t *testing.T) {
 		t.Fatalf("rerun on the same input: unchanged %v, generation %d", r.Unchanged, r.Generation.Generation)
 	}
 	linkDays(t, all, in, days[5:])
+	// The dry run says what the run will do, and writes nothing.
+	dry, err := RunDataset(context.Background(), dsOpts(root, in), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dayBytes int64
+	for _, f := range testutil.Files(t, filepath.Join(in, days[5])) {
+		st, _ := os.Stat(f)
+		dayBytes += st.Size()
+	}
+	if dc := dry.Generation.Changes; !dry.DryRun || len(dc.New) != 1 || dc.New[0] != days[5] || len(dc.Reused) != 5 ||
+		dc.InputBytesRead != dayBytes || dc.FullInputBytes <= dayBytes {
+		t.Fatalf("dry run: %+v; the new day's files hold %d bytes", dc, dayBytes)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "parts")); len(ents) != 5 {
+		t.Fatalf("the dry run wrote parts: %d partition folders", len(ents))
+	}
 	r2 := dsRun(t, root, in, nil)
 	g2 := r2.Generation
 	ch := g2.Changes
