@@ -143,10 +143,10 @@ type Object struct {
 	MTime string // RFC 3339, UTC
 	// LocalPath is set for local files, which are read with os.File.
 	LocalPath string
-	// Rel is the object's slash-separated path under the input root it was
-	// listed from (a folder, prefix or a glob's fixed folder); for an input
-	// naming one object, its path as given. Hive partition folders are read
-	// from it.
+	// Rel is the object's slash-separated path as the input named it (a
+	// local path as given and walked, an object's whole key): Hive
+	// partition folders are read from it, as DuckDB reads them from the
+	// whole path, so `--input events/date=2026-11-30/` has its date too.
 	Rel string
 }
 
@@ -217,7 +217,7 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 			continue
 		}
 		o := objectFrom(loc, obj.Key, obj.Size, "", obj.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
-		o.Rel = obj.Key[len(key):]
+		o.Rel = obj.Key
 		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -230,16 +230,6 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 		out[i].ETag = attrs.ETag
 	}
 	return out, nil
-}
-
-// globRoot is the folder a glob's matches are relative to: its leading
-// elements without wildcards.
-func globRoot(glob string) string {
-	dir := filepath.Dir(glob)
-	for strings.ContainsAny(dir, "*?[") {
-		dir = filepath.Dir(dir)
-	}
-	return dir
 }
 
 // hiddenKey reports whether a relative key has a path element starting with
@@ -259,9 +249,7 @@ func objectFrom(loc Location, key string, size int64, etag, mtime string) Object
 
 func listLocal(ctx context.Context, name string) ([]Object, error) {
 	var files []string
-	root := "" // what Rel is relative to ("": the path as given)
 	if strings.ContainsAny(name, "*?[") {
-		root = globRoot(name)
 		m, err := filepath.Glob(name)
 		if err != nil {
 			return nil, errs.Usagef("bad glob %q: %v", name, err)
@@ -280,7 +268,6 @@ func listLocal(ctx context.Context, name string) ([]Object, error) {
 			return nil, classifyOS(fmt.Errorf("input %s: %w", name, err))
 		}
 		if st.IsDir() {
-			root = name
 			err := filepath.WalkDir(name, func(p string, d os.DirEntry, err error) error {
 				if err != nil {
 					return err
@@ -312,14 +299,8 @@ func listLocal(ctx context.Context, name string) ([]Object, error) {
 			return nil, classifyOS(fmt.Errorf("stat %s: %w", f, err))
 		}
 		abs, _ := filepath.Abs(f)
-		rel := f
-		if root != "" {
-			if r, err := filepath.Rel(root, f); err == nil {
-				rel = r
-			}
-		}
 		out = append(out, Object{
-			Rel:       filepath.ToSlash(rel),
+			Rel:       filepath.ToSlash(f),
 			Key:       path.Base(filepath.ToSlash(abs)),
 			URL:       f,
 			Size:      st.Size(),
