@@ -32,6 +32,8 @@ type Options struct {
 	// blocks when down-weighted.
 	Weights    map[int]float64
 	KeyWeights map[string]map[string]float64
+	// Generation picks a dataset root's generation (0: the newest).
+	Generation int
 }
 
 // Tensor is one tensor of a batch.
@@ -95,18 +97,28 @@ type tensorView struct {
 	kind     string
 }
 
-// Open reads a manifest (a local path to manifest.json or its folder).
+// Open reads a manifest (a local path to manifest.json or its folder),
+// or a dataset root's generation (opts.Generation; 0: the newest), whose
+// parts read as one dataset.
 func Open(path string, opts Options) (*Dataset, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, manifests.FileName)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	m, err := manifests.Decode(data)
-	if err != nil {
-		return nil, err
+	var m *manifests.Manifest
+	if isDatasetRoot(path) {
+		var err error
+		if m, err = openGeneration(path, opts.Generation); err != nil {
+			return nil, err
+		}
+		path = filepath.Join(path, manifests.FileName) // shard paths are relative to the root
+	} else {
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			path = filepath.Join(path, manifests.FileName)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if m, err = manifests.Decode(data); err != nil {
+			return nil, err
+		}
 	}
 	if m.Tensors == nil {
 		return nil, fmt.Errorf("%s: this output has no tensor shards (run relayout with --tensors)", path)

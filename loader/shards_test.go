@@ -517,25 +517,7 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 512 << 10, BlockSamples: 500})
 	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
 		Tensors: true, ShardBytes: 256 << 10, BlockSamples: 100})
-	type cfg struct {
-		Batch        int64                         `json:"batch"`
-		Seed         uint64                        `json:"seed"`
-		Epoch        int                           `json:"epoch"`
-		Rank         int                           `json:"rank"`
-		World        int                           `json:"world"`
-		Worker       int                           `json:"worker"`
-		NumWorkers   int                           `json:"num_workers"`
-		SamplesSeen  int64                         `json:"samples_seen"`
-		DropLast     bool                          `json:"drop_last"`
-		Streams      int                           `json:"streams,omitempty"`
-		PieceSamples int64                         `json:"piece_samples,omitempty"`
-		WindowBytes  int64                         `json:"window_bytes,omitempty"`
-		Slices       []int                         `json:"slices,omitempty"`
-		Weights      map[string]map[string]float64 `json:"-"`
-		SliceW       map[int]float64               `json:"-"`
-		W            map[string]any                `json:"weights,omitempty"`
-	}
-	cfgs := []cfg{
+	cfgs := []orderCfg{
 		{Batch: 512, Seed: 1, World: 1, NumWorkers: 1},
 		{Batch: 300, Seed: 1 << 63, Epoch: 5, Rank: 1, World: 2, Worker: 1, NumWorkers: 2, WindowBytes: 1 << 20},
 		{Batch: 128, Seed: 9, Epoch: 1, Rank: 2, World: 4, NumWorkers: 1, Streams: 8, SamplesSeen: 1280, DropLast: true, WindowBytes: 256 << 10},
@@ -543,6 +525,36 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 		{Batch: 100, Seed: 7, World: 1, NumWorkers: 1, Weights: map[string]map[string]float64{"country": {"C01": 5, "C02": 0.25}}, SliceW: map[int]float64{4: 0}},
 		{Batch: 200, Seed: 5, Rank: 1, World: 2, NumWorkers: 1, PieceSamples: 64},
 	}
+	for _, out := range []string{flat, packed} {
+		goAndPython(t, out, cfgs)
+	}
+}
+
+// orderCfg is one reader configuration python/tests/order2.py reads too.
+type orderCfg struct {
+	Batch        int64                         `json:"batch"`
+	Seed         uint64                        `json:"seed"`
+	Epoch        int                           `json:"epoch"`
+	Rank         int                           `json:"rank"`
+	World        int                           `json:"world"`
+	Worker       int                           `json:"worker"`
+	NumWorkers   int                           `json:"num_workers"`
+	SamplesSeen  int64                         `json:"samples_seen"`
+	DropLast     bool                          `json:"drop_last"`
+	Streams      int                           `json:"streams,omitempty"`
+	PieceSamples int64                         `json:"piece_samples,omitempty"`
+	WindowBytes  int64                         `json:"window_bytes,omitempty"`
+	Slices       []int                         `json:"slices,omitempty"`
+	Weights      map[string]map[string]float64 `json:"-"`
+	SliceW       map[int]float64               `json:"-"`
+	W            map[string]any                `json:"weights,omitempty"`
+}
+
+// goAndPython reads out (an output or a dataset root) in the window order
+// with every config, in Go and with python/relayout_loader.py, and
+// requires the same batches: sample indices and every tensor's bytes.
+func goAndPython(t *testing.T, out string, cfgs []orderCfg) {
+	t.Helper()
 	for i := range cfgs {
 		if cfgs[i].Weights != nil || cfgs[i].SliceW != nil {
 			cfgs[i].W = map[string]any{}
@@ -559,7 +571,7 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 		Index []int64           `json:"index"`
 		Hash  map[string]string `json:"hash"`
 	}
-	for _, out := range []string{flat, packed} {
+	{
 		res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "order2.py"), out, string(data))
 		var py [][]batch
 		if err := json.Unmarshal(res, &py); err != nil {
@@ -875,4 +887,85 @@ func TestTorchDataLoader(t *testing.T) {
 	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200})
 	t.Setenv("RELAYOUT_TORCH_OUTPUT", out)
 	testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_check.py"))
+}
+
+// TestDatasetRootReadsAsOneDataset: a dataset root's generation (one part
+// per day) reads as one dataset: every sample once per epoch, the same
+// batches in Go and Python, a pinned older generation still readable,
+// and a slice filter on the partition key reads only that part's shards
+// (the other parts' shards are deleted before it reads).
+func TestDatasetRootReadsAsOneDataset(t *testing.T) {
+	flat := testutil.Generate(t, gen.Options{Rows: 24_000, Files: 2, Days: 3, Seed: 71})
+	base := t.TempDir()
+	daily := filepath.Join(base, "daily")
+	testutil.DuckDB(t, fmt.Sprintf(`copy (select * exclude (date), date from read_parquet('%s/*.parquet')) to '%s' (format parquet, partition_by (date))`, flat, daily))
+	root := filepath.Join(base, "ds")
+	opts := pipeline.RunOptions{Dataset: root, Inputs: []string{daily}, SliceKeys: []string{"date", "country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 300}
+	res, err := pipeline.RunDataset(context.Background(), opts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := res.Generation
+	if len(g.Parts) != 3 {
+		t.Fatalf("%d parts", len(g.Parts))
+	}
+	d, err := loader.Open(root, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Samples() != g.Totals.Rows {
+		t.Fatalf("%d samples, the generation has %d rows", d.Samples(), g.Totals.Rows)
+	}
+	seen := make([]int, d.Samples())
+	for _, b := range readAll(t, d, loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 256, Index: true}) {
+		x, _ := b.Get(loader.IndexTensor)
+		for _, i := range i64(x.Data) {
+			seen[i]++
+		}
+	}
+	for i, n := range seen {
+		if n != 1 {
+			t.Fatalf("sample %d read %d times", i, n)
+		}
+	}
+	d.Close()
+	goAndPython(t, root, []orderCfg{
+		{Batch: 256, Seed: 1, World: 1, NumWorkers: 1},
+		{Batch: 100, Seed: 9, Epoch: 2, Rank: 1, World: 2, Worker: 1, NumWorkers: 2, WindowBytes: 256 << 10},
+		{Batch: 64, Seed: 4, World: 1, NumWorkers: 1, Slices: []int{0, 2, 7}},
+	})
+
+	// A slice filter on the day: only that part is read.
+	d, err = loader.Open(root, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := g.Parts[1].Folder
+	var sel []int
+	for i, s := range d.Manifest.Slices {
+		if "date="+fmt.Sprint(s.Key[0].Value) == day {
+			sel = append(sel, i)
+		}
+	}
+	d.Close()
+	if len(sel) == 0 {
+		t.Fatalf("no slice of %s", day)
+	}
+	for _, p := range []int{0, 2} {
+		if err := os.RemoveAll(filepath.Join(root, g.Parts[p].Path, "tensors")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err = loader.Open(root, loader.Options{Slices: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(0)
+	for _, b := range readAll(t, d, loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 128}) {
+		n += b.Samples
+	}
+	d.Close()
+	if n != g.Parts[1].Rows {
+		t.Fatalf("the %s filter read %d samples, the part has %d", day, n, g.Parts[1].Rows)
+	}
 }

@@ -28,7 +28,7 @@ import struct
 
 import numpy as np
 
-__all__ = ["Dataset", "read_header", "sequence", "batch_ranges", "SplitMix64", "block_order",
+__all__ = ["Dataset", "merge_parts", "open_generation", "read_header", "sequence", "batch_ranges", "SplitMix64", "block_order",
            "streams_of", "stream_windows", "window_batches", "window_samples"]
 
 ALGORITHM = "relayout-order-v1"
@@ -419,8 +419,86 @@ class _Shard:
         return a
 
 
+# --- dataset roots (docs/datasets.md) ------------------------------------------
+
+def open_generation(root, generation=0):
+    """The manifest of a dataset root's generation (0: the newest): its parts'
+    manifests merged by merge_parts, shard paths relative to the root."""
+    gdir = os.path.join(root, "generations")
+    if not generation:
+        names = [n for n in os.listdir(gdir) if n.endswith(".json") and n[:-5].isdigit() and len(n) == 13]
+        if not names:
+            raise ValueError(f"{root}: no generation")
+        generation = max(int(n[:-5]) for n in names)
+    with open(os.path.join(gdir, "%08d.json" % generation)) as f:
+        g = json.load(f)
+    if g.get("format") != "relayout-dataset-generation" or g.get("generation") != generation:
+        raise ValueError(f"{root}: generation {generation} is not a relayout dataset generation")
+    parts, paths = [], []
+    for p in g["parts"]:
+        with open(os.path.join(root, p["path"], "manifest.json")) as f:
+            parts.append(json.load(f))
+        paths.append(p["path"])
+    return merge_parts(parts, paths)
+
+
+def merge_parts(parts, paths):
+    """Concatenate a dataset's part manifests into one (the Python half of the
+    reading contract; Go's is loader.MergeParts): files, slices and shards in
+    part order, their paths prefixed by the part's folder, their positions
+    past the parts before. The parts must share tensor schema and order."""
+    if not parts:
+        raise ValueError("a generation of no parts has no tensors to read")
+    first = parts[0]
+    if not first.get("tensors"):
+        raise ValueError(f"part {paths[0]} has no tensor shards (run relayout with --tensors)")
+    ft = first["tensors"]
+    out = dict(first)
+    t = dict(ft)
+    out["tensors"] = t
+    out["files"], out["slices"], t["shards"] = [], [], []
+    out["fingerprint"] = None
+    tot = {"rows": 0, "files": 0, "row_groups": 0, "bytes": 0, "slices": 0}
+    ttot = {"shards": 0, "bytes": 0, "rows": 0, "items": 0}
+    rows = items = file_rows = 0
+    for m, path in zip(parts, paths):
+        mt = m.get("tensors")
+        if (not mt or mt["spec_hash"] != ft["spec_hash"] or mt["order"] != ft["order"] or mt["sample"] != ft["sample"]
+                or m["slice_keys"] != first["slice_keys"]):
+            raise ValueError(f"part {path}: its tensors differ from part {paths[0]}'s: the parts of one generation are laid out alike")
+        pre = path.rstrip("/") + "/"
+        nf, ns = len(out["files"]), len(out["slices"])
+        for f in m["files"]:
+            f = dict(f, path=pre + f["path"], first_row=f["first_row"] + file_rows)
+            out["files"].append(f)
+        for sl in m["slices"]:
+            segs = [dict(sg, file=sg["file"] + nf) for sg in sl["segments"]]
+            out["slices"].append(dict(sl, first_row=sl["first_row"] + rows, segments=segs))
+        for sh in mt["shards"]:
+            sh = dict(sh, path=pre + sh["path"], first_row=sh["first_row"] + rows,
+                      slices=[dict(x, slice=x["slice"] + ns) for x in sh["slices"]])
+            if sh.get("items", 0) > 0 or sh.get("first_item", 0) > 0:
+                sh["first_item"] = sh.get("first_item", 0) + items
+            t["shards"].append(sh)
+        rows += mt["totals"]["rows"]
+        items += mt["totals"].get("items", 0)
+        file_rows += m["totals"]["rows"]
+        for k in ttot:
+            ttot[k] += mt["totals"].get(k, 0)
+        for k in tot:
+            tot[k] += m["totals"][k]
+    t["shards"].sort(key=lambda sh: sh["first_row"])
+    t["totals"] = ttot
+    out["totals"] = tot
+    return out
+
+
 class Dataset:
     """Tensor shards of a relayout output, read by one (rank, worker).
+
+    manifest: an output's manifest.json or folder, or a dataset root (its
+    generation's parts read as one dataset; generation=N pins one, 0 the
+    newest).
 
     slices: None for everything, or a list of slice indices and/or dicts of
     slice-key values ({"country": "C01"} matches every slice with that
@@ -442,11 +520,15 @@ class Dataset:
 
     def __init__(self, manifest, rank=0, world=1, worker=0, num_workers=1, seed=0, epoch=0,
                  shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False,
-                 streams=None, window_bytes=None, weights=None, index=False, piece_samples=None):
-        if os.path.isdir(manifest):
-            manifest = os.path.join(manifest, "manifest.json")
-        with open(manifest) as f:
-            self.manifest = json.load(f)
+                 streams=None, window_bytes=None, weights=None, index=False, piece_samples=None, generation=0):
+        if os.path.isdir(os.path.join(manifest, "generations")):
+            self.manifest = open_generation(manifest, generation)
+            manifest = os.path.join(manifest, "manifest.json")  # shard paths are relative to the root
+        else:
+            if os.path.isdir(manifest):
+                manifest = os.path.join(manifest, "manifest.json")
+            with open(manifest) as f:
+                self.manifest = json.load(f)
         m = self.manifest
         if m.get("format") != "relayout-manifest":
             raise ValueError(f"{manifest}: not a relayout manifest")
