@@ -412,3 +412,127 @@ print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", 
 		},
 	}
 }
+
+// TestNightlyExamplesRunAsWritten: the Argo CronWorkflow and the Airflow
+// nightly DAG, their commands run as written against loopback S3: the
+// first night builds generation 1, a night with one more day writes only
+// that day's part (generation 2), a night with nothing new commits
+// nothing, and gc keeps what it is told.
+func TestNightlyExamplesRunAsWritten(t *testing.T) {
+	flat := testutil.Generate(t, gen.Options{Rows: 24_000, Files: 2, Days: 4, Seed: 81})
+	daily := filepath.Join(t.TempDir(), "daily")
+	testutil.DuckDB(t, fmt.Sprintf(`copy (select * exclude (date), date from read_parquet('%s/*.parquet')) to '%s' (format parquet, partition_by (date))`, flat, daily))
+	ents, _ := os.ReadDir(daily)
+	env, params := s3Env(t, "night")
+	ctx := context.Background()
+	loc, err := storage.OpenDir(ctx, "s3://night/"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := func(prefix string, days []os.DirEntry) {
+		for _, d := range days {
+			data, _ := os.ReadFile(filepath.Join(daily, d.Name(), "data_0.parquet"))
+			if err := loc.Bucket.WriteAll(ctx, prefix+d.Name()+"/data_0.parquet", data, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	root := filepath.Join(testutil.Root(), "examples")
+	steps := map[string]func(input, ds string) [][]string{
+		"argo": func(input, ds string) [][]string {
+			var doc struct {
+				Spec struct {
+					WorkflowSpec struct {
+						Arguments struct {
+							Parameters []struct{ Name, Value string } `yaml:"parameters"`
+						} `yaml:"arguments"`
+						Templates []struct {
+							Name          string                           `yaml:"name"`
+							RetryStrategy struct{ Expression string }      `yaml:"retryStrategy"`
+							Container     struct{ Command, Args []string } `yaml:"container"`
+						} `yaml:"templates"`
+					} `yaml:"workflowSpec"`
+				} `yaml:"spec"`
+			}
+			data, _ := os.ReadFile(filepath.Join(root, "argo", "relayout-nightly-cronworkflow.yaml"))
+			if err := yaml.Unmarshal(data, &doc); err != nil {
+				t.Fatal(err)
+			}
+			vals := map[string]string{"input": input, "dataset": ds}
+			for _, p := range doc.Spec.WorkflowSpec.Arguments.Parameters {
+				if _, ok := vals[p.Name]; !ok {
+					vals[p.Name] = p.Value
+				}
+			}
+			var out [][]string
+			for _, name := range []string{"run", "gc"} {
+				for _, tp := range doc.Spec.WorkflowSpec.Templates {
+					if tp.Name != name {
+						continue
+					}
+					if !strings.Contains(tp.RetryStrategy.Expression, "== 4") {
+						t.Errorf("template %s retries on %q, want exit code 4 only", name, tp.RetryStrategy.Expression)
+					}
+					var a []string
+					for _, x := range append(tp.Container.Command[1:], tp.Container.Args...) {
+						a = append(a, argoParam.ReplaceAllStringFunc(x, func(m string) string { return vals[argoParam.FindStringSubmatch(m)[1]] }))
+					}
+					out = append(out, withParams(a, params))
+				}
+			}
+			return out
+		},
+		"airflow": func(input, ds string) [][]string {
+			script := fmt.Sprintf(`import json, runpy
+m = runpy.run_path(%q)
+print(json.dumps({k: m[k] for k in ("INPUT", "DATASET", "RUN_ARGS", "GC_ARGS")}))`, filepath.Join(root, "airflow", "relayout_nightly_dag.py"))
+			out, err := exec.Command("/usr/bin/python3", "-c", script).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m struct {
+				Input   string   `json:"INPUT"`
+				Dataset string   `json:"DATASET"`
+				Run     []string `json:"RUN_ARGS"`
+				GC      []string `json:"GC_ARGS"`
+			}
+			json.Unmarshal(out, &m)
+			fix := func(a []string) []string { return withParams(replaceArg(replaceArg(a, m.Input, input), m.Dataset, ds), params) }
+			return [][]string{fix(m.Run), fix(m.GC)}
+		},
+	}
+	for name, f := range steps {
+		t.Run(name, func(t *testing.T) {
+			input, ds := "s3://night/"+name+"/events/", "s3://night/"+name+"/ds/"
+			cmds := f(input, ds)
+			if len(cmds) != 2 || cmds[0][0] != "run" || cmds[1][0] != "gc" {
+				t.Fatalf("steps %v", cmds)
+			}
+			night := func() string {
+				var out string
+				for _, c := range cmds {
+					r := relayout(t, env, c...)
+					if r.code != 0 {
+						t.Fatalf("%v: exit %d: %s", c, r.code, r.stderr)
+					}
+					out += r.stdout
+				}
+				return out
+			}
+			upload(name+"/events/", ents[:3])
+			if out := night(); !strings.Contains(out, "committed generation 1") {
+				t.Fatalf("night 1: %s", out)
+			}
+			upload(name+"/events/", ents[3:])
+			if out := night(); !strings.Contains(out, "committed generation 2") || !strings.Contains(out, "(1 new, 0 changed, 3 reused") {
+				t.Fatalf("night 2: %s", out)
+			}
+			if out := night(); !strings.Contains(out, "nothing changed") {
+				t.Fatalf("night 3: %s", out)
+			}
+			if r := relayout(t, env, "verify", "--deep", withParams([]string{ds}, params)[0]); r.code != 0 {
+				t.Fatalf("verify: %s", r.stderr)
+			}
+		})
+	}
+}
