@@ -20,6 +20,8 @@ bfloat16 tensors are returned as uint16 arrays of their bits (NumPy has no
 bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
 """
 
+__version__ = "0.1.0.dev0"  # PEP 440 form of the CLI's version (a Go test keeps them equal)
+
 import array
 import json
 import mmap

@@ -497,7 +497,9 @@ print(json.dumps({k: m[k] for k in ("INPUT", "DATASET", "RUN_ARGS", "GC_ARGS")})
 				GC      []string `json:"GC_ARGS"`
 			}
 			json.Unmarshal(out, &m)
-			fix := func(a []string) []string { return withParams(replaceArg(replaceArg(a, m.Input, input), m.Dataset, ds), params) }
+			fix := func(a []string) []string {
+				return withParams(replaceArg(replaceArg(a, m.Input, input), m.Dataset, ds), params)
+			}
 			return [][]string{fix(m.Run), fix(m.GC)}
 		},
 	}
