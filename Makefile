@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
 DEMO    := .demo
 
-.PHONY: all build deps python-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
+.PHONY: all build deps python-deps browser-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
 
 all: build
 
@@ -17,10 +17,14 @@ build:
 # Test and benchmark peers: DuckDB (npm @duckdb/node-api) as an independent
 # reader, and Debian's python3-numpy for the NumPy loader and its checks.
 # Node.js itself comes with the machine image.
-deps: tools/node/node_modules/.installed python-deps
+deps: tools/node/node_modules/.installed python-deps browser-deps
 
 python-deps:
 	scripts/deps_python.sh
+
+# Debian's Chromium, for the report page test.
+browser-deps:
+	scripts/deps_browser.sh
 
 tools/node/node_modules/.installed: tools/node/package.json tools/node/package-lock.json
 	scripts/deps.sh
