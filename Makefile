@@ -6,13 +6,22 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
 DEMO    := .demo
 
-.PHONY: all build deps python-deps browser-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
+.PHONY: all build image deps python-deps browser-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/relayout ./cmd/relayout
 	$(GO) build -o bin/relayout-gen ./cmd/relayout-gen
+
+# The OCI image, without a Docker daemon (cmd/relayout-image, with
+# go-containerregistry): a static binary, CA certificates, a non-root user;
+# written to bin/relayout-oci.tar. Push it with
+#   go run ./cmd/relayout-image -bin bin/relayout-linux-amd64 -version $(VERSION) -push REGISTRY/relayout:$(VERSION)
+# or `skopeo copy oci-archive:bin/relayout-oci.tar docker://REGISTRY/relayout:$(VERSION)`.
+image:
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "$(LDFLAGS) -s -w" -o bin/relayout-linux-amd64 ./cmd/relayout
+	$(GO) run ./cmd/relayout-image -bin bin/relayout-linux-amd64 -version $(VERSION) -out bin/relayout-oci.tar
 
 # Test and benchmark peers: DuckDB (npm @duckdb/node-api) as an independent
 # reader, and Debian's python3-numpy for the NumPy loader and its checks.

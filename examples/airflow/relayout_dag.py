@@ -33,7 +33,7 @@ try:  # the DAG itself; the test reads only the lists above
     from airflow.models.dag import DAG
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    IMAGE = "ghcr.io/relayout/relayout:latest"
+    IMAGE = "registry.example.com/relayout:0.1.0"  # what `make image` builds; push it to your registry (README)
 
     with DAG("relayout", schedule="@daily", start_date=pendulum.datetime(2026, 1, 1), catchup=False) as dag:
         plan = KubernetesPodOperator(task_id="plan", name="relayout-plan", image=IMAGE,

@@ -20,7 +20,7 @@ try:  # the DAG itself; the test reads only the lists above
     from airflow.models.dag import DAG
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    IMAGE = "ghcr.io/relayout/relayout:latest"  # what `make image` builds; push it to your registry
+    IMAGE = "registry.example.com/relayout:0.1.0"  # what `make image` builds; push it to your registry
 
     with DAG("relayout_nightly", schedule="30 2 * * *", start_date=pendulum.datetime(2026, 1, 1),
              catchup=False, max_active_runs=1) as dag:
