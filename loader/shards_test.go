@@ -879,6 +879,10 @@ func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
 // TestTorchDataLoader runs python/tests/torch_check.py with Debian's
 // python3-torch: a DataLoader with 2 workers over TorchDataset yields the
 // window order, every sample once, and set_epoch reorders.
+// TestTorchDataLoader runs python/tests/torch_check.py with Debian's
+// python3-torch: DataLoader workers, set_epoch, torch.distributed (gloo,
+// two processes), bfloat16, pin_memory and a model trained from packed
+// shards.
 func TestTorchDataLoader(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
 		testutil.Missing(t, "python3-torch not installed (run make deps)")
@@ -886,6 +890,16 @@ func TestTorchDataLoader(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 9})
 	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200})
 	t.Setenv("RELAYOUT_TORCH_OUTPUT", out)
+	spec := filepath.Join(t.TempDir(), "spec.yaml")
+	os.WriteFile(spec, []byte(`tensors:
+  user_dense: {columns: ["user_f*"], dtype: bfloat16}
+  item_dense: {columns: ["item_f*"], dtype: float32}
+  click: {fill: 0}
+drop: ["*"]
+`), 0o644)
+	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
+		TensorSpec: spec, ShardBytes: 128 << 10, BlockSamples: 50})
+	t.Setenv("RELAYOUT_TORCH_PACKED", packed)
 	testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_check.py"))
 }
 

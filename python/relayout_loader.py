@@ -791,11 +791,20 @@ try:  # optional PyTorch wrapper
         Use it with DataLoader(ds, batch_size=None, num_workers=W): each
         worker reads its share; the DataLoader's round robin over workers
         restores the rank's batch order. rank/world default to
-        torch.distributed's when it is initialized."""
+        torch.distributed's when it is initialized. Pass streams= (a multiple
+        of world * every num_workers you use, e.g. world * 2) to make the
+        order the same for num_workers 0, 1 and 2. bfloat16 tensors come as
+        torch.bfloat16; uint16 ones as int32 (torch has no uint16)."""
 
         def __init__(self, manifest, batch_size, seed=0, epoch=0, rank=None, world=None, **kw):
             super().__init__()
             self.manifest, self.batch_size, self.seed, self.epoch = manifest, batch_size, seed, epoch
+            if rank is None or world is None:
+                # Read here, in the main process: DataLoader workers are
+                # processes of their own, where torch.distributed is not set up.
+                dist = torch.distributed
+                if dist.is_available() and dist.is_initialized():
+                    rank, world = dist.get_rank(), dist.get_world_size()
             self.rank, self.world, self.kw = rank, world, kw
 
         def set_epoch(self, epoch):
@@ -814,10 +823,19 @@ try:  # optional PyTorch wrapper
             worker, nw = (info.id, info.num_workers) if info is not None else (0, 1)
             ds = Dataset(self.manifest, rank=rank, world=world, worker=worker, num_workers=nw,
                          seed=self.seed, epoch=self.epoch, **self.kw)
+            bf16 = {t["name"] for t in ds.schema if t["dtype"] == "BF16"}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # read-only maps
                 for b in ds.batches(self.batch_size):
-                    yield {k: torch.from_numpy(v) for k, v in b.items()}
+                    out = {}
+                    for k, v in b.items():
+                        if k in bf16:  # NumPy holds bfloat16 as its bits
+                            out[k] = torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
+                        elif v.dtype == np.uint16:  # torch has no uint16: widened
+                            out[k] = torch.from_numpy(v.astype(np.int32))
+                        else:
+                            out[k] = torch.from_numpy(v)
+                    yield out
 
     __all__.append("TorchDataset")
 except ImportError:  # NumPy only

@@ -1,10 +1,17 @@
-"""The PyTorch wrapper, with Debian's python3-torch: a DataLoader over
-TorchDataset with 2 workers yields the rank's window-order batches in order
-(the DataLoader's round robin over workers restores it), every sample once;
-set_epoch changes the order as DistributedSampler's does. Needs an output
-with tensor shards in RELAYOUT_TORCH_OUTPUT (the Go test that runs this
-file makes one)."""
+"""The PyTorch wrapper, with Debian's python3-torch:
+- a DataLoader over TorchDataset yields the rank's window-order batches in
+  order for num_workers 0, 1 and 2 (with streams fixed), every sample once;
+- set_epoch changes the order as DistributedSampler's does;
+- rank and world from torch.distributed (gloo, two processes on one host)
+  split the epoch as the contract says;
+- bfloat16 tensors come out as torch.bfloat16; pin_memory=True works;
+- a logistic regression trains on packed shards, query features expanded
+  to their items on the fly (repeat_interleave over query.item_offsets).
+Needs RELAYOUT_TORCH_OUTPUT (a flat output) and RELAYOUT_TORCH_PACKED (a
+packed output with a bfloat16 tensor); the Go test that runs this file
+(go test ./loader -run TestTorchDataLoader) makes both."""
 import os
+import tempfile
 import unittest
 
 import numpy as np
@@ -13,38 +20,57 @@ import relayout_loader as rl
 
 try:
     import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
     from torch.utils.data import DataLoader
 except ImportError:  # pragma: no cover
     torch = None
 
 OUT = os.environ.get("RELAYOUT_TORCH_OUTPUT")
+PACKED = os.environ.get("RELAYOUT_TORCH_PACKED")
+
+
+def _rank_indices(rank, world, init, out, q):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    ds = rl.TorchDataset(out, 64, seed=5, epoch=1, index=True)  # rank and world from torch.distributed
+    got = []
+    for b in DataLoader(ds, batch_size=None, num_workers=1):
+        got.append(b["_index"].tolist())
+    # Every rank holds the same number of batches to within one.
+    n = torch.tensor([len(got)])
+    all_n = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(all_n, n)
+    q.put((rank, got, [int(x) for x in all_n]))
+    dist.destroy_process_group()
 
 
 class TorchTest(unittest.TestCase):
     def setUp(self):
-        if OUT is None:
-            self.fail("set RELAYOUT_TORCH_OUTPUT (go test ./loader -run TestTorchDataLoader does)")
+        if OUT is None or PACKED is None:
+            self.fail("set RELAYOUT_TORCH_OUTPUT and RELAYOUT_TORCH_PACKED (go test ./loader -run TestTorchDataLoader does)")
         if torch is None:
             if os.environ.get("RELAYOUT_REQUIRE_PEERS") == "1":
                 self.fail("python3-torch missing: run make deps")
             self.skipTest("python3-torch not installed")
 
-    def indices(self, epoch, **kw):
+    def indices(self, epoch, num_workers=2, **kw):
         ds = rl.TorchDataset(OUT, 64, seed=3, epoch=epoch, rank=0, world=1, index=True, **kw)
         ds.set_epoch(epoch)
         got = []
-        for b in DataLoader(ds, batch_size=None, num_workers=2):
+        for b in DataLoader(ds, batch_size=None, num_workers=num_workers):
             self.assertIsInstance(b["_index"], torch.Tensor)
             got.extend(b["_index"].tolist())
         return got
 
     def test_workers_restore_the_order(self):
-        got = self.indices(0)
         want = []
         for b in rl.Dataset(OUT, seed=3, epoch=0, streams=2, index=True).batches(64):
             want.extend(b["_index"].tolist())
-        self.assertEqual(got, want)
-        self.assertEqual(sorted(got), list(range(len(got))))
+        for nw in (0, 1, 2):
+            with self.subTest(num_workers=nw):
+                got = self.indices(0, num_workers=nw, streams=2)
+                self.assertEqual(got, want)
+                self.assertEqual(sorted(got), list(range(len(got))))
 
     def test_set_epoch(self):
         self.assertNotEqual(self.indices(0), self.indices(1))
@@ -56,6 +82,71 @@ class TorchTest(unittest.TestCase):
         first = rl.Dataset(OUT).manifest["slices"][0]
         lo, hi = first["first_row"], first["first_row"] + first["rows"]
         self.assertFalse([s for s in got if lo <= s < hi])
+
+    def test_distributed_gloo(self):
+        world = 2
+        with tempfile.TemporaryDirectory() as d:
+            init = "file://" + os.path.join(d, "rendezvous")
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            procs = [ctx.Process(target=_rank_indices, args=(r, world, init, OUT, q)) for r in range(world)]
+            for p in procs:
+                p.start()
+            res = {}
+            for _ in procs:
+                rank, got, counts = q.get(timeout=300)
+                res[rank] = (got, counts)
+            for p in procs:
+                p.join(60)
+                self.assertEqual(p.exitcode, 0)
+        seen = []
+        for r in range(world):
+            want = [b["_index"].tolist() for b in rl.Dataset(OUT, rank=r, world=world, seed=5, epoch=1, index=True).batches(64)]
+            self.assertEqual(res[r][0], want, f"rank {r}")
+            self.assertLessEqual(max(res[r][1]) - min(res[r][1]), 1)
+            seen.extend(i for b in res[r][0] for i in b)
+        self.assertEqual(sorted(seen), list(range(len(rl.Dataset(OUT)))))
+
+    def test_bfloat16_and_pin_memory(self):
+        ds = rl.TorchDataset(PACKED, 32, seed=1, rank=0, world=1)
+        np_ds = rl.Dataset(PACKED, seed=1)
+        bf = [t["name"] for t in np_ds.schema if t["dtype"] == "BF16"]
+        self.assertTrue(bf, "the packed output has no bfloat16 tensor")
+        n = 0
+        for b, ref in zip(DataLoader(ds, batch_size=None, num_workers=1, pin_memory=True), np_ds.batches(32)):
+            for name in bf:
+                x = b[name]
+                self.assertEqual(x.dtype, torch.bfloat16)
+                # The same bits NumPy reads, as values.
+                self.assertTrue(torch.equal(x.view(torch.int16), torch.from_numpy(ref[name].view(np.int16))))
+            n += 1
+        self.assertGreater(n, 0)
+
+    def test_logistic_regression_on_packed(self):
+        torch.manual_seed(0)
+        ds = rl.TorchDataset(PACKED, 64, seed=2, rank=0, world=1)
+        model, opt = None, None
+        losses = []
+        for epoch in range(3):
+            ds.set_epoch(epoch)
+            for b in DataLoader(ds, batch_size=None, num_workers=0):
+                offs = b["query.item_offsets"]
+                per_query = offs[1:] - offs[:-1]
+                q = b["query.user_dense"].float()           # [Q, Fq], bfloat16 on disk
+                x = torch.cat([q.repeat_interleave(per_query, dim=0),  # to items, on the fly
+                               b["item.item_dense"].float()], dim=1)
+                y = b["item.click"].float()
+                if model is None:
+                    model = torch.nn.Linear(x.shape[1], 1)
+                    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x).squeeze(1), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+        self.assertGreater(len(losses), 20)
+        first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+        self.assertLess(last, first, f"the loss did not fall: {first:.4f} -> {last:.4f}")
 
 
 if __name__ == "__main__":
