@@ -21,6 +21,8 @@ func logFlags() []cli.Flag {
 		strFlag("log-format", "text", "log format on stderr: text or json"),
 		strFlag("log-level", "info", "debug, info, warn or error"),
 		boolFlag("quiet", "no progress and only warnings"),
+		&cli.DurationFlag{Name: "progress-interval", Value: 10 * time.Second, EnvVars: envName("progress-interval"),
+			Usage: "off a terminal: how often a progress line is logged"},
 	}
 }
 
@@ -42,24 +44,30 @@ func newLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	return nil, errs.Usagef("--log-format: %q is not text or json", c.String("log-format"))
 }
 
-// progress draws a bar on a terminal and logs a line every 10 s otherwise.
+// progress draws a bar on a terminal and logs a line every interval (10 s
+// by default) otherwise.
 type progress struct {
-	mu      sync.Mutex
-	w       io.Writer
-	tty     bool
-	log     *slog.Logger
-	stage   string
-	total   int64
-	done    int64
-	started time.Time
-	last    time.Time
+	mu       sync.Mutex
+	interval time.Duration
+	w        io.Writer
+	tty      bool
+	log      *slog.Logger
+	stage    string
+	total    int64
+	done     int64
+	started  time.Time
+	last     time.Time
 }
 
 func newProgress(c *cli.Context, log *slog.Logger) pipeline.Progress {
 	if c.Bool("quiet") {
 		return nil
 	}
-	return &progress{w: os.Stderr, tty: isatty.IsTerminal(os.Stderr.Fd()), log: log}
+	iv := c.Duration("progress-interval")
+	if iv <= 0 {
+		iv = 10 * time.Second
+	}
+	return &progress{w: os.Stderr, tty: isatty.IsTerminal(os.Stderr.Fd()), log: log, interval: iv}
 }
 
 func (p *progress) Start(stage string, total int64) {
@@ -86,7 +94,7 @@ func (p *progress) Add(n int64) {
 		fmt.Fprintf(p.w, "\r%-6s [%s] %5.1f%%", p.stage, bar, 100*frac)
 		return
 	}
-	if now.Sub(p.last) >= 10*time.Second {
+	if now.Sub(p.last) >= p.interval {
 		p.last = now
 		p.log.Info("progress", "stage", p.stage, "done", p.done, "total", p.total)
 	}
