@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -34,6 +35,15 @@ type Options struct {
 	KeyWeights map[string]map[string]float64
 	// Generation picks a dataset root's generation (0: the newest).
 	Generation int
+	// CacheDir, CacheBytes and PrefetchWindows configure a remote output
+	// (s3://, gs://, azblob://, mem:// with the CLI's query parameters): its
+	// shards are downloaded into CacheDir (default: the user cache folder,
+	// one per output), never more than CacheBytes (default
+	// DefaultCacheBytes) on disk, PrefetchWindows windows ahead (default
+	// DefaultPrefetchWindows). Several readers may share one CacheDir.
+	CacheDir        string
+	CacheBytes      int64
+	PrefetchWindows int
 }
 
 // Tensor is one tensor of a batch.
@@ -74,6 +84,8 @@ type Dataset struct {
 	weights  []SliceWeight
 	mu       sync.Mutex
 	shards   []*mapped
+	// remote is a remote output's shard cache (nil: local files).
+	remote *remote
 }
 
 type mapped struct {
@@ -102,7 +114,13 @@ type tensorView struct {
 // parts read as one dataset.
 func Open(path string, opts Options) (*Dataset, error) {
 	var m *manifests.Manifest
-	if isDatasetRoot(path) {
+	var rc *remote
+	if IsRemote(path) {
+		var err error
+		if m, rc, err = openRemote(context.Background(), path, opts); err != nil {
+			return nil, err
+		}
+	} else if isDatasetRoot(path) {
 		var err error
 		if m, err = openGeneration(path, opts.Generation); err != nil {
 			return nil, err
@@ -123,7 +141,7 @@ func Open(path string, opts Options) (*Dataset, error) {
 	if m.Tensors == nil {
 		return nil, fmt.Errorf("%s: this output has no tensor shards (run relayout with --tensors)", path)
 	}
-	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards))}
+	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards)), remote: rc}
 	if opts.Slices != nil {
 		for _, i := range opts.Slices {
 			if i < 0 || i >= len(m.Slices) {
@@ -210,7 +228,34 @@ func (d *Dataset) Close() error {
 			d.shards[i] = nil
 		}
 	}
+	if rc := d.remote; rc != nil {
+		rc.mu.Lock()
+		rc.uses, rc.mapped, rc.closed = map[string][]int{}, map[string]bool{}, true
+		rc.mu.Unlock()
+	}
 	return nil
+}
+
+// unmap drops shard i's mapping (a remote reader done with it).
+func (d *Dataset) unmap(i int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.shards[i]; s != nil {
+		syscall.Munmap(s.data)
+		d.shards[i] = nil
+		if d.remote != nil {
+			d.remote.setMapped(d.Manifest.Tensors.Shards[i], false)
+		}
+	}
+}
+
+// RemoteStats returns what a remote output's cache downloaded and waited
+// for (zero for a local output).
+func (d *Dataset) RemoteStats() RemoteStats {
+	if d.remote == nil {
+		return RemoteStats{}
+	}
+	return d.remote.stats()
 }
 
 // Samples is the number of selected samples.
@@ -244,7 +289,23 @@ func (d *Dataset) shard(i int) (*mapped, error) {
 	}
 	ms := d.Manifest.Tensors.Shards[i]
 	p := filepath.Join(d.root, filepath.FromSlash(ms.Path))
-	f, err := os.Open(p)
+	var f *os.File
+	var err error
+	if rc := d.remote; rc != nil {
+		// Another reader sharing the cache may evict the file between the
+		// check and the open (once mapped, it stays readable): fetch again.
+		for attempt := 0; ; attempt++ {
+			if err := rc.ensure(context.Background(), ms, rc.current(), true); err != nil {
+				return nil, err
+			}
+			p = rc.path(ms)
+			if f, err = os.Open(p); err == nil || !os.IsNotExist(err) || attempt == 5 {
+				break
+			}
+		}
+	} else {
+		f, err = os.Open(p)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -301,6 +362,9 @@ func (d *Dataset) shard(i int) (*mapped, error) {
 		s.views = append(s.views, v)
 	}
 	d.shards[i] = s
+	if d.remote != nil {
+		d.remote.setMapped(ms, true)
+	}
 	return s, nil
 }
 

@@ -62,7 +62,15 @@ func (d *Dataset) WindowPlan(o ReadOptions) (WindowPlan, error) {
 	if o.Batch <= 0 {
 		return p, fmt.Errorf("batch size must be positive")
 	}
-	p.Window = WindowSamples(o.WindowBytes, mt.Totals.Bytes, mt.Totals.Rows, o.Batch)
+	wbytes := o.WindowBytes
+	if wbytes <= 0 && d.remote != nil {
+		// A remote output's default window fits its cache: a quarter of it
+		// per stream this reader serves (and the order depends only on
+		// the window used: pass the same WindowBytes locally to match).
+		per := max(p.Streams/max(a.World*a.NumWorkers, 1), 1)
+		wbytes = max(min(DefaultWindowBytes, d.remote.limit/int64(4*per)), 1)
+	}
+	p.Window = WindowSamples(wbytes, mt.Totals.Bytes, mt.Totals.Rows, o.Batch)
 	return p, nil
 }
 
@@ -77,6 +85,8 @@ type Reader struct {
 	v1      [][]Range
 	next    int
 	bits    []uint64 // scratch for positions
+	// remote plans a remote output's downloads (nil: local).
+	remote *remotePlan
 }
 
 // windowBuf is a stream's current window: its pieces resolved to shard
@@ -110,6 +120,12 @@ func (d *Dataset) NewReader(o ReadOptions) (*Reader, error) {
 			return nil, err
 		}
 		r.v1 = bs
+		if rc := d.remote; rc != nil && d.Manifest.Tensors.Totals.Bytes > rc.limit {
+			// Block-order batches are views into the mapped shards, which
+			// must then stay: the whole output in the cache.
+			return nil, fmt.Errorf("cache %s: the %s order reads views of mapped shards, so a remote output's %d tensor bytes must fit CacheBytes (%d); use the window order or raise CacheBytes",
+				rc.dir, o.order(), d.Manifest.Tensors.Totals.Bytes, rc.limit)
+		}
 		return r, nil
 	case OrderWindow:
 	default:
@@ -127,7 +143,18 @@ func (d *Dataset) NewReader(o ReadOptions) (*Reader, error) {
 	for _, st := range own {
 		r.windows[st.Index] = p.Windows(st)
 	}
+	if d.remote != nil {
+		if err := r.planRemote(); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// Close stops the reader's downloads (a remote output's prefetcher); a
+// reader that reached the end of its epoch has stopped already.
+func (r *Reader) Close() {
+	r.stop()
 }
 
 // Len is the number of batches the reader yields.
@@ -159,15 +186,21 @@ func (r *Reader) Next() (*Batch, error) {
 		return b, err
 	}
 	if r.next >= len(r.batches) {
+		r.stop()
 		return nil, nil
 	}
-	wb := r.batches[r.next]
+	j := r.next
+	wb := r.batches[j]
 	r.next++
 	buf := r.cur[wb.Stream]
 	if buf == nil || buf.index != wb.Window {
 		w := r.windows[wb.Stream][wb.Window]
+		if r.remote != nil {
+			r.opened(winRef{wb.Stream, wb.Window})
+		}
 		var err error
 		if buf, err = r.d.openWindow(w); err != nil {
+			r.stop()
 			return nil, err
 		}
 		r.cur[wb.Stream] = buf
@@ -176,6 +209,13 @@ func (r *Reader) Next() (*Batch, error) {
 	b, g := r.d.gather(buf, idx, r.o.Index)
 	if r.o.Index {
 		b.Tensors = append(b.Tensors, indexTensor(g))
+	}
+	if r.remote != nil {
+		if w := (winRef{wb.Stream, wb.Window}); r.remote.lastUse[w] == j {
+			// The batch is a copy (gather): the window's shards may go.
+			delete(r.cur, wb.Stream)
+			r.windowDone(w)
+		}
 	}
 	return b, nil
 }

@@ -87,7 +87,9 @@ func TestLayering(t *testing.T) {
 	forbid("partition", "dedupe")
 	forbid("report", "plan", "pipeline")
 	forbid("plan", "pipeline", "dedupe")
-	forbid("loader", "source", "partition", "dedupe", "writer", "storage")
+	// The loader reads remote outputs through storage (the object-store
+	// boundary, as the CLI does), and nothing else of the pipeline.
+	forbid("loader", "source", "partition", "dedupe", "writer", "plan", "report", "verify", "dataset")
 
 	// partition and dedupe feed a writer.Sink and know nothing else of
 	// the writers.

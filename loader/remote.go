@@ -1,0 +1,406 @@
+package loader
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/storage"
+)
+
+// A remote output (s3://, gs://, azblob://, mem://, with the CLI's query
+// parameters) is read through a local cache of whole shards: a shard is
+// downloaded under a temporary name, checked against the manifest's size
+// and xxhash64, then renamed to <xxhash64>-<bytes>.safetensors, the only
+// name a reader trusts (a killed download leaves a .tmp file no reader
+// uses, removed by the next one that needs the space). Several readers
+// (workers, ranks, processes) may share one cache folder: a shard's
+// download holds a lock file, and space is reserved under the folder's
+// lock. A reader knows its whole epoch (the order is a pure function of the
+// manifest and the seed), so it prefetches the shards its next windows
+// need, in order, and evicts first what it will not read again this epoch.
+
+// DefaultCacheBytes bounds a remote dataset's cache when Options do not.
+const DefaultCacheBytes = 8 << 30
+
+// DefaultPrefetchWindows is how many windows ahead a reader downloads.
+const DefaultPrefetchWindows = 2
+
+// RemoteStats is what a remote dataset downloaded and waited for.
+type RemoteStats struct {
+	// BytesDownloaded and Downloads count verified shard downloads;
+	// Retries the downloads repeated after a failed check or a read error.
+	BytesDownloaded, Downloads, Retries int64
+	// Waited is the time readers waited for a shard not yet in the cache.
+	Waited time.Duration
+}
+
+type remote struct {
+	loc   storage.Location
+	url   string
+	dir   string
+	limit int64
+	ahead int
+
+	bytes, downloads, retries, waited atomic.Int64
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// uses lists, per cache name, the positions (in the reader's window
+	// opening order) of the windows still to open that need it; mapped
+	// marks the shards mapped now. Eviction spares both, and evicts what is
+	// needed last (or never) first.
+	uses   map[string][]int
+	mapped map[string]bool
+	closed bool
+	cur    int // the reader's window now opening (never: none planned)
+}
+
+// current is the window the reader is opening.
+func (rc *remote) current() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.cur
+}
+
+// errNoRoom is a prefetch that would have to evict something needed sooner.
+var errNoRoom = errors.New("no room in the cache yet")
+
+// never is the next use of a shard not needed again this epoch.
+const never = int(^uint(0) >> 1)
+
+// IsRemote reports whether path names an object-store output.
+func IsRemote(path string) bool {
+	return storage.IsURL(path) && !strings.HasPrefix(path, "file://")
+}
+
+// openRemote reads a remote output's manifest and sets up its cache.
+func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manifest, *remote, error) {
+	loc, err := storage.OpenDir(ctx, url, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := storage.Get(ctx, loc, manifests.FileName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
+	}
+	m, err := manifests.Decode(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
+	}
+	dir := opts.CacheDir
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		dir = filepath.Join(base, "relayout", fmt.Sprintf("%016x", xxhash.Sum64String(loc.Name)))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	rc := &remote{loc: loc, url: url, dir: dir, limit: opts.CacheBytes, ahead: opts.PrefetchWindows,
+		uses: map[string][]int{}, mapped: map[string]bool{}, cur: never}
+	if rc.limit <= 0 {
+		rc.limit = DefaultCacheBytes
+	}
+	if rc.ahead <= 0 {
+		rc.ahead = DefaultPrefetchWindows
+	}
+	rc.cond = sync.NewCond(&rc.mu)
+	return m, rc, nil
+}
+
+// name is a shard's trusted file name in the cache.
+func name(sh manifests.Shard) string { return fmt.Sprintf("%s-%d.safetensors", sh.XXHash64, sh.Bytes) }
+
+func (rc *remote) path(sh manifests.Shard) string { return filepath.Join(rc.dir, name(sh)) }
+
+func (rc *remote) present(sh manifests.Shard) bool {
+	st, err := os.Stat(rc.path(sh))
+	return err == nil && st.Size() == sh.Bytes
+}
+
+// ensure makes a shard present in the cache, downloading it (after
+// reserving its space) unless it is there, for the window at position pos
+// of the reader's order. The reader (wait) evicts whatever is needed later
+// than pos; the prefetcher (!wait) gets errNoRoom rather than evict
+// something needed sooner than what it fetches.
+func (rc *remote) ensure(ctx context.Context, sh manifests.Shard, pos int, wait bool) error {
+	if wait {
+		// The reader maps it next: no eviction may take it meanwhile.
+		rc.setMapped(sh, true)
+	}
+	if rc.present(sh) {
+		return nil
+	}
+	t0 := time.Now()
+	if wait {
+		defer func() { rc.waited.Add(int64(time.Since(t0))) }()
+	}
+	unlock, err := lockFile(filepath.Join(rc.dir, name(sh)+".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if rc.present(sh) { // another reader downloaded it meanwhile
+		return nil
+	}
+	tmp, err := rc.reserve(ctx, sh.Bytes, pos, wait)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // after the rename, a no-op
+	var last error
+	for attempt := 0; attempt < 4; attempt++ {
+		if attempt > 0 {
+			rc.retries.Add(1)
+			time.Sleep(time.Duration(attempt*attempt) * 100 * time.Millisecond)
+		}
+		if last = rc.download(ctx, sh, tmp); last == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("shard %s of %s: %w", sh.Path, rc.url, last)
+}
+
+// download fetches one shard into its reserved temporary file (tmp, as
+// large as the shard, so the folder's usage counts it), checks it and
+// renames it to its trusted name.
+func (rc *remote) download(ctx context.Context, sh manifests.Shard, tmp string) error {
+	f, err := os.OpenFile(tmp, os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	h := xxhash.New()
+	err = storage.Retry(ctx, func() error {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		h.Reset()
+		rd, err := rc.loc.Bucket.NewReader(ctx, rc.loc.Key(sh.Path), nil)
+		if err != nil {
+			return storage.Classify(fmt.Errorf("read %s: %w", rc.loc.URL(sh.Path), err))
+		}
+		defer rd.Close()
+		n, err := io.Copy(io.MultiWriter(f, h), rd)
+		if err != nil {
+			return errs.TransientErr(fmt.Errorf("read %s: %w", rc.loc.URL(sh.Path), err))
+		}
+		if n != sh.Bytes {
+			return errs.TransientErr(fmt.Errorf("read %s: %d of %d bytes", rc.loc.URL(sh.Path), n, sh.Bytes))
+		}
+		return nil
+	})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if got := fmt.Sprintf("%016x", h.Sum64()); got != sh.XXHash64 {
+		return fmt.Errorf("%s: xxhash64 %s, the manifest says %s (damaged on the store, or changed since the manifest)", rc.loc.URL(sh.Path), got, sh.XXHash64)
+	}
+	// Renamed under the folder's lock: a listing racing a rename may miss
+	// the file, and reserve would count too little.
+	unlock, err := lockFile(filepath.Join(rc.dir, "cache.lock"))
+	if err != nil {
+		return err
+	}
+	err = os.Rename(tmp, rc.path(sh))
+	unlock()
+	if err != nil {
+		return err
+	}
+	rc.bytes.Add(sh.Bytes)
+	rc.downloads.Add(1)
+	return nil
+}
+
+// reserve makes room for n more bytes under the cache folder's lock and
+// returns a temporary file of that size holding it: it evicts first the
+// files this reader will not read again this epoch (shards of other
+// outputs, leftovers of killed downloads), oldest first; when the folder is
+// full of shards still to be read it waits for the reader to finish a
+// window (or another reader to free space). A budget too small for what
+// must be open at once is refused before the epoch (Reader).
+func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (string, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		unlock, err := lockFile(filepath.Join(rc.dir, "cache.lock"))
+		if err != nil {
+			return "", err
+		}
+		used, files := rc.usage()
+		rc.mu.Lock()
+		sort.SliceStable(files, func(i, j int) bool { return rc.nextUse(files[i].name) > rc.nextUse(files[j].name) })
+		for _, f := range files {
+			if used+n <= rc.limit {
+				break
+			}
+			if rc.spared(f, pos) {
+				continue
+			}
+			if os.Remove(filepath.Join(rc.dir, f.name)) == nil {
+				used -= f.size
+			}
+		}
+		ok := used+n <= rc.limit
+		rc.mu.Unlock()
+		if ok {
+			var suffix [6]byte
+			rand.Read(suffix[:])
+			tmp := filepath.Join(rc.dir, fmt.Sprintf(".tmp-%d-%s", os.Getpid(), hex.EncodeToString(suffix[:])))
+			f, err := os.Create(tmp)
+			if err == nil {
+				err = f.Truncate(n) // counted by the folder's usage from now on
+				f.Close()
+			}
+			unlock()
+			if err != nil {
+				os.Remove(tmp)
+				return "", err
+			}
+			return tmp, nil
+		}
+		unlock()
+		if !wait {
+			return "", errNoRoom
+		}
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("cache %s: %d bytes (CacheBytes) stayed full of shards still needed for 2 minutes (other readers share it?); raise CacheBytes", rc.dir, rc.limit)
+		}
+		time.Sleep(20 * time.Millisecond) // another reader frees space
+	}
+}
+
+type cacheFile struct {
+	name string
+	size int64
+	mod  time.Time
+}
+
+// usage lists the cache folder's files (shards and downloads in flight),
+// oldest first.
+func (rc *remote) usage() (int64, []cacheFile) {
+	ents, _ := os.ReadDir(rc.dir)
+	var used int64
+	var out []cacheFile
+	for _, e := range ents {
+		if e.IsDir() || strings.HasSuffix(e.Name(), ".lock") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		used += info.Size()
+		out = append(out, cacheFile{e.Name(), info.Size(), info.ModTime()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].mod.Before(out[j].mod) })
+	return used, out
+}
+
+// spared reports whether eviction for the window at pos must keep a
+// cache file: a download in flight (a .tmp file younger than staleTmp:
+// older ones are a killed reader's), a mapped shard, or one the reader
+// needs at or before pos. Called with rc.mu held.
+func (rc *remote) spared(f cacheFile, pos int) bool {
+	if strings.HasPrefix(f.name, ".tmp-") {
+		return time.Since(f.mod) < staleTmp
+	}
+	return rc.mapped[f.name] || rc.nextUse(f.name) <= pos
+}
+
+// nextUse is the position of the next window that needs a cache file.
+func (rc *remote) nextUse(file string) int {
+	if u := rc.uses[file]; len(u) > 0 {
+		return u[0]
+	}
+	return never
+}
+
+// staleTmp is the age at which a download's temporary file is taken for a
+// killed reader's.
+const staleTmp = 10 * time.Minute
+
+// stats returns what the cache downloaded and waited for.
+func (rc *remote) stats() RemoteStats {
+	return RemoteStats{BytesDownloaded: rc.bytes.Load(), Downloads: rc.downloads.Load(), Retries: rc.retries.Load(), Waited: time.Duration(rc.waited.Load())}
+}
+
+// lockFile takes an exclusive lock on path (created if need be), across
+// processes; the returned func releases it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// planUse records that the window at pos will need a shard.
+func (rc *remote) planUse(sh manifests.Shard, pos int) {
+	rc.mu.Lock()
+	rc.uses[name(sh)] = append(rc.uses[name(sh)], pos)
+	rc.mu.Unlock()
+}
+
+// opening marks the window at pos as the one the reader opens now and
+// drops it from its shards' uses.
+func (rc *remote) opening(pos int, shards []manifests.Shard) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.cur = pos
+	for _, sh := range shards {
+		rc.mapped[name(sh)] = true // the window maps them next
+		u := rc.uses[name(sh)]
+		for len(u) > 0 && u[0] <= pos {
+			u = u[1:]
+		}
+		if len(u) == 0 {
+			delete(rc.uses, name(sh))
+		} else {
+			rc.uses[name(sh)] = u
+		}
+	}
+}
+
+// setMapped marks a shard mapped or not.
+func (rc *remote) setMapped(sh manifests.Shard, on bool) {
+	rc.mu.Lock()
+	if on {
+		rc.mapped[name(sh)] = true
+	} else {
+		delete(rc.mapped, name(sh))
+	}
+	rc.mu.Unlock()
+}

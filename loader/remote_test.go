@@ -1,0 +1,316 @@
+package loader_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/relayout/relayout/internal/faultproxy"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/loader"
+	"github.com/relayout/relayout/pipeline"
+	"github.com/relayout/relayout/storage"
+)
+
+// s3Out is an output uploaded to a real S3-protocol server on loopback,
+// behind a fault-injecting proxy, with server-side counts of GET bodies.
+type s3Out struct {
+	url, params string
+	backend     *s3mem.Backend
+	proxy       *faultproxy.Proxy
+	getBytes    atomic.Int64
+	tensorBytes int64
+}
+
+type countWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+func uploadS3(t *testing.T, local, bucket string) *s3Out {
+	t.Helper()
+	o := &s3Out{backend: s3mem.New()}
+	if err := o.backend.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	inner := gofakes3.New(o.backend).Server()
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
+			w = countWriter{w, &o.getBytes}
+		}
+		inner.ServeHTTP(w, r)
+	})
+	o.proxy = faultproxy.New(counted, 7)
+	ts := httptest.NewServer(o.proxy)
+	t.Cleanup(ts.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_REGION", "us-east-1")
+	o.params = "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+	o.url = "s3://" + bucket + "/out/" + o.params
+	loc, err := storage.OpenDir(context.Background(), o.url, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.Walk(local, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(local, p)
+		data, _ := os.ReadFile(p)
+		if strings.HasPrefix(rel, "tensors/") {
+			o.tensorBytes += int64(len(data))
+		}
+		return loc.Bucket.WriteAll(context.Background(), "out/"+filepath.ToSlash(rel), data, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// epochOf reads one reader's epoch: each batch's sample indices and
+// tensor hashes.
+func epochOf(t *testing.T, path string, opts loader.Options, o loader.ReadOptions) ([]string, loader.RemoteStats) {
+	t.Helper()
+	d, err := loader.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r, err := d.NewReader(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []string
+	for {
+		b, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			break
+		}
+		var sb strings.Builder
+		for _, x := range b.Tensors {
+			fmt.Fprintf(&sb, "%s:%016x;", x.Name, xxhash.Sum64(x.Data))
+		}
+		out = append(out, sb.String())
+	}
+	return out, d.RemoteStats()
+}
+
+// dirBytes is a cache folder's bytes on disk (apparent sizes).
+func dirBytes(dir string) int64 {
+	ents, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+// TestRemoteBatchesEqualLocal: batches read from s3:// through the cache
+// equal, byte for byte and in order, those of the same output on local
+// disk: flat and packed, window and block order, 2 ranks x 2 workers.
+func TestRemoteBatchesEqualLocal(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 131})
+	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
+	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
+	for name, local := range map[string]string{"flat": flat, "packed": packed} {
+		s3 := uploadS3(t, local, "b-"+name)
+		for _, order := range []string{loader.OrderWindow, loader.OrderBlock} {
+			for rank := 0; rank < 2; rank++ {
+				for worker := 0; worker < 2; worker++ {
+					// Small windows, so that a cache of a quarter of the
+					// tensors holds what one window needs (whole shards).
+					ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 11, Epoch: 1, Shuffle: true, Rank: rank, World: 2, Worker: worker, NumWorkers: 2},
+						Batch: 64, Order: order, WindowBytes: 32 << 10, Index: true}
+					want, _ := epochOf(t, local, loader.Options{}, ro)
+					opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}
+					if order == loader.OrderBlock {
+						opts.CacheBytes = s3.tensorBytes * 2 // views of mapped shards stay: all of it
+					}
+					got, st := epochOf(t, s3.url, opts, ro)
+					if len(got) == 0 || len(got) != len(want) {
+						t.Fatalf("%s %s r%d w%d: %d batches from S3, %d local", name, order, rank, worker, len(got), len(want))
+					}
+					for k := range want {
+						if got[k] != want[k] {
+							t.Fatalf("%s %s r%d w%d: batch %d differs between S3 and local", name, order, rank, worker, k)
+						}
+					}
+					if st.Downloads == 0 {
+						t.Fatalf("%s: nothing was downloaded", name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestRemoteCacheStaysInItsBudget: with CacheBytes a quarter of the tensor
+// bytes the cache folder never holds more (sampled all epoch), what is
+// downloaded is reported, and a cache larger than the output makes the
+// second epoch download nothing. A window larger than the cache is refused
+// up front.
+func TestRemoteCacheStaysInItsBudget(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 132})
+	local := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 500})
+	s3 := uploadS3(t, local, "budget")
+	dir := t.TempDir()
+	limit := s3.tensorBytes / 4
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			peak.Store(max(peak.Load(), dirBytes(dir)))
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 48 << 10, Index: true}
+	got, st := epochOf(t, s3.url, loader.Options{CacheDir: dir, CacheBytes: limit}, ro)
+	close(stop)
+	wg.Wait()
+	if len(got) == 0 {
+		t.Fatal("no batches")
+	}
+	if p := peak.Load(); p > limit {
+		t.Fatalf("the cache folder reached %d bytes, CacheBytes is %d", p, limit)
+	}
+	amp := float64(s3.getBytes.Load()) / float64(s3.tensorBytes)
+	t.Logf("cache %d of %d tensor bytes: peak %d on disk, downloaded %d (%.2fx the tensor bytes, server side), %d downloads, waited %v",
+		limit, s3.tensorBytes, peak.Load(), st.BytesDownloaded, amp, st.Downloads, st.Waited)
+	if st.BytesDownloaded < s3.tensorBytes {
+		t.Fatalf("downloaded %d bytes for %d tensor bytes", st.BytesDownloaded, s3.tensorBytes)
+	}
+
+	// A cache larger than the output: the second epoch downloads nothing.
+	big := t.TempDir()
+	opts := loader.Options{CacheDir: big, CacheBytes: 4 * s3.tensorBytes}
+	epochOf(t, s3.url, opts, ro)
+	before := s3.getBytes.Load()
+	ro.Epoch = 1
+	if _, st := epochOf(t, s3.url, opts, ro); st.Downloads != 0 || s3.getBytes.Load() != before {
+		t.Fatalf("the second epoch downloaded %d shards (%d bytes)", st.Downloads, s3.getBytes.Load()-before)
+	}
+
+	// Too small for the windows: refused before any download.
+	d, err := loader.Open(s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.NewReader(loader.ReadOptions{Assignment: ro.Assignment, Batch: 256, WindowBytes: 8 << 20}); err == nil || !strings.Contains(err.Error(), "CacheBytes") {
+		t.Fatalf("a window larger than the cache: %v", err)
+	}
+}
+
+// TestRemoteFaultsAndDamage: with ~10% of requests failing (503, resets,
+// cut bodies) the epoch completes with the same batches; a shard damaged
+// on the server is an error naming it, never a batch; two readers sharing
+// one cache folder both read correctly.
+func TestRemoteFaultsAndDamage(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 15_000, Files: 1, Seed: 133})
+	local := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200})
+	s3 := uploadS3(t, local, "faults")
+	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 5, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 32 << 10, Index: true}
+	want, _ := epochOf(t, local, loader.Options{}, ro)
+	s3.proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
+	got, st := epochOf(t, s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 3}, ro)
+	s3.proxy.SetRates(faultproxy.Rates{})
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatal("batches under faults differ from the local ones")
+	}
+	t.Logf("under faults: %s; %d downloads, %d retried", s3.proxy.Counts.String(), st.Downloads, st.Retries)
+
+	// Two readers (ranks) on one cache folder, at once.
+	shared := t.TempDir()
+	var wg sync.WaitGroup
+	res := make([][]string, 2)
+	for rank := 0; rank < 2; rank++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := ro
+			o.Rank, o.World = rank, 2
+			res[rank], _ = epochOf(t, s3.url, loader.Options{CacheDir: shared, CacheBytes: s3.tensorBytes / 2}, o)
+		}()
+	}
+	wg.Wait()
+	for rank := 0; rank < 2; rank++ {
+		o := ro
+		o.Rank, o.World = rank, 2
+		w, _ := epochOf(t, local, loader.Options{}, o)
+		if strings.Join(res[rank], "\n") != strings.Join(w, "\n") {
+			t.Fatalf("rank %d sharing the cache read other batches", rank)
+		}
+	}
+
+	// Damage one shard on the server.
+	obj, err := s3.backend.GetObject("faults", "out/tensors/shard-00000-0000.safetensors", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, obj.Size)
+	if _, err := obj.Contents.Read(data); err != nil && obj.Size > 0 {
+		t.Fatal(err)
+	}
+	obj.Contents.Close()
+	data[len(data)/2] ^= 0xff
+	loc, _ := storage.OpenDir(context.Background(), s3.url, false)
+	if err := loc.Bucket.WriteAll(context.Background(), "out/tensors/shard-00000-0000.safetensors", data, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := loader.Open(s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r, err := d.NewReader(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		b, err := r.Next()
+		if err != nil {
+			if !strings.Contains(err.Error(), "shard-00000-0000") || !strings.Contains(err.Error(), "xxhash64") {
+				t.Fatalf("the damaged shard's error does not name it: %v", err)
+			}
+			return
+		}
+		if b == nil {
+			t.Fatal("an epoch over a damaged shard completed")
+		}
+	}
+}
