@@ -3,8 +3,8 @@ package loader
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"

@@ -21,9 +21,9 @@ type remotePlan struct {
 	pos     int // windows opened so far
 	// openCount counts, per shard, the reader's open windows that hold it.
 	openCount map[int]int
-	cond    *sync.Cond
-	cancel  context.CancelFunc
-	done    chan struct{}
+	cond      *sync.Cond
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 type winRef struct{ stream, window int }
