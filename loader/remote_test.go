@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -313,4 +314,21 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 			t.Fatal("an epoch over a damaged shard completed")
 		}
 	}
+}
+
+// TestRemotePython: the NumPy loader (boto3) reads the same output from the
+// same loopback S3 server: python/tests/remote_check.py compares it with the
+// local output and checks its cache budget.
+func TestRemotePython(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import boto3, xxhash").Run(); err != nil {
+		testutil.Missing(t, "python3-boto3 or python3-xxhash not installed (make deps)")
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 134})
+	local := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
+	s3 := uploadS3(t, local, "py")
+	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_check.py"), local, s3.url, t.TempDir(), fmt.Sprint(s3.tensorBytes/4))
+	if !strings.Contains(string(out), `"configs": 8`) {
+		t.Fatalf("remote_check.py: %s", out)
+	}
+	t.Logf("python: %s", out)
 }

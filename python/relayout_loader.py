@@ -421,6 +421,206 @@ class _Shard:
         return a
 
 
+# --- remote outputs: a shard cache (the Go loader's, same folder format) ------
+
+DEFAULT_CACHE_BYTES = 8 << 30
+_NEVER = 1 << 62
+_STALE_TMP = 600.0
+
+
+def is_remote(path):
+    i = path.find("://")
+    return i > 0 and not path.startswith("file://") and "/" not in path[:i]
+
+
+class RemoteStats(dict):
+    """bytes_downloaded, downloads, retries, waited_seconds."""
+
+
+class _Remote:
+    """A remote output's shards, downloaded into cache_dir: each under a
+    temporary name, checked against the manifest's size and xxhash64, then
+    renamed to <xxhash64>-<bytes>.safetensors (the only name trusted); never
+    more than cache_bytes in the folder (space reserved under its lock;
+    eviction by next use in the reader's known order). The folder format and
+    locks are the Go loader's, so Go and Python readers can share one."""
+
+    def __init__(self, url, cache_dir, cache_bytes, prefetch_windows):
+        import threading
+        import urllib.parse
+        u = urllib.parse.urlsplit(url)
+        q = dict(urllib.parse.parse_qsl(u.query))
+        self.url, self.scheme, self.bucket = url, u.scheme, u.netloc
+        self.prefix = u.path.strip("/") + "/" if u.path.strip("/") else ""
+        if u.scheme == "s3":
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError as e:
+                raise RuntimeError("s3:// needs boto3 (pip install ./python[s3], or apt-get install python3-boto3)") from e
+            endpoint = q.get("endpoint")
+            if endpoint and "://" not in endpoint:
+                endpoint = ("http://" if q.get("disable_https") == "true" else "https://") + endpoint
+            kw = dict(retries={"max_attempts": 8, "mode": "standard"},
+                      s3={"addressing_style": "path" if q.get("use_path_style") == "true" else "auto"})
+            try:  # newer botocore checksums every request unless told; older ones know neither option
+                cfg = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required", **kw)
+            except TypeError:
+                cfg = Config(**kw)
+            self._s3 = boto3.client("s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+            self._fs = None
+        else:
+            try:
+                import fsspec
+            except ImportError as e:
+                raise RuntimeError(f"{u.scheme}:// needs fsspec (pip install ./python[fsspec])") from e
+            proto = {"gs": "gcs", "azblob": "az"}.get(u.scheme, u.scheme)
+            self._fs, self._s3 = fsspec.filesystem(proto), None
+        if cache_dir is None:
+            import hashlib
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            cache_dir = os.path.join(base, "relayout", hashlib.sha1(url.split("?")[0].encode()).hexdigest()[:16])
+        os.makedirs(cache_dir, exist_ok=True)
+        self.dir, self.limit = cache_dir, cache_bytes or DEFAULT_CACHE_BYTES
+        self.ahead = prefetch_windows or 2
+        self.lock = threading.Lock()
+        self.uses, self.pinned = {}, set()
+        self.stats = RemoteStats(bytes_downloaded=0, downloads=0, retries=0, waited_seconds=0.0)
+
+    def get(self, rel):
+        """The bytes of an object under the output, retried."""
+        key = self.prefix + rel
+        if self._s3 is not None:
+            return self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        with self._fs.open(f"{self.bucket}/{key}", "rb") as f:
+            return f.read()
+
+    @staticmethod
+    def name(info):
+        return f"{info['xxhash64']}-{info['bytes']}.safetensors"
+
+    def path(self, info):
+        return os.path.join(self.dir, self.name(info))
+
+    def present(self, info):
+        try:
+            return os.stat(self.path(info)).st_size == info["bytes"]
+        except FileNotFoundError:
+            return False
+
+    def _flock(self, path):
+        import fcntl
+        f = open(path, "a+")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return f
+
+    def _next_use(self, name):
+        u = self.uses.get(name)
+        return u[0] if u else _NEVER
+
+    def _reserve(self, n, pos, wait):
+        import secrets
+        import time
+        deadline = time.time() + 120
+        while True:
+            lk = self._flock(os.path.join(self.dir, "cache.lock"))
+            try:
+                files = []
+                for e in os.scandir(self.dir):
+                    if e.is_file() and not e.name.endswith(".lock"):
+                        st = e.stat()
+                        files.append((e.name, st.st_size, st.st_mtime))
+                used = sum(f[1] for f in files)
+                with self.lock:
+                    files.sort(key=lambda f: (-self._next_use(f[0]), f[2]))
+                    for fname, size, mtime in files:
+                        if used + n <= self.limit:
+                            break
+                        if fname.startswith(".tmp-"):
+                            if time.time() - mtime < _STALE_TMP:
+                                continue
+                        elif fname in self.pinned or self._next_use(fname) <= pos:
+                            continue
+                        try:
+                            os.remove(os.path.join(self.dir, fname))
+                            used -= size
+                        except FileNotFoundError:
+                            pass
+                if used + n <= self.limit:
+                    tmp = os.path.join(self.dir, f".tmp-{os.getpid()}-{secrets.token_hex(6)}")
+                    with open(tmp, "wb") as f:
+                        f.truncate(n)  # counted by the folder's usage from now on
+                    return tmp
+            finally:
+                lk.close()
+            if not wait:
+                return None
+            if time.time() > deadline:
+                raise RuntimeError(f"cache {self.dir}: {self.limit} bytes (cache_bytes) stayed full of shards still needed for 2 minutes; raise cache_bytes")
+            time.sleep(0.02)
+
+    def ensure(self, info, pos, wait):
+        """Make a shard present for the window at pos; False when a prefetch
+        found no room."""
+        import time
+        import xxhash
+        if wait:
+            with self.lock:
+                self.pinned.add(self.name(info))
+        if self.present(info):
+            return True
+        t0 = time.time()
+        lk = self._flock(self.path(info) + ".lock")
+        try:
+            if self.present(info):
+                return True
+            tmp = self._reserve(info["bytes"], pos, wait)
+            if tmp is None:
+                return False
+            try:
+                last = None
+                for attempt in range(4):
+                    if attempt:
+                        self.stats["retries"] += 1
+                        time.sleep(0.1 * attempt * attempt)
+                    try:
+                        data = self.get(info["path"])
+                    except Exception as e:  # botocore retried already; try again
+                        last = e
+                        continue
+                    if len(data) != info["bytes"]:
+                        last = ValueError(f"{len(data)} of {info['bytes']} bytes")
+                        continue
+                    got = xxhash.xxh64(data).hexdigest()
+                    if got != info["xxhash64"]:
+                        last = ValueError(f"xxhash64 {got}, the manifest says {info['xxhash64']} (damaged on the store, or changed since the manifest)")
+                        continue
+                    with open(tmp, "r+b") as f:
+                        f.write(data)
+                    folder = self._flock(os.path.join(self.dir, "cache.lock"))
+                    try:
+                        os.replace(tmp, self.path(info))
+                    finally:
+                        folder.close()
+                    self.stats["bytes_downloaded"] += len(data)
+                    self.stats["downloads"] += 1
+                    return True
+                raise RuntimeError(f"shard {info['path']} of {self.url}: {last}")
+            finally:
+                try:
+                    os.remove(tmp)
+                except FileNotFoundError:
+                    pass
+        finally:
+            lk.close()
+            if wait:
+                self.stats["waited_seconds"] += time.time() - t0
+
+    def unpin(self, info):
+        with self.lock:
+            self.pinned.discard(self.name(info))
+
+
 # --- dataset roots (docs/datasets.md) ------------------------------------------
 
 def open_generation(root, generation=0):
@@ -522,8 +722,14 @@ class Dataset:
 
     def __init__(self, manifest, rank=0, world=1, worker=0, num_workers=1, seed=0, epoch=0,
                  shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False,
-                 streams=None, window_bytes=None, weights=None, index=False, piece_samples=None, generation=0):
-        if os.path.isdir(os.path.join(manifest, "generations")):
+                 streams=None, window_bytes=None, weights=None, index=False, piece_samples=None, generation=0,
+                 cache_dir=None, cache_bytes=None, prefetch_windows=None):
+        self._remote, self._pos = None, _NEVER
+        if is_remote(manifest):
+            self._remote = _Remote(manifest, cache_dir, cache_bytes, prefetch_windows)
+            self.manifest = json.loads(self._remote.get("manifest.json"))
+            manifest = manifest.split("?")[0].rstrip("/") + "/manifest.json"
+        elif os.path.isdir(os.path.join(manifest, "generations")):
             self.manifest = open_generation(manifest, generation)
             manifest = os.path.join(manifest, "manifest.json")  # shard paths are relative to the root
         else:
@@ -539,7 +745,7 @@ class Dataset:
             raise ValueError(f"{manifest}: this output has no tensor shards (run relayout with --tensors)")
         if self.tensors_info["order"]["algorithm"] not in (ALGORITHM, ORDER_V2):
             raise ValueError(f"{manifest}: order algorithm {self.tensors_info['order']['algorithm']} is not {ALGORITHM}")
-        self.root = os.path.dirname(os.path.abspath(manifest))
+        self.root = None if self._remote else os.path.dirname(os.path.abspath(manifest))
         self.rank, self.world, self.worker, self.num_workers = rank, world, worker, num_workers
         self.seed, self.epoch, self.shuffle = seed, epoch, shuffle
         self.samples_seen, self.drop_last = samples_seen, drop_last
@@ -560,6 +766,11 @@ class Dataset:
         self.order = shuffle
         self.shuffle = shuffle != "none"
         self.streams = streams if streams else world * num_workers
+        if window_bytes is None and self._remote is not None:
+            # A remote output's default window fits its cache (pass the same
+            # window_bytes locally for the same order).
+            per = max(self.streams // max(world * num_workers, 1), 1)
+            window_bytes = max(min(256 << 20, self._remote.limit // (4 * per)), 1)
         self.window_bytes = window_bytes
         self.piece_samples = piece_samples
         self.index = index
@@ -640,8 +851,18 @@ class Dataset:
         s = self._shards[i]
         if s is None:
             info = self.tensors_info["shards"][i]
-            s = _Shard(os.path.join(self.root, info["path"]), info["bytes"],
-                       info["xxhash64"] if self.verify_checksums else None)
+            if self._remote is not None:
+                for attempt in range(6):  # a reader sharing the cache may evict it first
+                    self._remote.ensure(info, self._pos, True)
+                    try:
+                        s = _Shard(self._remote.path(info), info["bytes"], None)
+                        break
+                    except FileNotFoundError:
+                        if attempt == 5:
+                            raise
+            else:
+                s = _Shard(os.path.join(self.root, info["path"]), info["bytes"],
+                           info["xxhash64"] if self.verify_checksums else None)
             for t in self.schema:
                 if t["name"] not in s.tensors or s.tensors[t["name"]][0] != t["dtype"]:
                     raise ValueError(f"{s.path}: tensor {t['name']} ({t['dtype']}) is missing or has another dtype")
@@ -716,6 +937,11 @@ class Dataset:
     def batches(self, n):
         """Yield this reader's batches of n samples (queries when packed)."""
         if self.order != "window":
+            if self._remote is not None and self.tensors_info["totals"]["bytes"] > self._remote.limit:
+                raise ValueError(f"cache {self._remote.dir}: the {self.order} order returns views of mapped shards, so a remote "
+                                 f"output's {self.tensors_info['totals']['bytes']} tensor bytes must fit cache_bytes ({self._remote.limit}); "
+                                 "use the window order or raise cache_bytes")
+            self._pos = _NEVER
             for ranges in self.batch_ranges(n):
                 b = self.batch(ranges)
                 if self.index:
@@ -726,19 +952,105 @@ class Dataset:
         plan = window_batches(streams, total, n, window, self.rank, self.world, self.worker, self.num_workers,
                               self.samples_seen, self.drop_last)
         wins, cur = {}, {}
-        for k, s, w, first, count in plan:
-            if s not in wins:
-                wins[s] = stream_windows(streams[s], s, window, self.seed, self.epoch)
-            if s not in cur or cur[s][0] != w:
-                pieces, perm = wins[s][w]
-                # Read the window's pieces in order, once; drop the last.
-                cur[s] = (w, self.batch(pieces), _positions(pieces), perm)
-            _, data, pos, perm = cur[s]
-            idx = np.sort(perm[first:first + count])
-            b = self._gather(data, idx)
-            if self.index:
-                b["_index"] = pos[idx]
-            yield b
+        for s in {s for _, s, _, _, _ in plan}:
+            wins[s] = stream_windows(streams[s], s, window, self.seed, self.epoch)
+        fetch = self._plan_remote(plan, wins) if self._remote is not None else None
+        try:
+            for k, s, w, first, count in plan:
+                if s not in cur or cur[s][0] != w:
+                    pieces, perm = wins[s][w]
+                    # Read the window's pieces in order, once; drop the last.
+                    cur[s] = (w, self._read_window(pieces, fetch), _positions(pieces), perm)
+                _, data, pos, perm = cur[s]
+                idx = np.sort(perm[first:first + count])
+                b = self._gather(data, idx)
+                if self.index:
+                    b["_index"] = pos[idx]
+                yield b
+        finally:
+            if fetch is not None:
+                fetch["stop"] = True
+
+    def _shards_of(self, pieces):
+        import bisect
+        out = []
+        for s, e in pieces:
+            i = bisect.bisect_right(self._ends, s)
+            while i < len(self._firsts) and self._firsts[i] < e:
+                if i not in out:
+                    out.append(i)
+                i += 1
+        return sorted(out)
+
+    def _plan_remote(self, plan, wins):
+        """The windows in opening order and their shards: the cache's uses,
+        the up-front size check, and a prefetch thread."""
+        import threading
+        import time
+        rc, shards = self._remote, self.tensors_info["shards"]
+        order, seen = [], set()
+        for _, s, w, _, _ in plan:
+            if (s, w) not in seen:
+                seen.add((s, w))
+                order.append(self._shards_of(wins[s][w][0]))
+        # The window is read into memory whole, so its shards are needed
+        # only while it is read: one window's shards at a time.
+        peak = max((sum(shards[i]["bytes"] for i in sh) for sh in order), default=0)
+        if peak > rc.limit:
+            raise ValueError(f"cache {rc.dir}: {rc.limit} bytes (cache_bytes) cannot hold the {peak} bytes of shards one window needs; raise cache_bytes or lower window_bytes")
+        with rc.lock:
+            for k, sh in enumerate(order):
+                for i in sh:
+                    rc.uses.setdefault(rc.name(shards[i]), []).append(k)
+        fetch = {"order": order, "pos": 0, "stop": False}
+        self._pos = 0
+
+        def prefetch():
+            for k, sh in enumerate(order):
+                while k > fetch["pos"] + rc.ahead and not fetch["stop"]:
+                    time.sleep(0.005)
+                for i in sh:
+                    while not fetch["stop"]:
+                        try:
+                            if rc.ensure(shards[i], k, False):
+                                break
+                        except Exception:
+                            return  # the reader asks again and reports it
+                        time.sleep(0.01)
+                if fetch["stop"]:
+                    return
+        threading.Thread(target=prefetch, daemon=True).start()
+        return fetch
+
+    def _read_window(self, pieces, fetch):
+        """A window's data (copies): remote shards are released after."""
+        if fetch is None:
+            return self.batch(pieces)
+        rc, shards = self._remote, self.tensors_info["shards"]
+        k = fetch["pos"]
+        self._pos = k
+        sh = fetch["order"][k]
+        with rc.lock:
+            for i in sh:
+                name = rc.name(shards[i])
+                rc.pinned.add(name)
+                u = rc.uses.get(name, [])
+                while u and u[0] <= k:
+                    u.pop(0)
+        fetch["pos"] = k + 1
+        data = self.batch(pieces)
+        data = {name: np.array(a, copy=True) for name, a in data.items()}  # not views of the maps
+        for i in sh:
+            sd = self._shards[i]
+            if sd is not None:
+                sd._arrays.clear()
+                try:
+                    sd.mm.close()
+                except BufferError:
+                    pass
+                self._shards[i] = None
+            rc.unpin(shards[i])
+        return data
 
     def _gather(self, data, idx):
         """Samples idx of a window's batch, in that order (copies)."""

@@ -1,0 +1,73 @@
+"""The NumPy loader on a remote output (boto3 against the Go test's
+loopback S3 server): batches equal the local output's, byte for byte and in
+order (window and block order, 2 ranks x 2 workers); the cache folder never
+exceeds cache_bytes (sampled all epoch); with a cache larger than the
+output the second epoch downloads nothing. Prints a JSON summary.
+
+    remote_check.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES"""
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import xxhash
+
+import relayout_loader as rl
+
+local, url, cache_dir, cache_bytes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+
+def epoch(path, **kw):
+    ds = rl.Dataset(path, seed=11, epoch=1, index=True, **kw)
+    out = []
+    for b in ds.batches(64):
+        out.append(";".join(f"{k}:{xxhash.xxh64(v.tobytes()).hexdigest()}" for k, v in sorted(b.items())))
+    return out, ds
+
+
+def dir_bytes(d):
+    return sum(e.stat().st_size for e in os.scandir(d) if e.is_file())
+
+
+res = {"configs": 0}
+for shuffle in ("window", "block"):
+    for rank in range(2):
+        for worker in range(2):
+            kw = dict(shuffle=shuffle, rank=rank, world=2, worker=worker, num_workers=2, window_bytes=32 << 10)
+            want, _ = epoch(local, **kw)
+            cb = cache_bytes if shuffle == "window" else 8 * cache_bytes
+            got, ds = epoch(url, cache_dir=tempfile.mkdtemp(dir=cache_dir), cache_bytes=cb, **kw)
+            if got != want or not got:
+                sys.exit(f"{shuffle} rank {rank} worker {worker}: {len(got)} batches from S3 differ from the {len(want)} local ones")
+            res["configs"] += 1
+
+# The budget, sampled all epoch.
+d = tempfile.mkdtemp(dir=cache_dir)
+peak, stop = [0], [False]
+
+
+def sample():
+    while not stop[0]:
+        peak[0] = max(peak[0], dir_bytes(d))
+        time.sleep(0.001)
+
+
+t = threading.Thread(target=sample)
+t.start()
+got, ds = epoch(url, cache_dir=d, cache_bytes=cache_bytes, window_bytes=48 << 10)
+stop[0] = True
+t.join()
+res.update(peak=peak[0], limit=cache_bytes, stats=dict(ds._remote.stats))
+if peak[0] > cache_bytes:
+    sys.exit(f"the cache folder reached {peak[0]} bytes, cache_bytes is {cache_bytes}")
+
+# A big cache: the second epoch downloads nothing.
+big = tempfile.mkdtemp(dir=cache_dir)
+epoch(url, cache_dir=big, cache_bytes=64 * cache_bytes, window_bytes=48 << 10)
+_, ds2 = epoch(url, cache_dir=big, cache_bytes=64 * cache_bytes, window_bytes=48 << 10)
+res["second_epoch_downloads"] = ds2._remote.stats["downloads"]
+if res["second_epoch_downloads"]:
+    sys.exit(f"the second epoch downloaded {res['second_epoch_downloads']} shards")
+print(json.dumps(res))
