@@ -52,7 +52,7 @@ func median(ms []measure) measure {
 }
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
-// names (compare, pack, dryrun, dist, tensors, dataset, scale).
+// names (compare, pack, dryrun, dist, tensors, remote, dataset, scale).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -245,12 +245,17 @@ func main() {
 		tensorBench(dir, in, reps, res)
 	}
 
-	// 5. A dataset that grows by a day.
+	// 5. The loader from object storage (needs the tensors section's output).
+	if run("remote") && os.Getenv("BENCH_SKIP_REMOTE") == "" {
+		remoteBench(dir, reps, res)
+	}
+
+	// 6. A dataset that grows by a day.
 	if run("dataset") && os.Getenv("BENCH_SKIP_DATASET") == "" {
 		datasetBench(dir, in, reps, res)
 	}
 
-	// 6. Scaling at a fixed memory limit.
+	// 7. Scaling at a fixed memory limit.
 	if run("scale") && os.Getenv("BENCH_SKIP_SCALE") == "" {
 		limit := os.Getenv("BENCH_SCALE_LIMIT")
 		if limit == "" {

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/relayout/relayout/loader"
+	"github.com/relayout/relayout/storage"
+)
+
+// remoteBench measures issue 15: one epoch of the Go loader (window order,
+// one reader) from a loopback S3 server through the cache, against the
+// same epoch from local disk: wall time, bytes downloaded and time waited
+// per batch, with a cache of the whole output and of a quarter of it.
+func remoteBench(dir string, reps int, res map[string]any) {
+	out := filepath.Join(dir, "tensors-dense")
+	if _, err := os.Stat(filepath.Join(out, "manifest.json")); err != nil {
+		fmt.Println("\nremote bench: no tensors-dense output (run BENCH_ONLY=tensors first)")
+		return
+	}
+	backend := s3mem.New()
+	backend.CreateBucket("bench")
+	ts := httptest.NewServer(gofakes3.New(backend).Server())
+	defer ts.Close()
+	os.Setenv("AWS_ACCESS_KEY_ID", "test")
+	os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	params := "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+	url := "s3://bench/out/" + params
+	loc, err := storage.OpenDir(context.Background(), url, false)
+	if err != nil {
+		panic(err)
+	}
+	var tensorBytes int64
+	filepath.Walk(out, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(out, p)
+		data, _ := os.ReadFile(p)
+		if filepath.Dir(rel) == "tensors" {
+			tensorBytes += int64(len(data))
+		}
+		return loc.Bucket.WriteAll(context.Background(), "out/"+filepath.ToSlash(rel), data, nil)
+	})
+	epoch := func(path string, opts loader.Options, window int64) (time.Duration, int, loader.RemoteStats, error) {
+		d, err := loader.Open(path, opts)
+		if err != nil {
+			panic(err)
+		}
+		defer d.Close()
+		r, err := d.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: 1, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 512, WindowBytes: window})
+		if err != nil {
+			return 0, 0, loader.RemoteStats{}, err
+		}
+		defer r.Close()
+		t0 := time.Now()
+		n := 0
+		for {
+			b, err := r.Next()
+			if err != nil {
+				panic(err)
+			}
+			if b == nil {
+				break
+			}
+			n++
+		}
+		return time.Since(t0), n, d.RemoteStats(), nil
+	}
+	fmt.Printf("\n== loader from loopback S3 (gofakes3), %.0f MB of tensors, window order, batches of 512, medians of %d\n", float64(tensorBytes)/1e6, reps)
+	results := map[string]any{"tensor_bytes": tensorBytes}
+	for _, c := range []struct {
+		name   string
+		cache  int64
+		window int64
+	}{{"whole", 2 * tensorBytes, 16 << 20}, {"quarter", tensorBytes / 4, 2 << 20}} {
+		var loc, rem []time.Duration
+		var st loader.RemoteStats
+		var batches int
+		var refused error
+		for i := 0; i < reps && refused == nil; i++ {
+			l, _, _, _ := epoch(out, loader.Options{}, c.window)
+			cacheDir, _ := os.MkdirTemp(dir, "cache-")
+			r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache}, c.window)
+			os.RemoveAll(cacheDir)
+			refused = err
+			loc, rem, st, batches = append(loc, l), append(rem, r), s, n
+		}
+		if refused != nil {
+			fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): refused up front: %v\n", c.name, float64(c.cache)/1e6, c.window>>20, refused)
+			results[c.name] = map[string]any{"cache_bytes": c.cache, "refused": refused.Error()}
+			continue
+		}
+		l, r := medianDur(loc), medianDur(rem)
+		fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.2fx the tensors; waited %.2f ms per batch\n",
+			c.name, float64(c.cache)/1e6, c.window>>20, l.Seconds(), r.Seconds(), l.Seconds()/r.Seconds(), float64(st.BytesDownloaded)/float64(tensorBytes),
+			float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
+		results[c.name] = map[string]any{"cache_bytes": c.cache, "window_bytes": c.window, "local_seconds": l.Seconds(), "s3_seconds": r.Seconds(),
+			"throughput_ratio": l.Seconds() / r.Seconds(), "downloaded_over_tensor_bytes": float64(st.BytesDownloaded) / float64(tensorBytes),
+			"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1))}
+	}
+	res["remote_loader"] = results
+}
