@@ -289,21 +289,7 @@ func TestHiveInputDistributedMatchesRun(t *testing.T) {
 	base := t.TempDir()
 	o := distOpts(daily, filepath.Join(base, "run"))
 	o.SliceKeys = []string{"date", "hour", "country"}
-	if _, err := Run(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	want := readTree(t, o.Output)
-	o.Output = filepath.Join(base, "dist")
-	runDistributed(t, o, 256<<10, 2)
-	got := readTree(t, o.Output)
-	if len(got) != len(want) {
-		t.Fatalf("%d files, run wrote %d", len(got), len(want))
-	}
-	for k, v := range want {
-		if string(got[k]) != string(v) {
-			t.Fatalf("%s differs from run's", k)
-		}
-	}
+	distributedMatchesRun(t, o, filepath.Join(base, "dist"))
 }
 
 // TestHiveDryRunAndInspect: the dry run and inspect read the partition
@@ -562,11 +548,18 @@ func TestHiveOutputDistributedMatchesRun(t *testing.T) {
 	base := t.TempDir()
 	o := distOpts(in, filepath.Join(base, "run"))
 	o.OutputPartitioning, o.HiveKeys, o.Tensors = "hive", 1, true
+	distributedMatchesRun(t, o, filepath.Join(base, "dist"))
+}
+
+// distributedMatchesRun runs o with run, then as plan, map, reduce and
+// commit into dist, and requires the same bytes.
+func distributedMatchesRun(t *testing.T, o RunOptions, dist string) {
+	t.Helper()
 	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	want := readTree(t, o.Output)
-	o.Output = filepath.Join(base, "dist")
+	o.Output = dist
 	runDistributed(t, o, 256<<10, 2)
 	got := readTree(t, o.Output)
 	if len(got) != len(want) {

@@ -194,17 +194,7 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	if o.Output == "" {
 		return o, errs.Usagef("no output: pass --output")
 	}
-	clean := func(ks []string) []string {
-		var out []string
-		for _, k := range ks {
-			for _, p := range strings.Split(k, ",") {
-				if p = strings.TrimSpace(p); p != "" {
-					out = append(out, p)
-				}
-			}
-		}
-		return out
-	}
+	clean := splitKeys
 	o.SliceKeys, o.SortKeys = clean(o.SliceKeys), clean(o.SortKeys)
 	o.QueryKey, o.QueryColumns, o.ItemOrder = clean(o.QueryKey), clean(o.QueryColumns), clean(o.ItemOrder)
 	if len(o.QueryColumns) == 1 && o.QueryColumns[0] == "auto" {

@@ -89,11 +89,11 @@ func (r *Report) HTML(w io.Writer) error {
 	p.Reduction = fmt.Sprintf("%.2fx", t.ReadReduction)
 	in, out := r.Input, r.Output
 	p.Rows = [][3]string{
-		{"input-files", fmt.Sprint(in.Files)}, {"input-bytes", fmt.Sprint(in.Bytes), humanBytes(in.Bytes)}, {"input-rows", fmt.Sprint(in.Rows)},
+		{"input-files", fmt.Sprint(in.Files)}, {"input-bytes", fmt.Sprint(in.Bytes), HumanBytes(in.Bytes)}, {"input-rows", fmt.Sprint(in.Rows)},
 		{"input-row-groups", fmt.Sprint(in.RowGroups)},
-		{"output-files", fmt.Sprint(out.ParquetFiles)}, {"output-bytes", fmt.Sprint(out.ParquetBytes), humanBytes(out.ParquetBytes)}, {"output-rows", fmt.Sprint(out.Rows)},
+		{"output-files", fmt.Sprint(out.ParquetFiles)}, {"output-bytes", fmt.Sprint(out.ParquetBytes), HumanBytes(out.ParquetBytes)}, {"output-rows", fmt.Sprint(out.Rows)},
 		{"output-row-groups", fmt.Sprint(out.RowGroups)}, {"output-shards", fmt.Sprint(out.Shards)},
-		{"output-tensor-bytes", fmt.Sprint(out.TensorBytes), humanBytes(out.TensorBytes)},
+		{"output-tensor-bytes", fmt.Sprint(out.TensorBytes), HumanBytes(out.TensorBytes)},
 	}
 	p.Totals = [][2]string{
 		{"slices-count", fmt.Sprint(r.Slices.Count)}, {"read-bytes-before", fmt.Sprint(t.ReadBytesBefore)},
@@ -128,7 +128,7 @@ func keyLabel(k manifests.KeyValues) string {
 }
 
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
-	"human": humanBytes, "addf": func(a, b, c float64) float64 { return a + b + c },
+	"human": HumanBytes, "addf": func(a, b, c float64) float64 { return a + b + c },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
 <style>
@@ -172,7 +172,8 @@ th{text-align:left;font-weight:normal;color:#57606a} .big{font-size:28px;font-we
 </body></html>
 `))
 
-func humanBytes(n int64) string {
+// HumanBytes prints a byte count in binary units (1.5 MiB).
+func HumanBytes(n int64) string {
 	const u = 1024
 	if n < u {
 		return fmt.Sprintf("%d B", n)

@@ -262,18 +262,7 @@ func printRunSummary(w io.Writer, res *pipeline.Result) {
 		m.Fingerprint.Hash, m.Fingerprint.Rows, human(r.PeakRSSBytes), human(r.SpillBytes), r.Units)
 }
 
-func human(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := int64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
+func human(b int64) string { return report.HumanBytes(b) }
 
 // boundaryKeys maps the flag (0 = off) to RunOptions (0 = default, <0 = off).
 // boundaryKeys maps the flag's 0 (off) to the library's BoundaryKeysOff.
