@@ -36,6 +36,9 @@ type DatasetResult struct {
 	// DryRun is set when nothing was written: Generation is what the run
 	// would commit.
 	DryRun bool
+	// PartsOnly is set for a --part run: it wrote its parts and committed
+	// no generation (Generation is what a commit would list).
+	PartsOnly bool
 	// Seconds is the wall time.
 	Seconds float64
 }
@@ -80,7 +83,14 @@ func RunDataset(ctx context.Context, opts RunOptions, dryRun bool) (*DatasetResu
 			return nil, err
 		}
 	}
-	if !dryRun {
+	var only map[string]bool // --part: write these parts only, commit nothing
+	if len(o.Parts) > 0 {
+		only = map[string]bool{}
+		for _, f := range o.Parts {
+			only[f] = true
+		}
+	}
+	if !dryRun && only == nil {
 		lease, err := acquireRoot(ctx, root, "run --dataset")
 		if err != nil {
 			return nil, err
@@ -169,13 +179,16 @@ func RunDataset(ctx context.Context, opts RunOptions, dryRun bool) (*DatasetResu
 				p.part.Inputs = append(p.part.Inputs, f.in.Path)
 				g.Changes.InputBytesRead += f.in.Bytes
 			}
-			if dryRun {
+			if dryRun || (only != nil && !only[p.folder]) {
 				break
 			}
-			if err := writePart(ctx, root, o.Dataset, partOpts, p, cfgHash); err != nil {
+			adopted, err := writePart(ctx, root, o.Dataset, partOpts, p, cfgHash)
+			if err != nil {
 				return nil, err
 			}
-			g.Changes.BytesWritten += p.part.Bytes
+			if !adopted {
+				g.Changes.BytesWritten += p.part.Bytes
+			}
 			written++
 		}
 		g.Parts = append(g.Parts, p.part)
@@ -196,7 +209,20 @@ func RunDataset(ctx context.Context, opts RunOptions, dryRun bool) (*DatasetResu
 			}
 		}
 	}
-	res := &DatasetResult{Generation: g, DryRun: dryRun}
+	res := &DatasetResult{Generation: g, DryRun: dryRun, PartsOnly: only != nil}
+	if only != nil {
+		for f := range only {
+			found := false
+			for _, p := range parts {
+				found = found || p.folder == f
+			}
+			if !found {
+				return nil, errs.Usagef("--part %s: no such partition in the inputs' window (the dry run lists them)", f)
+			}
+		}
+		res.Seconds = time.Since(t0).Seconds()
+		return res, nil // the parts are committed; a plain run --dataset commits the generation
+	}
 	if prev != nil && written == 0 && len(g.Changes.Dropped) == 0 && len(g.Parts) == len(prev.Parts) && prev.ConfigHash == cfgHash {
 		res.Generation, res.Unchanged = prev, true
 		res.Generation.Changes = g.Changes
@@ -457,19 +483,21 @@ func hashInput(ctx context.Context, f *dsFile) error {
 	return nil
 }
 
-// writePart lays one part out (or adopts a committed one a failed run
-// left at the same path: same id, same bytes) and fills its record.
-func writePart(ctx context.Context, root storage.Location, rootURL string, o RunOptions, p *dsPart, cfgHash string) error {
+// writePart lays one part out, or adopts a committed one at the same path
+// (same id: same inputs and config, so the same bytes), written by a --part
+// task or by a run that died before its commit; it fills the part's record.
+func writePart(ctx context.Context, root storage.Location, rootURL string, o RunOptions, p *dsPart, cfgHash string) (adopted bool, err error) {
 	partURL := joinURL(rootURL, p.part.Path)
 	loc, err := storage.OpenDir(ctx, partURL, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	m, err := readCommitted(ctx, loc)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if m == nil || m.ConfigHash != cfgHash {
+	adopted = m != nil && m.ConfigHash == cfgHash
+	if !adopted {
 		if m != nil {
 			o.Overwrite = true // same id, other config: cannot happen unless tampered with
 		}
@@ -480,7 +508,7 @@ func writePart(ctx context.Context, root storage.Location, rootURL string, o Run
 		}
 		res, err := Run(ctx, o)
 		if err != nil {
-			return fmt.Errorf("part %s: %w", p.folder, err)
+			return false, fmt.Errorf("part %s: %w", p.folder, err)
 		}
 		m = res.Manifest
 	}
@@ -490,10 +518,10 @@ func writePart(ctx context.Context, root storage.Location, rootURL string, o Run
 	}
 	h := xxhash.New()
 	if _, err := storage.HashObject(ctx, loc, manifests.FileName, h); err != nil {
-		return err
+		return false, err
 	}
 	p.part.ManifestXXHash64 = fmt.Sprintf("%016x", h.Sum64())
-	return nil
+	return adopted, nil
 }
 
 // readCommitted reads an output's manifest (nil: none).

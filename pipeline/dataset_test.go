@@ -331,3 +331,68 @@ func TestDatasetPlainFilesAndS3(t *testing.T) {
 		t.Fatalf("a file of two days: %v", err)
 	}
 }
+
+// TestDatasetFanOut: the distributed nightly job: the dry run lists the
+// new parts, one --part task per part writes it (at once, committing
+// nothing), and a plain run adopts them and commits the same generation a
+// single run does.
+func TestDatasetFanOut(t *testing.T) {
+	all, days := dailyDays(t, 30_000, 5)
+	base := t.TempDir()
+	in := filepath.Join(base, "in")
+	linkDays(t, all, in, days[:3])
+	one, fan := filepath.Join(base, "one"), filepath.Join(base, "fan")
+	dsRun(t, one, in, nil)
+	dsRun(t, fan, in, nil)
+	linkDays(t, all, in, days)
+	want := dsRun(t, one, in, nil).Generation
+
+	dry, err := RunDataset(context.Background(), dsOpts(fan, in), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	todo := append(dry.Generation.Changes.New, dry.Generation.Changes.Changed...)
+	if len(todo) != 2 {
+		t.Fatalf("the dry run lists %v to write", todo)
+	}
+	var wg sync.WaitGroup
+	errsOut := make([]error, len(todo))
+	for i, f := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := dsOpts(fan, in)
+			o.Parts = []string{f}
+			var r *DatasetResult
+			r, errsOut[i] = RunDataset(context.Background(), o, false)
+			if errsOut[i] == nil && !r.PartsOnly {
+				errsOut[i] = fmt.Errorf("a --part run is not parts-only")
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errsOut {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	loc, _ := storage.OpenDir(context.Background(), fan, false)
+	if ns, _ := dataset.List(context.Background(), loc); !slices.Equal(ns, []int{1}) {
+		t.Fatalf("--part runs committed generations %v", ns)
+	}
+	got := dsRun(t, fan, in, nil).Generation
+	if got.Generation != 2 || got.Changes.BytesWritten != 0 || len(got.Parts) != len(want.Parts) {
+		t.Fatalf("commit step: generation %d, wrote %d bytes, %d parts (want %d)", got.Generation, got.Changes.BytesWritten, len(got.Parts), len(want.Parts))
+	}
+	for i := range want.Parts {
+		if got.Parts[i].Path != want.Parts[i].Path || got.Parts[i].ManifestXXHash64 != want.Parts[i].ManifestXXHash64 {
+			t.Fatalf("part %s: %s (%s), a single run wrote %s (%s)", want.Parts[i].Folder, got.Parts[i].Path, got.Parts[i].ManifestXXHash64, want.Parts[i].Path, want.Parts[i].ManifestXXHash64)
+		}
+	}
+	verifyGeneration(t, fan, 2)
+	o := dsOpts(fan, in)
+	o.Parts = []string{"date=1999-01-01"}
+	if _, err := RunDataset(context.Background(), o, false); !errs.Is(err, errs.Usage) {
+		t.Fatalf("--part of no partition: %v", err)
+	}
+}

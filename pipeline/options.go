@@ -38,6 +38,11 @@ type RunOptions struct {
 	PartitionBy    string
 	KeepPartitions int
 	Where          string
+	// Parts, with Dataset, writes only these partitions' parts (folders as
+	// the dry run lists them, date=2026-11-30) and commits no generation:
+	// the fan-out step of a distributed nightly job, whose last step is a
+	// plain dataset run that adopts the parts and commits.
+	Parts []string
 	// objects, when set, are the inputs already listed (a dataset part's
 	// files), used instead of listing Inputs.
 	objects []storage.Object

@@ -24,6 +24,7 @@ func datasetFlags() []cli.Flag {
 		strFlag("partition-by", "", "with --dataset: the partition key (the leading slice key, e.g. date)"),
 		intFlag("keep-partitions", 0, "with --dataset: keep only the newest N partitions in the new generation (0: all)"),
 		strFlag("where", "", `with --dataset: keep only partitions passing a filter on the partition key, e.g. "date >= 2026-11-01"`),
+		sliceFlag("part", "with --dataset: write only this partition's part (a folder the dry run lists, e.g. date=2026-11-30) and commit no generation; repeatable (the fan-out of a distributed nightly job)"),
 	}
 }
 
@@ -43,6 +44,10 @@ func runDataset(ctx context.Context, opts pipeline.RunOptions, dryRun bool, repo
 	g, ch := res.Generation, res.Generation.Changes
 	verb := "committed generation"
 	switch {
+	case res.PartsOnly:
+		fmt.Fprintf(stdout, "relayout: wrote the parts of %s in %.1fs (%s); commit with relayout run --dataset (no --part)\n",
+			strings.Join(opts.Parts, ", "), res.Seconds, human(ch.BytesWritten))
+		return nil
 	case res.DryRun:
 		verb = "dry run: would commit generation"
 	case res.Unchanged:

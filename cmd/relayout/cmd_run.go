@@ -137,6 +137,7 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		PartitionBy:        c.String("partition-by"),
 		KeepPartitions:     c.Int("keep-partitions"),
 		Where:              c.String("where"),
+		Parts:              splitList(c.StringSlice("part")),
 		SliceKeys:          splitList(c.StringSlice("slice-keys")),
 		SortKeys:           splitList(c.StringSlice("sort-keys")),
 		RowGroupRows:       int64(c.Int("row-group-rows")),
