@@ -31,16 +31,19 @@ import (
 type DatasetResult struct {
 	// Generation is the committed generation (the current one, unchanged,
 	// when Unchanged is set: nothing new to lay out).
-	Generation *dataset.Generation
-	Unchanged  bool
+	Generation *dataset.Generation `json:"generation"`
+	Unchanged  bool                `json:"unchanged"`
 	// DryRun is set when nothing was written: Generation is what the run
 	// would commit.
-	DryRun bool
+	DryRun bool `json:"dry_run"`
 	// PartsOnly is set for a --part run: it wrote its parts and committed
 	// no generation (Generation is what a commit would list).
-	PartsOnly bool
+	PartsOnly bool `json:"parts_only"`
+	// ToWrite lists the folders of the parts the run writes (new and
+	// changed): a distributed job's --part tasks.
+	ToWrite []string `json:"to_write"`
 	// Seconds is the wall time.
-	Seconds float64
+	Seconds float64 `json:"seconds"`
 }
 
 // dsFile is one input file of a dataset run and its partition.
@@ -209,7 +212,8 @@ func RunDataset(ctx context.Context, opts RunOptions, dryRun bool) (*DatasetResu
 			}
 		}
 	}
-	res := &DatasetResult{Generation: g, DryRun: dryRun, PartsOnly: only != nil}
+	res := &DatasetResult{Generation: g, DryRun: dryRun, PartsOnly: only != nil,
+		ToWrite: append(append([]string{}, g.Changes.New...), g.Changes.Changed...)}
 	if only != nil {
 		for f := range only {
 			found := false
@@ -226,6 +230,7 @@ func RunDataset(ctx context.Context, opts RunOptions, dryRun bool) (*DatasetResu
 	if prev != nil && written == 0 && len(g.Changes.Dropped) == 0 && len(g.Parts) == len(prev.Parts) && prev.ConfigHash == cfgHash {
 		res.Generation, res.Unchanged = prev, true
 		res.Generation.Changes = g.Changes
+		res.ToWrite = []string{}
 		res.Seconds = time.Since(t0).Seconds()
 		return res, nil
 	}

@@ -78,7 +78,7 @@ func datasetWritten(path string) int64 {
 			Changes struct {
 				BytesWritten int64 `json:"bytes_written"`
 			} `json:"changes"`
-		} `json:"Generation"`
+		} `json:"generation"`
 	}
 	data, _ := os.ReadFile(path)
 	json.Unmarshal(data, &r)

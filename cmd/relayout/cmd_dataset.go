@@ -24,16 +24,23 @@ func datasetFlags() []cli.Flag {
 		strFlag("partition-by", "", "with --dataset: the partition key (the leading slice key, e.g. date)"),
 		intFlag("keep-partitions", 0, "with --dataset: keep only the newest N partitions in the new generation (0: all)"),
 		strFlag("where", "", `with --dataset: keep only partitions passing a filter on the partition key, e.g. "date >= 2026-11-01"`),
+		strFlag("parts-json", "", "with --dataset: also write the folders of the parts this run writes (new and changed) as a JSON array to this local path, e.g. for an Argo withParam fan-out over --part"),
 		sliceFlag("part", "with --dataset: write only this partition's part (a folder the dry run lists, e.g. date=2026-11-30) and commit no generation; repeatable (the fan-out of a distributed nightly job)"),
 	}
 }
 
 // runDataset is `relayout run --dataset`: the run (or its dry run) and a
 // summary on stdout.
-func runDataset(ctx context.Context, opts pipeline.RunOptions, dryRun bool, reportJSON string, stdout io.Writer) error {
+func runDataset(ctx context.Context, opts pipeline.RunOptions, dryRun bool, reportJSON, partsJSON string, stdout io.Writer) error {
 	res, err := pipeline.RunDataset(ctx, opts, dryRun)
 	if err != nil {
 		return err
+	}
+	if partsJSON != "" {
+		data, _ := json.Marshal(res.ToWrite)
+		if err := os.WriteFile(partsJSON, append(data, '\n'), 0o644); err != nil {
+			return errs.TransientErr(fmt.Errorf("write --parts-json %s: %w", partsJSON, err))
+		}
 	}
 	if reportJSON != "" {
 		data, _ := json.MarshalIndent(res, "", " ")

@@ -79,7 +79,7 @@ func runCommand() *cli.Command {
 				return err
 			}
 			if opts.Dataset != "" {
-				return runDataset(c.Context, opts, c.Bool("dry-run"), c.String("report-json"), c.App.Writer)
+				return runDataset(c.Context, opts, c.Bool("dry-run"), c.String("report-json"), c.String("parts-json"), c.App.Writer)
 			}
 			if c.Bool("dry-run") {
 				return runDryRun(c.Context, opts, c.String("report-json"), c.App.Writer)

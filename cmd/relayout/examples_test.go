@@ -438,6 +438,7 @@ func TestNightlyExamplesRunAsWritten(t *testing.T) {
 		}
 	}
 	root := filepath.Join(testutil.Root(), "examples")
+	partsDir := t.TempDir()
 	steps := map[string]func(input, ds string) [][]string{
 		"argo": func(input, ds string) [][]string {
 			var doc struct {
@@ -450,6 +451,17 @@ func TestNightlyExamplesRunAsWritten(t *testing.T) {
 							Name          string                           `yaml:"name"`
 							RetryStrategy struct{ Expression string }      `yaml:"retryStrategy"`
 							Container     struct{ Command, Args []string } `yaml:"container"`
+							Outputs       struct {
+								Parameters []struct {
+									Name      string
+									ValueFrom struct{ Path string } `yaml:"valueFrom"`
+								}
+							} `yaml:"outputs"`
+							Steps [][]struct {
+								Name      string `yaml:"name"`
+								Template  string `yaml:"template"`
+								WithParam string `yaml:"withParam"`
+							} `yaml:"steps"`
 						} `yaml:"templates"`
 					} `yaml:"workflowSpec"`
 				} `yaml:"spec"`
@@ -464,23 +476,36 @@ func TestNightlyExamplesRunAsWritten(t *testing.T) {
 					vals[p.Name] = p.Value
 				}
 			}
-			var out [][]string
-			for _, name := range []string{"run", "gc"} {
-				for _, tp := range doc.Spec.WorkflowSpec.Templates {
-					if tp.Name != name {
-						continue
+			args := map[string][]string{}
+			var steps []string
+			for _, tp := range doc.Spec.WorkflowSpec.Templates {
+				if tp.Name == "nightly" {
+					for _, group := range tp.Steps {
+						for _, st := range group {
+							steps = append(steps, st.Template)
+							if st.Template == "part" && !strings.Contains(st.WithParam, "steps.plan.outputs.parameters.parts") {
+								t.Errorf("the part step fans out over %q, not the plan's parts", st.WithParam)
+							}
+						}
 					}
-					if !strings.Contains(tp.RetryStrategy.Expression, "== 4") {
-						t.Errorf("template %s retries on %q, want exit code 4 only", name, tp.RetryStrategy.Expression)
-					}
-					var a []string
-					for _, x := range append(tp.Container.Command[1:], tp.Container.Args...) {
-						a = append(a, argoParam.ReplaceAllStringFunc(x, func(m string) string { return vals[argoParam.FindStringSubmatch(m)[1]] }))
-					}
-					out = append(out, withParams(a, params))
+					continue
 				}
+				if !strings.Contains(tp.RetryStrategy.Expression, "== 4") {
+					t.Errorf("template %s retries on %q, want exit code 4 only", tp.Name, tp.RetryStrategy.Expression)
+				}
+				var a []string
+				for _, x := range append(tp.Container.Command[1:], tp.Container.Args...) {
+					a = append(a, argoParam.ReplaceAllStringFunc(x, func(m string) string { return vals[argoParam.FindStringSubmatch(m)[1]] }))
+				}
+				if len(tp.Outputs.Parameters) > 0 { // the plan's output file, here a temp one
+					a = replaceArg(a, tp.Outputs.Parameters[0].ValueFrom.Path, filepath.Join(partsDir, "parts.json"))
+				}
+				args[tp.Name] = withParams(a, params)
 			}
-			return out
+			if strings.Join(steps, ",") != "plan,part,commit,gc" {
+				t.Fatalf("the nightly steps are %v", steps)
+			}
+			return [][]string{args["plan"], args["part"], args["commit"], args["gc"]}
 		},
 		"airflow": func(input, ds string) [][]string {
 			script := fmt.Sprintf(`import json, runpy
@@ -500,24 +525,44 @@ print(json.dumps({k: m[k] for k in ("INPUT", "DATASET", "RUN_ARGS", "GC_ARGS")})
 			fix := func(a []string) []string {
 				return withParams(replaceArg(replaceArg(a, m.Input, input), m.Dataset, ds), params)
 			}
-			return [][]string{fix(m.Run), fix(m.GC)}
+			return [][]string{nil, nil, fix(m.Run), fix(m.GC)}
 		},
 	}
 	for name, f := range steps {
 		t.Run(name, func(t *testing.T) {
 			input, ds := "s3://night/"+name+"/events/", "s3://night/"+name+"/ds/"
 			cmds := f(input, ds)
-			if len(cmds) != 2 || cmds[0][0] != "run" || cmds[1][0] != "gc" {
+			if len(cmds) != 4 || cmds[2][0] != "run" || cmds[3][0] != "gc" {
 				t.Fatalf("steps %v", cmds)
+			}
+			must := func(c []string) string {
+				r := relayout(t, env, c...)
+				if r.code != 0 {
+					t.Fatalf("%v: exit %d: %s", c, r.code, r.stderr)
+				}
+				return r.stdout
 			}
 			night := func() string {
 				var out string
-				for _, c := range cmds {
-					r := relayout(t, env, c...)
-					if r.code != 0 {
-						t.Fatalf("%v: exit %d: %s", c, r.code, r.stderr)
+				if cmds[0] != nil { // plan, then one part task per part at once, as withParam does
+					must(cmds[0])
+					var parts []string
+					data, _ := os.ReadFile(filepath.Join(partsDir, "parts.json"))
+					if err := json.Unmarshal(data, &parts); err != nil {
+						t.Fatalf("parts.json: %v: %s", err, data)
 					}
-					out += r.stdout
+					var wg sync.WaitGroup
+					for _, p := range parts {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							must(replaceArg(cmds[1], "{{inputs.parameters.part}}", p))
+						}()
+					}
+					wg.Wait()
+				}
+				for _, c := range cmds[2:] {
+					out += must(c)
 				}
 				return out
 			}
