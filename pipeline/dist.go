@@ -101,10 +101,13 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	// The plan holds the output's lease while it prepares it and writes
 	// plan.json; plan.json then marks the work as relayout's, and the
 	// commit's conditional create of the manifest is the commit point.
-	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, false, "plan", plan.WorkPrefix) // and an old work prefix
+	// Overwriting a committed output stages: it stays whole until commit.
+	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, true, "plan", plan.WorkPrefix) // and an old work prefix
 	if err != nil {
 		return nil, nil, err
 	}
+	staged := claim.target.Prefix != out.Prefix || claim.target.Local != out.Local
+	claim.target, claim.prefixes = out, []string{plan.WorkPrefix} // a failed plan removes its work prefix, staged files and all
 	defer claim.release(ctx)
 	tbl, keys, in, _, err := openTable(ctx, &opts)
 	if err != nil {
@@ -131,6 +134,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 			return nil, nil, err
 		}
 	}
+	p.Staged = staged
 	data, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
 		return nil, nil, err
@@ -156,6 +160,9 @@ type loadedPlan struct {
 	// work holds the work prefix (_relayout/): the output for distributed
 	// runs, a local temporary folder when run executes the plan.
 	work storage.Location
+	// final is the output itself: out, or out's owner when out is the
+	// staging prefix of a plan that overwrites a committed output.
+	final storage.Location
 	// enc caches the column encodings per output schema (encodings).
 	encMu sync.Mutex
 	enc   map[string]*writer.Encodings
@@ -276,7 +283,11 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		}
 		slices[i] = partition.Slice{Key: key, Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups}
 	}
-	return &loadedPlan{Plan: &p, out: out, work: out, opts: opts, hist: partition.NewHistogram(slices), tensors: cfg.Tensors}, nil
+	lp := &loadedPlan{Plan: &p, out: out, work: out, final: out, opts: opts, hist: partition.NewHistogram(slices), tensors: cfg.Tensors}
+	if p.Staged {
+		lp.out = stageOf(out) // the tasks write there; commit swaps
+	}
+	return lp, nil
 }
 
 // tensorRun is the plan's tensor run with a profile (nil without tensors).
@@ -518,6 +529,22 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	m, queries, shards, err := lp.assemble(tbl, maps, reduces, det)
 	if err != nil {
 		return nil, err
+	}
+	if lp.Staged {
+		// Committed already by this plan (a retried commit)? Else move the
+		// staged files in: from here the old output is gone and the new one
+		// not yet committed (a retry finishes the move).
+		if old, err := storage.Get(ctx, lp.final, manifests.FileName); err == nil {
+			if data, _ := manifests.Marshal(m); bytes.Equal(old, data) {
+				lp.out = lp.final
+			}
+		}
+		if lp.out != lp.final {
+			if err := swapStaged(ctx, lp.final, lp.out, m, lp.work); err != nil {
+				return nil, err
+			}
+			lp.out = lp.final
+		}
 	}
 	vr, err := verify.Manifest(ctx, lp.out, m, false, lp.opts.Parallel, nil)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/verify"
+	"github.com/relayout/relayout/writer"
 )
 
 // distOpts are small sizes so a small table makes several files
@@ -560,5 +561,90 @@ func TestDistributedQueryCoversFiles(t *testing.T) {
 	}
 	if r, err := verify.Output(context.Background(), out, true, 2); err != nil || !r.OK {
 		t.Fatalf("verify --deep: %+v %v", r, err)
+	}
+}
+
+// TestDistributedOverwriteStages: plan --overwrite of a committed output
+// keeps it whole, verifying, until commit: the tasks write under the work
+// prefix's next/, and commit swaps the new files in. A commit that crashed
+// in the middle of the swap (old files gone, half the new ones moved) is
+// retried and finishes with the output a fresh run writes.
+func TestDistributedOverwriteStages(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 2, Seed: 141})
+	base := t.TempDir()
+	out := filepath.Join(base, "out")
+	o := distOpts(in, out)
+	runDistributed(t, o, 1<<20, 2)
+	oldTree := readTree(t, out)
+
+	// The reference: a fresh run with the new config.
+	o2 := distOpts(in, filepath.Join(base, "ref"))
+	o2.SliceKeys = []string{"date", "country"}
+	if _, err := Run(context.Background(), o2); err != nil {
+		t.Fatal(err)
+	}
+	want := readTree(t, o2.Output)
+
+	for _, crash := range []bool{false, true} {
+		o2.Output, o2.Overwrite = out, true
+		ctx := context.Background()
+		res, _, err := PlanJob(ctx, o2, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := RunOptions{Parallel: 2}
+		for i := 0; i < res.MapTasks; i++ {
+			if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j := 0; j < res.ReduceTasks; j++ {
+			if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Before the commit, the old output is committed and intact.
+		if v, err := verify.Output(ctx, out, true, 2); err != nil || !v.OK {
+			t.Fatalf("crash=%v: the old output does not verify before the commit: %+v %v", crash, v, err)
+		}
+		cur := readTree(t, out)
+		for k, v := range oldTree {
+			if k != "_report.json" && string(cur[k]) != string(v) {
+				t.Fatalf("crash=%v: %s changed before the commit", crash, k)
+			}
+		}
+		if crash {
+			// What a commit killed mid-swap leaves: old manifest and files
+			// gone, the marker written, one staged file moved.
+			lp, err := loadPlan(ctx, res.Plan, local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(filepath.Join(out, "manifest.json"))
+			os.WriteFile(filepath.Join(out, filepath.FromSlash(swapMarker)), []byte("{}\n"), 0o644)
+			os.RemoveAll(filepath.Join(out, "parquet"))
+			first := writer.FileName(0)
+			os.MkdirAll(filepath.Join(out, "parquet"), 0o755)
+			if err := os.Rename(filepath.Join(lp.out.Local, filepath.FromSlash(first)), filepath.Join(out, filepath.FromSlash(first))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+			t.Fatalf("crash=%v: commit: %v", crash, err)
+		}
+		got := readTree(t, out)
+		for k, v := range want {
+			g := got[k]
+			if k == "manifest.json" {
+				v, g = normaliseInputs(v), normaliseInputs(g)
+			}
+			if string(g) != string(v) {
+				t.Fatalf("crash=%v: %s differs from a fresh run's", crash, k)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(out, "_relayout")); err == nil {
+			t.Fatalf("crash=%v: the work prefix is left", crash)
+		}
+		oldTree = got
 	}
 }

@@ -171,12 +171,9 @@ func (c *outputClaim) commit(ctx context.Context, m *manifests.Manifest) error {
 	return err
 }
 
-// swap replaces the committed output by the staged one: it removes the old
-// manifest (from here until the new one is written the output is
-// uncommitted, and a killed run leaves only what the next run clears), the
-// old files, then moves every staged file to its name (a rename on local
-// disks, a copy and delete on object stores). The commit then writes the
-// new manifest.
+// swap replaces the committed output by the staged one (swapStaged), after
+// checking the lease is still this run's; the commit then writes the new
+// manifest.
 func (c *outputClaim) swap(ctx context.Context, m *manifests.Manifest) error {
 	if err := storage.SyncTree(c.target, "parquet", "tensors"); err != nil {
 		return err
@@ -185,18 +182,49 @@ func (c *outputClaim) swap(ctx context.Context, m *manifests.Manifest) error {
 		c.lost = true
 		return err
 	}
-	if err := c.out.Bucket.Delete(ctx, c.out.Key(manifests.FileName)); err != nil && !storage.IsNotFound(err) {
-		return storage.Classify(fmt.Errorf("remove old %s: %w", c.out.URL(manifests.FileName), err))
-	}
 	c.prefixes = []string{"parquet/", "tensors/", StagePrefix} // from here a failure clears the output
-	for _, prefix := range []string{"parquet/", "tensors/"} {
-		keys, err := storage.ListKeys(ctx, c.out, prefix)
-		if err != nil {
+	if err := swapStaged(ctx, c.out, c.target, m, c.out); err != nil {
+		return err
+	}
+	c.target = c.out
+	return nil
+}
+
+// swapMarker, under the work prefix, says a swap has removed the old
+// output: a retried swap must not remove what it already moved in.
+const swapMarker = plan.WorkPrefix + "swapping"
+
+// swapStaged replaces out's committed output by the files of m staged under
+// stage: it removes the old manifest (from here until the new one is
+// written the output is uncommitted, and a killed run leaves only what the
+// next run clears), marks the swap (under work's work prefix), removes the
+// old files, then moves every staged file to its name (a rename on local
+// disks, a copy and delete on object stores). Retried after a crash, it
+// skips the removal and moves what is left.
+func swapStaged(ctx context.Context, out, stage storage.Location, m *manifests.Manifest, work storage.Location) error {
+	if err := storage.SyncTree(stage, "parquet", "tensors"); err != nil {
+		return err
+	}
+	marked, err := work.Bucket.Exists(ctx, work.Key(swapMarker))
+	if err != nil {
+		return storage.Classify(fmt.Errorf("check %s: %w", work.URL(swapMarker), err))
+	}
+	if !marked {
+		if err := out.Bucket.Delete(ctx, out.Key(manifests.FileName)); err != nil && !storage.IsNotFound(err) {
+			return storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(manifests.FileName), err))
+		}
+		if err := storage.Put(ctx, work, swapMarker, []byte("{}\n"), storage.PutOptions{}); err != nil {
 			return err
 		}
-		for _, rel := range keys {
-			if err := c.out.Bucket.Delete(ctx, c.out.Key(rel)); err != nil && !storage.IsNotFound(err) {
-				return storage.Classify(fmt.Errorf("remove old %s: %w", c.out.URL(rel), err))
+		for _, prefix := range []string{"parquet/", "tensors/"} {
+			keys, err := storage.ListKeys(ctx, out, prefix)
+			if err != nil {
+				return err
+			}
+			for _, rel := range keys {
+				if err := out.Bucket.Delete(ctx, out.Key(rel)); err != nil && !storage.IsNotFound(err) {
+					return storage.Classify(fmt.Errorf("remove old %s: %w", out.URL(rel), err))
+				}
 			}
 		}
 	}
@@ -210,15 +238,20 @@ func (c *outputClaim) swap(ctx context.Context, m *manifests.Manifest) error {
 		}
 	}
 	for _, rel := range names {
-		if err := moveObject(ctx, c.target, c.out, rel); err != nil {
+		if ok, err := stage.Bucket.Exists(ctx, stage.Key(rel)); err == nil && !ok {
+			if done, _ := out.Bucket.Exists(ctx, out.Key(rel)); done {
+				continue // moved by the attempt that crashed
+			}
+		}
+		if err := moveObject(ctx, stage, out, rel); err != nil {
 			return err
 		}
 	}
-	_ = storage.RemovePrefix(ctx, c.out, StagePrefix)
-	if c.out.Local != "" { // the emptied work folder (kept when something else is in it)
-		os.Remove(filepath.Join(c.out.Local, filepath.FromSlash(strings.TrimSuffix(plan.WorkPrefix, "/"))))
+	_ = storage.RemovePrefix(ctx, out, StagePrefix)
+	_ = work.Bucket.Delete(ctx, work.Key(swapMarker))
+	if out.Local != "" { // the emptied work folder (kept when something else is in it)
+		os.Remove(filepath.Join(out.Local, filepath.FromSlash(strings.TrimSuffix(plan.WorkPrefix, "/"))))
 	}
-	c.target = c.out
 	return nil
 }
 

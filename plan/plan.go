@@ -79,6 +79,10 @@ type Plan struct {
 	// keys a slice's rows keep input order: map tasks count them
 	// (Map.Counters).
 	Cuts map[string][]partition.Cut `json:"cuts,omitempty"`
+	// Staged: the plan overwrites a committed output, which stays whole
+	// until the commit: reduce tasks write under the work prefix's next/,
+	// and commit swaps the new files in.
+	Staged bool `json:"staged,omitempty"`
 }
 
 // Packing is what a packed plan adds: exact query counts from the key
