@@ -36,16 +36,31 @@ func isDatasetRoot(dir string) bool {
 	return err == nil && st.IsDir()
 }
 
-// openGeneration reads generation n (0: the newest) of a dataset root and
-// merges its parts' manifests.
+// openGeneration reads generation n (0: the newest) of a local dataset
+// root and merges its parts' manifests.
 func openGeneration(root string, n int) (*manifests.Manifest, error) {
-	if n == 0 {
+	list := func() ([]string, error) {
 		ents, err := os.ReadDir(filepath.Join(root, "generations"))
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names, err
+	}
+	read := func(rel string) ([]byte, error) { return os.ReadFile(filepath.Join(root, filepath.FromSlash(rel))) }
+	return readGeneration(root, n, list, read)
+}
+
+// readGeneration reads generation n (0: the newest) through list (the
+// names under generations/) and read (an object under the root).
+func readGeneration(root string, n int, list func() ([]string, error), read func(rel string) ([]byte, error)) (*manifests.Manifest, error) {
+	if n == 0 {
+		names, err := list()
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range ents {
-			if v, err := strconv.Atoi(strings.TrimSuffix(e.Name(), ".json")); err == nil && v > n && fmt.Sprintf("%08d.json", v) == e.Name() {
+		for _, name := range names {
+			if v, err := strconv.Atoi(strings.TrimSuffix(name, ".json")); err == nil && v > n && fmt.Sprintf("%08d.json", v) == name {
 				n = v
 			}
 		}
@@ -53,7 +68,7 @@ func openGeneration(root string, n int) (*manifests.Manifest, error) {
 			return nil, fmt.Errorf("%s: no generation", root)
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(root, "generations", fmt.Sprintf("%08d.json", n)))
+	data, err := read(fmt.Sprintf("generations/%08d.json", n))
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +79,7 @@ func openGeneration(root string, n int) (*manifests.Manifest, error) {
 	var parts []*manifests.Manifest
 	var paths []string
 	for _, p := range g.Parts {
-		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(p.Path), manifests.FileName))
+		data, err := read(strings.TrimSuffix(p.Path, "/") + "/" + manifests.FileName)
 		if err != nil {
 			return nil, fmt.Errorf("generation %d, part %s: %w", n, p.Folder, err)
 		}

@@ -95,13 +95,31 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := storage.Get(ctx, loc, manifests.FileName)
+	var m *manifests.Manifest
+	gens, err := storage.ListKeys(ctx, loc, "generations/")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
+		return nil, nil, err
 	}
-	m, err := manifests.Decode(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
+	if len(gens) > 0 { // a dataset root: its generation's parts as one output
+		list := func() ([]string, error) {
+			var names []string
+			for _, k := range gens {
+				names = append(names, strings.TrimPrefix(k, "generations/"))
+			}
+			return names, nil
+		}
+		read := func(rel string) ([]byte, error) { return storage.Get(ctx, loc, rel) }
+		if m, err = readGeneration(loc.Name, opts.Generation, list, read); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		data, err := storage.Get(ctx, loc, manifests.FileName)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
+		}
+		if m, err = manifests.Decode(data); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
+		}
 	}
 	dir := opts.CacheDir
 	if dir == "" {

@@ -332,3 +332,26 @@ func TestRemotePython(t *testing.T) {
 	}
 	t.Logf("python: %s", out)
 }
+
+// TestRemoteDatasetRoot: a dataset root on S3 reads as one dataset in Go
+// and Python, the same batches as the root on local disk.
+func TestRemoteDatasetRoot(t *testing.T) {
+	flat := testutil.Generate(t, gen.Options{Rows: 12_000, Files: 2, Days: 3, Seed: 135})
+	base := t.TempDir()
+	daily := filepath.Join(base, "daily")
+	testutil.DuckDB(t, fmt.Sprintf(`copy (select * exclude (date), date from read_parquet('%s/*.parquet')) to '%s' (format parquet, partition_by (date))`, flat, daily))
+	root := filepath.Join(base, "ds")
+	if _, err := pipeline.RunDataset(context.Background(), pipeline.RunOptions{Dataset: root, Inputs: []string{daily}, SliceKeys: []string{"date", "country"},
+		Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200}, false); err != nil {
+		t.Fatal(err)
+	}
+	s3 := uploadS3(t, root, "dsroot")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the default cache folders, Go's and Python's
+	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 2, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 64 << 10, Index: true}
+	want, _ := epochOf(t, root, loader.Options{}, ro)
+	got, st := epochOf(t, s3.url, loader.Options{}, ro)
+	if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") || st.Downloads == 0 {
+		t.Fatalf("the S3 root gave %d batches (%d downloads), the local root %d", len(got), st.Downloads, len(want))
+	}
+	goAndPython(t, s3.url, []orderCfg{{Batch: 100, Seed: 4, World: 1, NumWorkers: 1, WindowBytes: 64 << 10}})
+}

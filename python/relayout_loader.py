@@ -495,6 +495,25 @@ class _Remote:
         with self._fs.open(f"{self.bucket}/{key}", "rb") as f:
             return f.read()
 
+    def list(self, rel):
+        """The names directly under a folder of the output."""
+        prefix = self.prefix + rel
+        if self._s3 is not None:
+            out, token = [], None
+            while True:
+                kw = {"Bucket": self.bucket, "Prefix": prefix}
+                if token:
+                    kw["ContinuationToken"] = token
+                r = self._s3.list_objects_v2(**kw)
+                out += [o["Key"][len(prefix):] for o in r.get("Contents", [])]
+                if not r.get("IsTruncated"):
+                    return [n for n in out if "/" not in n]
+                token = r["NextContinuationToken"]
+        try:
+            return [os.path.basename(p) for p in self._fs.ls(f"{self.bucket}/{prefix}", detail=False)]
+        except FileNotFoundError:
+            return []
+
     @staticmethod
     def name(info):
         return f"{info['xxhash64']}-{info['bytes']}.safetensors"
@@ -626,20 +645,24 @@ class _Remote:
 def open_generation(root, generation=0):
     """The manifest of a dataset root's generation (0: the newest): its parts'
     manifests merged by merge_parts, shard paths relative to the root."""
-    gdir = os.path.join(root, "generations")
+    def read(rel):
+        with open(os.path.join(root, rel), "rb") as f:
+            return f.read()
+    return _read_generation(root, generation, lambda: os.listdir(os.path.join(root, "generations")), read)
+
+
+def _read_generation(root, generation, list_names, read):
     if not generation:
-        names = [n for n in os.listdir(gdir) if n.endswith(".json") and n[:-5].isdigit() and len(n) == 13]
+        names = [n for n in list_names() if n.endswith(".json") and n[:-5].isdigit() and len(n) == 13]
         if not names:
             raise ValueError(f"{root}: no generation")
         generation = max(int(n[:-5]) for n in names)
-    with open(os.path.join(gdir, "%08d.json" % generation)) as f:
-        g = json.load(f)
+    g = json.loads(read("generations/%08d.json" % generation))
     if g.get("format") != "relayout-dataset-generation" or g.get("generation") != generation:
         raise ValueError(f"{root}: generation {generation} is not a relayout dataset generation")
     parts, paths = [], []
     for p in g["parts"]:
-        with open(os.path.join(root, p["path"], "manifest.json")) as f:
-            parts.append(json.load(f))
+        parts.append(json.loads(read(p["path"].rstrip("/") + "/manifest.json")))
         paths.append(p["path"])
     return merge_parts(parts, paths)
 
@@ -726,8 +749,12 @@ class Dataset:
                  cache_dir=None, cache_bytes=None, prefetch_windows=None):
         self._remote, self._pos = None, _NEVER
         if is_remote(manifest):
-            self._remote = _Remote(manifest, cache_dir, cache_bytes, prefetch_windows)
-            self.manifest = json.loads(self._remote.get("manifest.json"))
+            self._remote = rc = _Remote(manifest, cache_dir, cache_bytes, prefetch_windows)
+            gens = rc.list("generations/")
+            if gens:  # a dataset root: its generation's parts as one output
+                self.manifest = _read_generation(manifest, generation, lambda: gens, rc.get)
+            else:
+                self.manifest = json.loads(rc.get("manifest.json"))
             manifest = manifest.split("?")[0].rstrip("/") + "/manifest.json"
         elif os.path.isdir(os.path.join(manifest, "generations")):
             self.manifest = open_generation(manifest, generation)
