@@ -60,3 +60,32 @@ func openBench(b *testing.B) (*Dataset, [][]Range) {
 	}
 	return d, bs
 }
+
+// BenchmarkWindowEpoch produces one reader's epoch of 4096-sample batches in
+// the window order (relayout-order-v2): the gathered copies issue 14
+// measures against a plain copy.
+func BenchmarkWindowEpoch(b *testing.B) {
+	d, _ := openBench(b)
+	defer d.Close()
+	var n int64
+	for i := 0; i < b.N; i++ {
+		r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: 4096})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = 0
+		for {
+			bt, err := r.Next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bt == nil {
+				break
+			}
+			for _, t := range bt.Tensors {
+				n += int64(len(t.Data))
+			}
+		}
+	}
+	b.SetBytes(n)
+}

@@ -2,7 +2,6 @@ package loader
 
 import (
 	"fmt"
-	mbits "math/bits"
 	"os"
 	"syscall"
 	"unsafe"
@@ -84,18 +83,20 @@ type Reader struct {
 	cur     map[int]*windowBuf
 	v1      [][]Range
 	next    int
-	bits    []uint64 // scratch for positions
 	// remote plans a remote output's downloads (nil: local).
 	remote *remotePlan
 }
 
 // windowBuf is a stream's current window: its pieces resolved to shard
-// segments, and its permutation.
+// segments, its permutation, and its samples scattered into batch order.
 type windowBuf struct {
 	index int
 	segs  []segment
-	ends  []int64 // window position past each segment
 	perm  []int64
+	// out holds each schema tensor's samples in slot order (the window's
+	// batches one after another).
+	out    []slotted
+	global []int64 // each slot's global sample index (ReadOptions.Index)
 }
 
 // segment is a piece's rows within one shard.
@@ -199,17 +200,13 @@ func (r *Reader) Next() (*Batch, error) {
 			r.opened(winRef{wb.Stream, wb.Window})
 		}
 		var err error
-		if buf, err = r.d.openWindow(w); err != nil {
+		if buf, err = r.d.openWindow(w, r.plan.Batch, r.o.Index); err != nil {
 			r.stop()
 			return nil, err
 		}
 		r.cur[wb.Stream] = buf
 	}
-	idx := r.positions(buf.perm, wb)
-	b, g := r.d.gather(buf, idx, r.o.Index)
-	if r.o.Index {
-		b.Tensors = append(b.Tensors, indexTensor(g))
-	}
+	b := buf.batch(r.d.Manifest.Tensors.Schema, wb)
 	if r.remote != nil {
 		if w := (winRef{wb.Stream, wb.Window}); r.remote.lastUse[w] == j {
 			// The batch is a copy (gather): the window's shards may go.
@@ -220,46 +217,19 @@ func (r *Reader) Next() (*Batch, error) {
 	return b, nil
 }
 
-// positions is BatchPositions with a bitmap over the window instead of a
-// sort: mark the batch's positions, then list the marked ones in order.
-func (r *Reader) positions(perm []int64, wb WindowBatch) []int64 {
-	words := (len(perm) + 63) / 64
-	if int64(words) > 16*wb.Count { // a sparse batch of a large window: sort
-		return BatchPositions(perm, wb)
-	}
-	if cap(r.bits) < words {
-		r.bits = make([]uint64, words)
-	}
-	bits := r.bits[:words]
-	clear(bits)
-	for _, q := range perm[wb.First : wb.First+wb.Count] {
-		bits[q>>6] |= 1 << (q & 63)
-	}
-	out := make([]int64, 0, wb.Count)
-	for i, w := range bits {
-		for w != 0 {
-			out = append(out, int64(i)*64+int64(mbits.TrailingZeros64(w)))
-			w &= w - 1
-		}
-	}
-	return out
-}
-
-// openWindow resolves a window's pieces to shard segments and asks the
-// kernel to read them ahead, piece by piece in order (one sequential read
-// of each tensor's rows per piece), so the gather finds them in memory.
-func (d *Dataset) openWindow(w Window) (*windowBuf, error) {
+// openWindow resolves a window's pieces to shard segments, asks the
+// kernel to read them ahead, piece by piece in order, and scatters the
+// window's samples into batch order (scatter).
+func (d *Dataset) openWindow(w Window, batch int64, index bool) (*windowBuf, error) {
 	segs, err := d.segments(w.Pieces)
 	if err != nil {
 		return nil, err
 	}
 	buf := &windowBuf{index: w.Index, perm: w.Perm, segs: segs}
-	var pos int64
 	for _, sg := range segs {
-		pos += sg.hi - sg.lo
-		buf.ends = append(buf.ends, pos)
 		willNeed(sg.sh, sg.lo, sg.hi)
 	}
+	d.scatter(buf, batch, index)
 	return buf, nil
 }
 
@@ -305,123 +275,198 @@ func (sh *mapped) rowBytes(k int, lo, hi int64) (int64, int64) {
 	return lo * v.per, hi * v.per
 }
 
-// gather copies window positions idx (ascending) into a new batch, sample
-// by sample: each sample is one contiguous range of every tensor in its
-// shard (its row, its items, its values); offsets are rebased. It returns
-// the samples' global indices too when index is set.
-func (d *Dataset) gather(w *windowBuf, idx []int64, index bool) (*Batch, []int64) {
+// slotted is one schema tensor of a scattered window: its samples in slot
+// order. Fixed rows (per bytes each) need no index; ragged tensors
+// (values, item-level rows) have ends, where each slot's bytes end
+// (ends[s+1]); an offsets tensor keeps its entries' lengths in lens, with
+// ends counting entries, and each batch sums them into offsets.
+type slotted struct {
+	data []byte
+	lens []int64
+	ends []int64
+	per  int64
+}
+
+// scatter lays window w's samples out in batch order. Window position q
+// goes to slot b*batch + r, where b is the batch (of the window) whose
+// permutation range holds q and r counts that batch's positions below q,
+// so each batch is one contiguous range of every tensor, its samples in
+// ascending window position. Each tensor's rows are read once, front to
+// back, segment by segment; the random access is in the writes, which
+// the CPU does not wait for (a gather waits on every random read).
+func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 	schema := d.Manifest.Tensors.Schema
-	// Positions ascend, so samples come in runs of one segment each.
-	type run struct {
-		sh     *mapped
-		i0, i1 int
+	n := int64(len(w.perm))
+	slot := make([]int64, n)
+	for p, q := range w.perm {
+		slot[q] = int64(p)
 	}
-	rows := make([]int64, len(idx))
-	var runs []run
-	var global []int64
+	fill := make([]int64, (n+batch-1)/batch)
+	for q, p := range slot {
+		b := p / batch
+		slot[q] = b*batch + fill[b]
+		fill[b]++
+	}
+	w.out = make([]slotted, len(schema))
 	if index {
-		global = make([]int64, len(idx))
-	}
-	k := -1
-	for i, q := range idx {
-		if k < 0 || q >= w.ends[k] {
-			for k++; q >= w.ends[k]; k++ {
+		w.global = make([]int64, n)
+		q := 0
+		for _, sg := range w.segs {
+			for i := sg.lo; i < sg.hi; i++ {
+				w.global[slot[q]] = sg.first + i - sg.lo
+				q++
 			}
-			runs = append(runs, run{sh: w.segs[k].sh, i0: i})
-		}
-		runs[len(runs)-1].i1 = i + 1
-		sg := &w.segs[k]
-		start := w.ends[k] - (sg.hi - sg.lo)
-		rows[i] = sg.lo + q - start
-		if index {
-			global[i] = sg.first + q - start
 		}
 	}
-	out := &Batch{Samples: int64(len(idx)), Tensors: make([]Tensor, 0, len(schema))}
 	for ti, t := range schema {
-		if t.Kind == "offsets" {
-			offs := make([]int64, 1, len(idx)+1)
-			for _, rn := range runs {
-				v := &rn.sh.views[ti]
-				for _, row := range rows[rn.i0:rn.i1] {
-					a, e := row, row+1
-					if v.offsItem {
-						a, e = rn.sh.items[a], rn.sh.items[e]
-					}
-					base := offs[len(offs)-1] - v.offs[a]
-					for _, x := range v.offs[a+1 : e+1] {
-						offs = append(offs, x+base)
-					}
+		o := &w.out[ti]
+		switch {
+		case t.Kind == "offsets":
+			// entries of sample i of segment sg: its own, or its items'.
+			entries := func(sg *segment, v *tensorView, i int64) (int64, int64) {
+				if v.offsItem {
+					return sg.sh.items[i], sg.sh.items[i+1]
 				}
+				return i, i + 1
+			}
+			o.ends = make([]int64, n+1)
+			q := 0
+			for k := range w.segs {
+				sg := &w.segs[k]
+				v := &sg.sh.views[ti]
+				for i := sg.lo; i < sg.hi; i++ {
+					a, e := entries(sg, v, i)
+					o.ends[slot[q]+1] = e - a
+					q++
+				}
+			}
+			prefixSum(o.ends)
+			o.lens = make([]int64, o.ends[n])
+			q = 0
+			for k := range w.segs {
+				sg := &w.segs[k]
+				v := &sg.sh.views[ti]
+				for i := sg.lo; i < sg.hi; i++ {
+					a, e := entries(sg, v, i)
+					dst := o.lens[o.ends[slot[q]]:]
+					for x := a; x < e; x++ {
+						dst[x-a] = v.offs[x+1] - v.offs[x]
+					}
+					q++
+				}
+			}
+		case t.Kind != "values" && t.Level != "item":
+			o.per = rowSizeOf(t)
+			o.data = make([]byte, n*o.per)
+			var q int64
+			for _, sg := range w.segs {
+				rows := sg.hi - sg.lo
+				scatterRows(o.data, sg.sh.views[ti].data[sg.lo*o.per:sg.hi*o.per], slot[q:q+rows], o.per)
+				q += rows
+			}
+		default:
+			o.ends = make([]int64, n+1)
+			q := 0
+			for _, sg := range w.segs {
+				for i := sg.lo; i < sg.hi; i++ {
+					a, e := sg.sh.rowBytes(ti, i, i+1)
+					o.ends[slot[q]+1] = e - a
+					q++
+				}
+			}
+			prefixSum(o.ends)
+			o.data = make([]byte, o.ends[n])
+			q = 0
+			for _, sg := range w.segs {
+				src := sg.sh.views[ti].data
+				for i := sg.lo; i < sg.hi; i++ {
+					a, e := sg.sh.rowBytes(ti, i, i+1)
+					copyRow(o.data[o.ends[slot[q]]:], src[a:e])
+					q++
+				}
+			}
+		}
+	}
+}
+
+// scatterRows copies row i of src (per bytes each) to row slot[i] of dst,
+// with a typed store for the common row sizes.
+func scatterRows(dst, src []byte, slot []int64, per int64) {
+	switch per {
+	case 8:
+		d, s := u64s(dst), u64s(src)
+		for i, sl := range slot {
+			d[sl] = s[i]
+		}
+	case 4:
+		d, s := u32s(dst), u32s(src)
+		for i, sl := range slot {
+			d[sl] = s[i]
+		}
+	case 2:
+		d, s := u16s(dst), u16s(src)
+		for i, sl := range slot {
+			d[sl] = s[i]
+		}
+	case 1:
+		for i, sl := range slot {
+			dst[sl] = src[i]
+		}
+	case 64:
+		d, s := lines(dst), lines(src)
+		for i, sl := range slot {
+			d[sl] = s[i]
+		}
+	default:
+		for i, sl := range slot {
+			copy(dst[sl*per:(sl+1)*per], src[int64(i)*per:int64(i+1)*per])
+		}
+	}
+}
+
+func prefixSum(xs []int64) {
+	for i := 1; i < len(xs); i++ {
+		xs[i] += xs[i-1]
+	}
+}
+
+// batch returns window batch wb: a contiguous range of every scattered
+// tensor (capacity capped, so an append cannot reach the next batch), and
+// offsets summed from their lengths, rebased to start at 0.
+func (w *windowBuf) batch(schema []manifests.Tensor, wb WindowBatch) *Batch {
+	lo, hi := wb.First, wb.First+wb.Count
+	out := &Batch{Samples: wb.Count, Tensors: make([]Tensor, 0, len(schema)+1)}
+	for ti, t := range schema {
+		o := &w.out[ti]
+		if t.Kind == "offsets" {
+			lens := o.lens[o.ends[lo]:o.ends[hi]]
+			offs := make([]int64, len(lens)+1)
+			for i, l := range lens {
+				offs[i+1] = offs[i] + l
 			}
 			out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: []int{len(offs)},
 				Data: unsafe.Slice((*byte)(unsafe.Pointer(&offs[0])), len(offs)*8)})
 			continue
 		}
-		fixed := t.Kind != "values" && t.Level != "item"
+		a, e := lo*o.per, hi*o.per
+		if o.ends != nil {
+			a, e = o.ends[lo], o.ends[hi]
+		}
+		data := o.data[a:e:e]
 		per := rowSizeOf(t)
-		var n int64
-		var spans [][2]int64 // ragged tensors: each sample's byte range, found once
-		if fixed {
-			n = int64(len(rows)) * per
-		} else {
-			spans = make([][2]int64, 0, len(rows))
-			for _, rn := range runs {
-				for _, row := range rows[rn.i0:rn.i1] {
-					a, e := rn.sh.rowBytes(ti, row, row+1)
-					spans = append(spans, [2]int64{a, e})
-					n += e - a
-				}
-			}
-		}
-		data := make([]byte, n)
-		var off int64
-		for _, rn := range runs {
-			src := rn.sh.views[ti].data
-			rs := rows[rn.i0:rn.i1]
-			switch {
-			case fixed && per == 8:
-				d, s := u64s(data[off:]), u64s(src)
-				for i, row := range rs {
-					d[i] = s[row]
-				}
-				off += int64(len(rs)) * 8
-			case fixed && per == 4:
-				d, s := u32s(data[off:]), u32s(src)
-				for i, row := range rs {
-					d[i] = s[row]
-				}
-				off += int64(len(rs)) * 4
-			case fixed && per%8 == 0:
-				wd := per / 8
-				d, s := u64s(data[off:]), u64s(src)
-				for i, row := range rs {
-					dr, sr := d[int64(i)*wd:int64(i+1)*wd], s[row*wd:(row+1)*wd]
-					for x := range dr {
-						dr[x] = sr[x]
-					}
-				}
-				off += int64(len(rs)) * per
-			case fixed:
-				for _, row := range rs {
-					off += copyRow(data[off:], src[row*per:(row+1)*per])
-				}
-			default:
-				for _, sp := range spans[rn.i0:rn.i1] {
-					off += copyRow(data[off:], src[sp[0]:sp[1]])
-				}
-			}
-		}
 		if t.Kind == "values" {
 			per = dtypeSize[t.DType]
 		}
 		nrows := 0
 		if per > 0 {
-			nrows = int(n / per)
+			nrows = int(int64(len(data)) / per)
 		}
 		out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{nrows}, t.Shape...), Data: data})
 	}
-	return out, global
+	if w.global != nil {
+		out.Tensors = append(out.Tensors, indexTensor(w.global[lo:hi:hi]))
+	}
+	return out
 }
 
 // copyRow copies a short range: word by word when it is whole words
@@ -457,6 +502,17 @@ func indexTensor(idx []int64) Tensor {
 		t.Data = unsafe.Slice((*byte)(unsafe.Pointer(&idx[0])), len(idx)*8)
 	}
 	return t
+}
+
+// line is a 64-byte row (a float32 row of 16, an int64 row of 8): one
+// cache line, copied as one value.
+type line [64]byte
+
+func lines(b []byte) []line {
+	if len(b) < 64 {
+		return nil
+	}
+	return unsafe.Slice((*line)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/64)
 }
 
 func u16s(b []byte) []uint16 {

@@ -117,7 +117,7 @@ func mixingBench(flat, packed string, reps int, res map[string]any) {
 	fmt.Printf("\n== loader orders, one worker, batches of %d (median of %d)\n", batchRows, reps)
 	out := map[string]any{}
 	for _, c := range []struct{ name, dir string }{{"flat", flat}, {"packed", packed}} {
-		var v1v, v1c, v2 []float64
+		var v1v, v1c, v2, v2c []float64
 		var bytes int64
 		for i := 0; i < reps; i++ {
 			s, _, err := epochTimes(c.dir, loader.OrderBlock, batchRows, false)
@@ -128,15 +128,20 @@ func mixingBench(flat, packed string, reps int, res map[string]any) {
 			v1v = append(v1v, s)
 			s, bytes, _ = epochTimes(c.dir, loader.OrderBlock, batchRows, true)
 			v1c = append(v1c, s)
-			s, _, _ = epochTimes(c.dir, loader.OrderWindow, batchRows, true)
+			// v2's batches are already copies (the window scattered into
+			// batch order): that is its staging copy; v2c copies them once
+			// more, as a loader that stages into pinned memory would.
+			s, _, _ = epochTimes(c.dir, loader.OrderWindow, batchRows, false)
 			v2 = append(v2, s)
+			s, _, _ = epochTimes(c.dir, loader.OrderWindow, batchRows, true)
+			v2c = append(v2c, s)
 		}
 		cp := plainCopy(bytes)
-		mv, mc, mw := medianF(v1v), medianF(v1c), medianF(v2)
+		mv, mc, mw, mwc := medianF(v1v), medianF(v1c), medianF(v2), medianF(v2c)
 		gb := func(s float64) float64 { return float64(bytes) / s / 1e9 }
-		fmt.Printf("  %-6s %.0f MB/epoch: v1 views %.2f GB/s, v1 copied %.2f GB/s, v2 window (gathered copies) %.2f GB/s; plain copy %.2f GB/s; v2/copy %.2fx (target >= 0.5x)\n",
-			c.name, float64(bytes)/1e6, gb(mv), gb(mc), gb(mw), cp/1e9, gb(mw)*1e9/cp)
-		out[c.name] = map[string]any{"bytes": bytes, "v1_views_gbps": gb(mv), "v1_copied_gbps": gb(mc), "v2_window_gbps": gb(mw), "plain_copy_gbps": cp / 1e9, "v2_over_copy": gb(mw) * 1e9 / cp}
+		fmt.Printf("  %-6s %.0f MB/epoch: v1 views %.2f GB/s, v1 copied %.2f GB/s, v2 window (scattered copies) %.2f GB/s, v2 copied again %.2f GB/s; plain copy %.2f GB/s; v2/copy %.2fx (target >= 0.5x)\n",
+			c.name, float64(bytes)/1e6, gb(mv), gb(mc), gb(mw), gb(mwc), cp/1e9, gb(mw)*1e9/cp)
+		out[c.name] = map[string]any{"bytes": bytes, "v1_views_gbps": gb(mv), "v1_copied_gbps": gb(mc), "v2_window_gbps": gb(mw), "v2_copied_again_gbps": gb(mwc), "plain_copy_gbps": cp / 1e9, "v2_over_copy": gb(mw) * 1e9 / cp}
 	}
 	// Composition, on the flat output's country and click tensors.
 	all, err := orderOf(flat, loader.OrderNone)
