@@ -190,8 +190,7 @@ func (r *Reader) Next() (*Batch, error) {
 		r.stop()
 		return nil, nil
 	}
-	j := r.next
-	wb := r.batches[j]
+	wb := r.batches[r.next]
 	r.next++
 	buf := r.cur[wb.Stream]
 	if buf == nil || buf.index != wb.Window {
@@ -200,21 +199,18 @@ func (r *Reader) Next() (*Batch, error) {
 			r.opened(winRef{wb.Stream, wb.Window})
 		}
 		var err error
-		if buf, err = r.d.openWindow(w, r.plan.Batch, r.o.Index); err != nil {
+		buf, err = r.d.openWindow(w, r.plan.Batch, r.o.Index)
+		if r.remote != nil && err == nil {
+			// The window is scattered (copied): its shards may go.
+			r.windowDone(winRef{wb.Stream, wb.Window})
+		}
+		if err != nil {
 			r.stop()
 			return nil, err
 		}
 		r.cur[wb.Stream] = buf
 	}
-	b := buf.batch(r.d.Manifest.Tensors.Schema, wb)
-	if r.remote != nil {
-		if w := (winRef{wb.Stream, wb.Window}); r.remote.lastUse[w] == j {
-			// The batch is a copy (gather): the window's shards may go.
-			delete(r.cur, wb.Stream)
-			r.windowDone(w)
-		}
-	}
-	return b, nil
+	return buf.batch(r.d.Manifest.Tensors.Schema, wb), nil
 }
 
 // openWindow resolves a window's pieces to shard segments, asks the
@@ -230,6 +226,7 @@ func (d *Dataset) openWindow(w Window, batch int64, index bool) (*windowBuf, err
 		willNeed(sg.sh, sg.lo, sg.hi)
 	}
 	d.scatter(buf, batch, index)
+	buf.segs = nil // the window's samples are copied: no shard is needed
 	return buf, nil
 }
 

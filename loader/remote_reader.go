@@ -11,14 +11,12 @@ import (
 )
 
 // remotePlan is a reader's epoch as the cache sees it: the windows in the
-// order the reader opens them, the shards each needs, and the batch after
-// which each is done.
+// order the reader opens them and the shards each needs.
 type remotePlan struct {
-	order   []winRef
-	shards  map[winRef][]int
-	lastUse map[winRef]int // index into Reader.batches of the window's last batch
-	mu      sync.Mutex
-	pos     int // windows opened so far
+	order  []winRef
+	shards map[winRef][]int
+	mu     sync.Mutex
+	pos    int // windows opened so far
 	// openCount counts, per shard, the reader's open windows that hold it.
 	openCount map[int]int
 	cond      *sync.Cond
@@ -52,43 +50,27 @@ func (d *Dataset) shardsOf(pieces []Piece) []int {
 func (r *Reader) planRemote() error {
 	rc := r.d.remote
 	mt := r.d.Manifest.Tensors
-	p := &remotePlan{shards: map[winRef][]int{}, lastUse: map[winRef]int{}, done: make(chan struct{})}
+	p := &remotePlan{shards: map[winRef][]int{}, done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	seen := map[winRef]bool{}
-	for j, wb := range r.batches {
+	for _, wb := range r.batches {
 		w := winRef{wb.Stream, wb.Window}
 		if !seen[w] {
 			seen[w] = true
 			p.order = append(p.order, w)
 			p.shards[w] = r.d.shardsOf(r.windows[wb.Stream][wb.Window].Pieces)
 		}
-		p.lastUse[w] = j
 	}
-	// The most that is open at once: the windows opened and not done.
-	open := map[winRef]bool{}
-	next := 0
+	// A window holds its shards only while it is scattered into batch
+	// order, one window at a time: the most held at once is the largest
+	// window's shards.
 	var peak int64
-	for j := range r.batches {
-		for next < len(p.order) && p.firstUse(r, p.order[next]) <= j {
-			open[p.order[next]] = true
-			next++
-		}
-		held := map[int]bool{}
+	for _, w := range p.order {
 		var bytes int64
-		for w := range open {
-			for _, i := range p.shards[w] {
-				if !held[i] {
-					held[i] = true
-					bytes += mt.Shards[i].Bytes
-				}
-			}
+		for _, i := range p.shards[w] {
+			bytes += mt.Shards[i].Bytes
 		}
 		peak = max(peak, bytes)
-		for w := range open {
-			if p.lastUse[w] == j {
-				delete(open, w)
-			}
-		}
 	}
 	if peak > rc.limit {
 		return fmt.Errorf("cache %s: %d bytes (CacheBytes) cannot hold the %d bytes of shards this reader's open windows need at once; raise CacheBytes or lower WindowBytes", rc.dir, rc.limit, peak)
@@ -104,16 +86,6 @@ func (r *Reader) planRemote() error {
 	r.remote = p
 	go r.prefetch(ctx)
 	return nil
-}
-
-// firstUse is the index of the window's first batch.
-func (p *remotePlan) firstUse(r *Reader, w winRef) int {
-	for j, wb := range r.batches {
-		if wb.Stream == w.stream && wb.Window == w.window {
-			return j
-		}
-	}
-	return len(r.batches)
 }
 
 // prefetch downloads the shards of the next windows, in the order the
