@@ -391,33 +391,26 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 func scatterRows(dst, src []byte, slot []int64, per int64) {
 	switch per {
 	case 8:
-		d, s := u64s(dst), u64s(src)
-		for i, sl := range slot {
-			d[sl] = s[i]
-		}
+		scatterTyped(u64s(dst), u64s(src), slot)
 	case 4:
-		d, s := u32s(dst), u32s(src)
-		for i, sl := range slot {
-			d[sl] = s[i]
-		}
+		scatterTyped(u32s(dst), u32s(src), slot)
 	case 2:
-		d, s := u16s(dst), u16s(src)
-		for i, sl := range slot {
-			d[sl] = s[i]
-		}
+		scatterTyped(u16s(dst), u16s(src), slot)
 	case 1:
-		for i, sl := range slot {
-			dst[sl] = src[i]
-		}
+		scatterTyped(dst, src, slot)
 	case 64:
-		d, s := lines(dst), lines(src)
-		for i, sl := range slot {
-			d[sl] = s[i]
-		}
+		scatterTyped(lines(dst), lines(src), slot)
 	default:
 		for i, sl := range slot {
 			copy(dst[sl*per:(sl+1)*per], src[int64(i)*per:int64(i+1)*per])
 		}
+	}
+}
+
+// scatterTyped stores s[i] at d[slot[i]].
+func scatterTyped[T any](d, s []T, slot []int64) {
+	for i, sl := range slot {
+		d[sl] = s[i]
 	}
 }
 
