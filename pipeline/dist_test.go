@@ -593,16 +593,7 @@ func TestDistributedOverwriteStages(t *testing.T) {
 			t.Fatal(err)
 		}
 		local := RunOptions{Parallel: 2}
-		for i := 0; i < res.MapTasks; i++ {
-			if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for j := 0; j < res.ReduceTasks; j++ {
-			if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
-				t.Fatal(err)
-			}
-		}
+		mapsAndReduces(t, ctx, res, local)
 		// Before the commit, the old output is committed and intact.
 		if v, err := verify.Output(ctx, out, true, 2); err != nil || !v.OK {
 			t.Fatalf("crash=%v: the old output does not verify before the commit: %+v %v", crash, v, err)
@@ -646,5 +637,21 @@ func TestDistributedOverwriteStages(t *testing.T) {
 			t.Fatalf("crash=%v: the work prefix is left", crash)
 		}
 		oldTree = got
+	}
+}
+
+// mapsAndReduces runs every map task of a planned job, then every reduce
+// task, one after another in this process.
+func mapsAndReduces(t *testing.T, ctx context.Context, res *PlanResult, local RunOptions) {
+	t.Helper()
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := 0; j < res.ReduceTasks; j++ {
+		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -294,16 +294,7 @@ func TestCommitRetriedAfterManifestWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := RunOptions{Parallel: 2}
-	for i := 0; i < res.MapTasks; i++ {
-		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for j := 0; j < res.ReduceTasks; j++ {
-		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mapsAndReduces(t, ctx, res, local)
 	work := filepath.Join(out, strings.TrimSuffix(plan.WorkPrefix, "/"))
 	saved := filepath.Join(t.TempDir(), "work")
 	if err := exec.Command("cp", "-a", work, saved).Run(); err != nil {
