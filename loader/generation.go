@@ -112,13 +112,14 @@ func MergeParts(parts []*manifests.Manifest, paths []string) (*manifests.Manifes
 	out.Fingerprint = manifests.Fingerprint{} // each part has its own
 	out.Totals = manifests.Totals{}
 	t.Totals = manifests.TensorTotals{}
-	var rows, items, fileRows int64
 	for i, m := range parts {
 		if m.Tensors == nil || m.Tensors.SpecHash != first.Tensors.SpecHash || m.Tensors.Order.Algorithm != first.Tensors.Order.Algorithm ||
 			m.Tensors.Order.BlockSamples != first.Tensors.Order.BlockSamples || m.Tensors.Sample != first.Tensors.Sample || !slices.Equal(m.SliceKeys, first.SliceKeys) {
 			return nil, fmt.Errorf("part %s: its tensors (spec %s) differ from part %s's (%s): the parts of one generation are laid out alike", paths[i], specOf(m), paths[0], first.Tensors.SpecHash)
 		}
 		pre := strings.TrimSuffix(paths[i], "/") + "/"
+		// The parts before this one: its positions start past theirs.
+		rows, items, fileRows := t.Totals.Rows, t.Totals.Items, out.Totals.Rows
 		nFiles, nSlices := len(out.Files), len(out.Slices)
 		for _, f := range m.Files {
 			f.Path = pre + f.Path
@@ -149,9 +150,6 @@ func MergeParts(parts []*manifests.Manifest, paths []string) (*manifests.Manifes
 			sh.Slices = ss
 			t.Shards = append(t.Shards, sh)
 		}
-		rows += m.Tensors.Totals.Rows
-		items += m.Tensors.Totals.Items
-		fileRows += m.Totals.Rows
 		t.Totals.Shards += m.Tensors.Totals.Shards
 		t.Totals.Bytes += m.Tensors.Totals.Bytes
 		t.Totals.Rows += m.Tensors.Totals.Rows
