@@ -141,13 +141,20 @@ func List(ctx context.Context, root storage.Location) ([]int, error) {
 	}
 	var out []int
 	for _, k := range keys {
-		name := strings.TrimSuffix(strings.TrimPrefix(k, GenerationsPrefix), ".json")
-		if n, err := strconv.Atoi(name); err == nil && n > 0 && GenerationName(n) == k {
+		if n, ok := GenerationNumber(k); ok {
 			out = append(out, n)
 		}
 	}
 	sort.Ints(out)
 	return out, nil
+}
+
+// GenerationNumber returns the generation an object name under the root
+// is (GenerationName's inverse); false for any other name.
+func GenerationNumber(key string) (int, bool) {
+	name := strings.TrimSuffix(strings.TrimPrefix(key, GenerationsPrefix), ".json")
+	n, err := strconv.Atoi(name)
+	return n, err == nil && n > 0 && GenerationName(n) == key
 }
 
 // Load reads generation n.

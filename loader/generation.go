@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/relayout/relayout/dataset"
 	"github.com/relayout/relayout/manifests"
 )
 
@@ -20,16 +20,6 @@ import (
 // to it unchanged: the same (generation, seed, epoch, rank, world, worker)
 // gives the same batches, in Go and Python.
 
-// generationFile is the part of a generation the loaders read.
-type generationFile struct {
-	Format     string `json:"format"`
-	Generation int    `json:"generation"`
-	Parts      []struct {
-		Path   string `json:"path"`
-		Folder string `json:"folder"`
-	} `json:"parts"`
-}
-
 // isDatasetRoot reports whether dir holds generations/.
 func isDatasetRoot(dir string) bool {
 	st, err := os.Stat(filepath.Join(dir, "generations"))
@@ -39,28 +29,25 @@ func isDatasetRoot(dir string) bool {
 // openGeneration reads generation n (0: the newest) of a local dataset
 // root and merges its parts' manifests.
 func openGeneration(root string, n int) (*manifests.Manifest, error) {
-	list := func() ([]string, error) {
-		ents, err := os.ReadDir(filepath.Join(root, "generations"))
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		return names, err
+	ents, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(dataset.GenerationsPrefix)))
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range ents {
+		keys = append(keys, dataset.GenerationsPrefix+e.Name())
 	}
 	read := func(rel string) ([]byte, error) { return os.ReadFile(filepath.Join(root, filepath.FromSlash(rel))) }
-	return readGeneration(root, n, list, read)
+	return readGeneration(root, n, keys, read)
 }
 
-// readGeneration reads generation n (0: the newest) through list (the
-// names under generations/) and read (an object under the root).
-func readGeneration(root string, n int, list func() ([]string, error), read func(rel string) ([]byte, error)) (*manifests.Manifest, error) {
+// readGeneration reads generation n (0: the newest of keys, the object
+// names under the root's generations/) through read (an object under the
+// root), and merges its parts.
+func readGeneration(root string, n int, keys []string, read func(rel string) ([]byte, error)) (*manifests.Manifest, error) {
 	if n == 0 {
-		names, err := list()
-		if err != nil {
-			return nil, err
-		}
-		for _, name := range names {
-			if v, err := strconv.Atoi(strings.TrimSuffix(name, ".json")); err == nil && v > n && fmt.Sprintf("%08d.json", v) == name {
+		for _, k := range keys {
+			if v, ok := dataset.GenerationNumber(k); ok && v > n {
 				n = v
 			}
 		}
@@ -68,13 +55,13 @@ func readGeneration(root string, n int, list func() ([]string, error), read func
 			return nil, fmt.Errorf("%s: no generation", root)
 		}
 	}
-	data, err := read(fmt.Sprintf("generations/%08d.json", n))
+	data, err := read(dataset.GenerationName(n))
 	if err != nil {
 		return nil, err
 	}
-	var g generationFile
-	if err := json.Unmarshal(data, &g); err != nil || g.Format != "relayout-dataset-generation" || g.Generation != n {
-		return nil, fmt.Errorf("%s: generation %d is not a relayout dataset generation (%v)", root, n, err)
+	var g dataset.Generation
+	if err := json.Unmarshal(data, &g); err != nil || g.Format != dataset.Format || g.FormatVersion != dataset.FormatVersion || g.Generation != n {
+		return nil, fmt.Errorf("%s: generation %d is not a relayout dataset generation of format version %d (%v)", root, n, dataset.FormatVersion, err)
 	}
 	var parts []*manifests.Manifest
 	var paths []string

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/relayout/relayout/dataset"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/storage"
@@ -96,20 +97,13 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 		return nil, nil, err
 	}
 	var m *manifests.Manifest
-	gens, err := storage.ListKeys(ctx, loc, "generations/")
+	gens, err := storage.ListKeys(ctx, loc, dataset.GenerationsPrefix)
 	if err != nil {
 		return nil, nil, err
 	}
 	if len(gens) > 0 { // a dataset root: its generation's parts as one output
-		list := func() ([]string, error) {
-			var names []string
-			for _, k := range gens {
-				names = append(names, strings.TrimPrefix(k, "generations/"))
-			}
-			return names, nil
-		}
 		read := func(rel string) ([]byte, error) { return storage.Get(ctx, loc, rel) }
-		if m, err = readGeneration(loc.Name, opts.Generation, list, read); err != nil {
+		if m, err = readGeneration(loc.Name, opts.Generation, gens, read); err != nil {
 			return nil, nil, err
 		}
 	} else {
