@@ -167,24 +167,21 @@ func RunDataset(ctx context.Context, opts RunOptions, dryRun bool) (*DatasetResu
 		case had && old.Path == path:
 			p.part, p.state = old, "reused"
 			g.Changes.Reused = append(g.Changes.Reused, p.folder)
+		case had:
+			p.state = "changed"
+			g.Changes.Changed = append(g.Changes.Changed, p.folder)
 		default:
 			p.state = "new"
-			if had {
-				p.state = "changed"
-			}
-			if p.state == "new" {
-				g.Changes.New = append(g.Changes.New, p.folder)
-			} else {
-				g.Changes.Changed = append(g.Changes.Changed, p.folder)
-			}
+			g.Changes.New = append(g.Changes.New, p.folder)
+		}
+		if p.state != "reused" {
 			p.part = dataset.Part{Value: p.value, Folder: p.folder, ID: id, Path: path, WrittenIn: g.Generation}
 			for _, f := range p.files {
 				p.part.Inputs = append(p.part.Inputs, f.in.Path)
 				g.Changes.InputBytesRead += f.in.Bytes
 			}
-			if dryRun || (only != nil && !only[p.folder]) {
-				break
-			}
+		}
+		if p.state != "reused" && !dryRun && (only == nil || only[p.folder]) {
 			adopted, err := writePart(ctx, root, o.Dataset, partOpts, p, cfgHash)
 			if err != nil {
 				return nil, err
@@ -251,13 +248,13 @@ func (o RunOptions) datasetDefaults() (RunOptions, error) {
 	if o.Output != "" {
 		return o, errs.Usagef("--dataset and --output exclude each other: a dataset's parts go under its root")
 	}
+	keys := splitKeys(o.SliceKeys)
 	if o.PartitionBy == "" {
-		if len(o.SliceKeys) == 0 {
+		if len(keys) == 0 {
 			return o, errs.Usagef("--dataset needs --partition-by (the leading slice key, e.g. date)")
 		}
-		o.PartitionBy = strings.Split(o.SliceKeys[0], ",")[0]
+		o.PartitionBy = keys[0]
 	}
-	keys := splitKeys(o.SliceKeys)
 	if len(keys) == 0 {
 		keys = []string{o.PartitionBy}
 	}
@@ -444,11 +441,14 @@ func window(parts []*dsPart, o RunOptions, typ arrow.DataType) ([]*dsPart, error
 		if err != nil {
 			return nil, errs.Usagef("--where %q: %q is not a %s", o.Where, v, typ)
 		}
+		keep := map[string]func(int) bool{
+			"=": func(c int) bool { return c == 0 }, "==": func(c int) bool { return c == 0 }, "!=": func(c int) bool { return c != 0 },
+			"<": func(c int) bool { return c < 0 }, "<=": func(c int) bool { return c <= 0 },
+			">": func(c int) bool { return c > 0 }, ">=": func(c int) bool { return c >= 0 },
+		}[m[2]]
 		var kept []*dsPart
 		for _, p := range parts {
-			c := bytes.Compare(p.key, bound)
-			ok := map[string]bool{"=": c == 0, "==": c == 0, "!=": c != 0, "<": c < 0, "<=": c <= 0, ">": c > 0, ">=": c >= 0}[m[2]]
-			if ok {
+			if keep(bytes.Compare(p.key, bound)) {
 				kept = append(kept, p)
 			}
 		}
@@ -521,12 +521,20 @@ func writePart(ctx context.Context, root storage.Location, rootURL string, o Run
 	for _, f := range m.Files {
 		p.part.Bytes += f.Bytes
 	}
-	h := xxhash.New()
-	if _, err := storage.HashObject(ctx, loc, manifests.FileName, h); err != nil {
+	if p.part.ManifestXXHash64, err = manifestXXHash(ctx, loc); err != nil {
 		return false, err
 	}
-	p.part.ManifestXXHash64 = fmt.Sprintf("%016x", h.Sum64())
 	return adopted, nil
+}
+
+// manifestXXHash is the xxhash64 of an output's manifest.json: what a
+// generation pins each part by.
+func manifestXXHash(ctx context.Context, loc storage.Location) (string, error) {
+	h := xxhash.New()
+	if _, err := storage.HashObject(ctx, loc, manifests.FileName, h); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%016x", h.Sum64()), nil
 }
 
 // readCommitted reads an output's manifest (nil: none).
@@ -607,15 +615,15 @@ func VerifyDataset(ctx context.Context, rootURL string, n int, deep bool, parall
 		if err != nil {
 			return nil, err
 		}
-		h := xxhash.New()
-		if _, err := storage.HashObject(ctx, ploc, manifests.FileName, h); err != nil {
+		got, err := manifestXXHash(ctx, ploc)
+		if err != nil {
 			if storage.IsNotFound(err) {
 				total.OK, total.Problem = false, fmt.Sprintf("generation %d: part %s is missing", g.Generation, p.Path)
 				return total, nil
 			}
 			return nil, err
 		}
-		if got := fmt.Sprintf("%016x", h.Sum64()); got != p.ManifestXXHash64 {
+		if got != p.ManifestXXHash64 {
 			total.OK, total.Problem = false, fmt.Sprintf("generation %d: %s/manifest.json is %s, the generation pinned %s", g.Generation, p.Path, got, p.ManifestXXHash64)
 			return total, nil
 		}
