@@ -1066,7 +1066,9 @@ class Dataset:
                     u.pop(0)
         fetch["pos"] = k + 1
         data = self.batch(pieces)
-        data = {name: np.array(a, copy=True) for name, a in data.items()}  # not views of the maps
+        # Not views of the maps (those go below); a window of several pieces
+        # is concatenated already, so only a one-piece view is copied.
+        data = {name: (np.array(a, copy=True) if a.base is not None else a) for name, a in data.items()}
         for i in sh:
             sd = self._shards[i]
             if sd is not None:
