@@ -299,6 +299,10 @@ func (lp *loadedPlan) encodings(sample arrow.RecordBatch, sc *arrow.Schema) (*wr
 	if err != nil {
 		return nil, err
 	}
+	if lost := writer.LostUTCTimes(sc); len(lost) > 0 { // once per output schema
+		lp.opts.Log.Warn("TIME columns the input declares isAdjustedToUTC=true are written as local time (arrow-go cannot declare UTC in this nested layout)",
+			"columns", strings.Join(lost, ","))
+	}
 	if lp.enc == nil {
 		lp.enc = map[string]*writer.Encodings{}
 	}

@@ -1,8 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -80,5 +83,114 @@ func TestTimeAdjustedToUTCIsKept(t *testing.T) {
 		if a[i] != b[i] {
 			t.Fatalf("row %d differs: %s vs %s", i, a[i], b[i])
 		}
+	}
+}
+
+// TestNestedTimeAdjustedToUTCIsKept: TIME columns declared
+// isAdjustedToUTC=true (written by parquet-go) as list elements, and a
+// top-level one that packing moves into the items struct, keep the flag
+// (read back with parquet-go, values unchanged). Inside a struct, which
+// arrow-go's nested writer must lay out, the flag cannot be declared: the
+// run says so in a warning naming the column, and writes it as local time.
+func TestNestedTimeAdjustedToUTCIsKept(t *testing.T) {
+	dir := t.TempDir()
+	// Leaf columns in parquet-go's (name) order.
+	fast := parquet.Group{
+		"id":    parquet.Int(64),
+		"q":     parquet.Int(64),
+		"t_utc": parquet.TimeAdjusted(parquet.Microsecond, true),
+		"z":     parquet.List(parquet.TimeAdjusted(parquet.Microsecond, true)),
+	}
+	nested := parquet.Group{
+		"id": parquet.Int(64),
+		"s":  parquet.Group{"a_utc": parquet.TimeAdjusted(parquet.Microsecond, true), "b_loc": parquet.TimeAdjusted(parquet.Microsecond, false)},
+	}
+	write := func(name string, g parquet.Group, row func(i int64) parquet.Row) string {
+		in := filepath.Join(dir, name)
+		os.MkdirAll(in, 0o755)
+		f, err := os.Create(filepath.Join(in, "part-0.parquet"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := parquet.NewWriter(f, parquet.NewSchema("t", g))
+		for i := int64(0); i < 1000; i++ {
+			if _, err := w.WriteRows([]parquet.Row{row(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		return in
+	}
+	inFast := write("fast", fast, func(i int64) parquet.Row {
+		r := parquet.Row{parquet.Int64Value(i).Level(0, 0, 0), parquet.Int64Value(i/4).Level(0, 0, 1), parquet.Int64Value(i*11).Level(0, 0, 2)}
+		if i%3 == 0 { // an empty list
+			return append(r, parquet.NullValue().Level(0, 0, 3))
+		}
+		return append(r, parquet.Int64Value(i*13).Level(0, 1, 3), parquet.Int64Value(i*17).Level(1, 1, 3))
+	})
+	inNested := write("nested", nested, func(i int64) parquet.Row {
+		return parquet.Row{parquet.Int64Value(i).Level(0, 0, 0), parquet.Int64Value(i*1_000_000).Level(0, 0, 1), parquet.Int64Value(i*7).Level(0, 0, 2)}
+	})
+	flags := func(out string, want map[string]bool) {
+		t.Helper()
+		files := testutil.Files(t, filepath.Join(out, "parquet"))
+		pf, err := os.Open(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pf.Close()
+		st, _ := pf.Stat()
+		r, err := parquet.OpenFile(pf, st.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, utc := range want {
+			col, ok := r.Schema().Lookup(strings.Split(p, ".")...)
+			if !ok {
+				t.Fatalf("%s: no column %s in the output (%s)", out, p, r.Schema())
+			}
+			var tt *format.TimeType
+			if lt := col.Node.Type().LogicalType(); lt != nil {
+				tt, _ = lt.Value.(*format.TimeType)
+			}
+			if tt == nil {
+				t.Fatalf("%s: %s is not TIME", out, p)
+			}
+			if tt.IsAdjustedToUTC != utc {
+				t.Errorf("%s: %s isAdjustedToUTC %v, want %v", out, p, tt.IsAdjustedToUTC, utc)
+			}
+		}
+	}
+	sameRows := func(in, out string) {
+		t.Helper()
+		a := testutil.ParquetGoRows(t, filepath.Join(in, "part-0.parquet"))
+		b := testutil.ParquetGoRows(t, testutil.Files(t, filepath.Join(out, "parquet"))...)
+		if len(a) != len(b) {
+			t.Fatalf("%d rows in, %d out", len(a), len(b))
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("row %d differs: %s vs %s", i, a[i], b[i])
+			}
+		}
+	}
+	flat := filepath.Join(dir, "flat")
+	smallRun(t, inFast, flat, func(o *RunOptions) { o.SliceKeys = nil })
+	flags(flat, map[string]bool{"t_utc": true, "z.list.element": true})
+	sameRows(inFast, flat)
+	packed := filepath.Join(dir, "packed")
+	smallRun(t, inFast, packed, func(o *RunOptions) { o.SliceKeys, o.QueryKey = nil, []string{"q"} })
+	flags(packed, map[string]bool{"items.list.element.t_utc": true, "items.list.element.z.list.element": true})
+
+	var log bytes.Buffer
+	out := filepath.Join(dir, "struct")
+	smallRun(t, inNested, out, func(o *RunOptions) { o.SliceKeys, o.Log = nil, slog.New(slog.NewTextHandler(&log, nil)) })
+	flags(out, map[string]bool{"s.a_utc": false, "s.b_loc": false})
+	sameRows(inNested, out)
+	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "columns=s.a_utc") {
+		t.Errorf("no warning naming s.a_utc, the UTC TIME column written as local time; the log:\n%s", log.String())
 	}
 }

@@ -494,20 +494,18 @@ func monotonic[T int32 | int64](offs []T) error {
 // such flag, so without the mark the writer would declare it false.
 const TimeUTCKey = "relayout.time_adjusted_to_utc"
 
+// markUTCTimes marks (TimeUTCKey) every TIME field, at any depth (struct
+// fields, list elements), whose Parquet column is isAdjustedToUTC=true.
 func markUTCTimes(sc *arrow.Schema, fr *pqarrow.FileReader) *arrow.Schema {
+	pq := fr.ParquetReader().MetaData().Schema
 	fields := sc.Fields()
 	changed := false
-	for i, f := range fields {
-		if id := f.Type.ID(); id != arrow.TIME32 && id != arrow.TIME64 {
-			continue
+	for i := range fields {
+		if i >= len(fr.Manifest.Fields) {
+			break
 		}
-		if i >= len(fr.Manifest.Fields) || fr.Manifest.Fields[i].ColIndex < 0 {
-			continue
-		}
-		col := fr.ParquetReader().MetaData().Schema.Column(fr.Manifest.Fields[i].ColIndex)
-		if t, ok := col.LogicalType().(schema.TimeLogicalType); ok && t.IsAdjustedToUTC() {
-			keys, vals := append(f.Metadata.Keys(), TimeUTCKey), append(f.Metadata.Values(), "true")
-			fields[i].Metadata = arrow.NewMetadata(keys, vals)
+		var ch bool
+		if fields[i], ch = markUTC(fields[i], &fr.Manifest.Fields[i], pq); ch {
 			changed = true
 		}
 	}
@@ -516,6 +514,58 @@ func markUTCTimes(sc *arrow.Schema, fr *pqarrow.FileReader) *arrow.Schema {
 	}
 	md := sc.Metadata()
 	return arrow.NewSchema(fields, &md)
+}
+
+// markUTC marks field f (read from sf) and its children; it reports
+// whether anything was marked. Map keys and values are left unmarked.
+func markUTC(f arrow.Field, sf *pqarrow.SchemaField, pq *schema.Schema) (arrow.Field, bool) {
+	if sf.IsLeaf() {
+		if id := f.Type.ID(); id != arrow.TIME32 && id != arrow.TIME64 {
+			return f, false
+		}
+		t, ok := pq.Column(sf.ColIndex).LogicalType().(schema.TimeLogicalType)
+		if !ok || !t.IsAdjustedToUTC() {
+			return f, false
+		}
+		f.Metadata = arrow.NewMetadata(append(f.Metadata.Keys(), TimeUTCKey), append(f.Metadata.Values(), "true"))
+		return f, true
+	}
+	switch t := f.Type.(type) {
+	case *arrow.StructType:
+		if len(sf.Children) != t.NumFields() {
+			return f, false
+		}
+		kids := slices.Clone(t.Fields())
+		changed := false
+		for j := range kids {
+			var ch bool
+			if kids[j], ch = markUTC(kids[j], &sf.Children[j], pq); ch {
+				changed = true
+			}
+		}
+		if changed {
+			f.Type = arrow.StructOf(kids...)
+		}
+		return f, changed
+	case *arrow.ListType, *arrow.LargeListType, *arrow.FixedSizeListType:
+		if len(sf.Children) != 1 {
+			return f, false
+		}
+		elem, ch := markUTC(t.(arrow.ListLikeType).ElemField(), &sf.Children[0], pq)
+		if !ch {
+			return f, false
+		}
+		switch t := t.(type) {
+		case *arrow.ListType:
+			f.Type = arrow.ListOfField(elem)
+		case *arrow.LargeListType:
+			f.Type = arrow.LargeListOfField(elem)
+		case *arrow.FixedSizeListType:
+			f.Type = arrow.FixedSizeListOfField(t.Len(), elem)
+		}
+		return f, true
+	}
+	return f, false
 }
 
 // openHandle opens an object as Parquet: its magic bytes, footer (with

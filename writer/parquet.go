@@ -241,33 +241,20 @@ func NewEncodings(sample arrow.RecordBatch, sc *arrow.Schema, hiveColumns []stri
 	return &Encodings{props: chooseEncodings(sample, pqs)}, nil
 }
 
-// withUTCTimes declares isAdjustedToUTC=true on the top-level TIME columns
-// that the input declared so (source.TimeUTCKey): arrow-go writes every
-// TIME column as local time.
+// withUTCTimes declares isAdjustedToUTC=true on the TIME columns, at any
+// depth, that the input declared so (source.TimeUTCKey on the Arrow field):
+// arrow-go writes every TIME column as local time.
 func withUTCTimes(root *schema.GroupNode, sc *arrow.Schema) *schema.GroupNode {
+	if root.NumFields() != sc.NumFields() {
+		return root
+	}
 	fields := make(schema.FieldList, root.NumFields())
 	changed := false
 	for i := range fields {
-		fields[i] = root.Field(i)
-		if i >= sc.NumFields() || !sc.Field(i).HasMetadata() {
-			continue
+		var ch bool
+		if fields[i], ch = utcNode(root.Field(i), sc.Field(i)); ch {
+			changed = true
 		}
-		if v, ok := sc.Field(i).Metadata.GetValue(source.TimeUTCKey); !ok || v != "true" {
-			continue
-		}
-		n, ok := fields[i].(*schema.PrimitiveNode)
-		if !ok {
-			continue
-		}
-		t, ok := n.LogicalType().(schema.TimeLogicalType)
-		if !ok || t.IsAdjustedToUTC() {
-			continue
-		}
-		utc, err := schema.NewPrimitiveNodeLogical(n.Name(), n.RepetitionType(), schema.NewTimeLogicalType(true, t.TimeUnit()), n.PhysicalType(), n.TypeLength(), n.FieldID())
-		if err != nil {
-			continue
-		}
-		fields[i], changed = utc, true
 	}
 	if !changed {
 		return root
@@ -277,6 +264,117 @@ func withUTCTimes(root *schema.GroupNode, sc *arrow.Schema) *schema.GroupNode {
 		return root
 	}
 	return g
+}
+
+// sameGroup is group g with other fields: its name, repetition, logical
+// type (LIST, MAP or none) and field id.
+func sameGroup(g *schema.GroupNode, fields schema.FieldList) (*schema.GroupNode, error) {
+	lt := g.LogicalType()
+	if lt != nil && lt.IsNone() {
+		lt = nil
+	}
+	return schema.NewGroupNodeLogical(g.Name(), g.RepetitionType(), fields, lt, g.FieldID())
+}
+
+// LostUTCTimes lists the TIME columns (dotted paths) that the input
+// declared isAdjustedToUTC=true but that a Parquet sink of schema sc
+// writes as local time: arrow-go's writer for nested layouts its fast
+// path does not take (structs, maps, nested lists) always declares TIME
+// local, and offers no way to declare its schema.
+func LostUTCTimes(sc *arrow.Schema) []string {
+	if _, ok := fastPlan(withoutArrowSchema(sc)); ok {
+		return nil
+	}
+	var out []string
+	var walk func(prefix string, f arrow.Field)
+	walk = func(prefix string, f arrow.Field) {
+		name := prefix + f.Name
+		if v, ok := f.Metadata.GetValue(source.TimeUTCKey); ok && v == "true" {
+			out = append(out, name)
+			return
+		}
+		switch t := f.Type.(type) {
+		case *arrow.StructType:
+			for _, c := range t.Fields() {
+				walk(name+".", c)
+			}
+		case arrow.ListLikeType:
+			walk(name+".", t.ElemField())
+		}
+	}
+	for _, f := range sc.Fields() {
+		walk("", f)
+	}
+	return out
+}
+
+// utcNode is Parquet node n (written from Arrow field f) with the TIME
+// leaves f marks declared UTC; it reports whether it changed. Struct
+// fields and list elements are followed, as pqarrow lays them out (a list
+// is a LIST group, its repeated group, then the element).
+func utcNode(n schema.Node, f arrow.Field) (schema.Node, bool) {
+	if v, ok := f.Metadata.GetValue(source.TimeUTCKey); ok && v == "true" {
+		p, ok := n.(*schema.PrimitiveNode)
+		if !ok {
+			return n, false
+		}
+		t, ok := p.LogicalType().(schema.TimeLogicalType)
+		if !ok || t.IsAdjustedToUTC() {
+			return n, false
+		}
+		utc, err := schema.NewPrimitiveNodeLogical(p.Name(), p.RepetitionType(), schema.NewTimeLogicalType(true, t.TimeUnit()), p.PhysicalType(), p.TypeLength(), p.FieldID())
+		if err != nil {
+			return n, false
+		}
+		return utc, true
+	}
+	g, ok := n.(*schema.GroupNode)
+	if !ok {
+		return n, false
+	}
+	regroup := func(fields schema.FieldList) (schema.Node, bool) {
+		out, err := sameGroup(g, fields)
+		if err != nil {
+			return n, false
+		}
+		return out, true
+	}
+	switch t := f.Type.(type) {
+	case *arrow.StructType:
+		if g.NumFields() != t.NumFields() {
+			return n, false
+		}
+		fields := make(schema.FieldList, g.NumFields())
+		changed := false
+		for i := range fields {
+			var ch bool
+			if fields[i], ch = utcNode(g.Field(i), t.Field(i)); ch {
+				changed = true
+			}
+		}
+		if !changed {
+			return n, false
+		}
+		return regroup(fields)
+	case arrow.ListLikeType:
+		if _, isMap := t.(*arrow.MapType); isMap || g.NumFields() != 1 {
+			return n, false
+		}
+		rep, ok := g.Field(0).(*schema.GroupNode)
+		if !ok || rep.NumFields() != 1 {
+			return n, false
+		}
+		elem, ch := utcNode(rep.Field(0), t.ElemField())
+		if !ch {
+			return n, false
+		}
+		inner, err := sameGroup(rep, schema.FieldList{elem})
+		if err != nil {
+			return n, false
+		}
+		return regroup(schema.FieldList{inner})
+	}
+	return n, false
 }
 
 // Write appends the next rows, in output order. In layout mode the rows
