@@ -271,6 +271,9 @@ func (o RunOptions) datasetDefaults() (RunOptions, error) {
 	o.Output = "-" // checked by withDefaults; each part sets its own
 	v, err := o.withDefaults()
 	v.Output = ""
+	// A part's id hashes the config it is laid out with, fixed before any
+	// part runs: its row groups are not lowered to fit the memory limit.
+	v.autoRowGroupBytes, v.autoMinRowGroupBytes = false, false
 	return v, err
 }
 

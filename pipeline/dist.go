@@ -118,6 +118,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	if err != nil {
 		return nil, nil, err
 	}
+	opts.fitted(ks)
 	if err := checkFolders(ks.Hist, opts, in.FileRowBytes); err != nil {
 		return nil, nil, err
 	}

@@ -115,7 +115,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	}
 	smp, est := sr.smp, sr.est
 	rep.Stages = append(rep.Stages, report.Stage{Name: "sample", Seconds: sr.seconds})
-	hist, layout, before, st := kp.Hist, kp.Layout, kp.Before, kp.Stats()
+	hist, before, st := kp.Hist, kp.Before, kp.Stats()
 	var qs *queryScan
 	if kp.Extra.Queries != nil {
 		qs = &queryScan{queries: st.Queries, perSlice: st.PerSliceQueries, dist: st.ItemsPerQuery}
@@ -125,9 +125,14 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if smp.rows > 0 {
 		memRowBytes = float64(smp.bytes) / float64(smp.rows)
 	}
-	mp, err := plan.SizeMemory(tbl, in, layout, memRowBytes, opts.layout(tr), opts.resources())
+	// The run's memory plan, with the row groups it would lower to fit.
+	fitted, layout, mp, err := plan.FitMemory(tbl, hist, in, memRowBytes, opts.layout(tr), opts.resources())
 	if err != nil {
 		return nil, err
+	}
+	if fitted.RowGroupBytes != opts.RowGroupBytes {
+		opts.RowGroupBytes, opts.MinRowGroupBytes = fitted.RowGroupBytes, fitted.MinRowGroupBytes
+		_, rep.ConfigHash = configOf(opts, tr)
 	}
 
 	// Scale the sample's sizes by the exact counts.

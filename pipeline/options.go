@@ -111,6 +111,10 @@ type RunOptions struct {
 	Check string
 	// Log receives progress and summaries (default: discard).
 	Log *slog.Logger
+
+	// autoRowGroupBytes and autoMinRowGroupBytes say the user set neither:
+	// the plan may lower them to fit MemoryLimit (plan.FitMemory).
+	autoRowGroupBytes, autoMinRowGroupBytes bool
 	// Progress receives progress updates (may be nil).
 	Progress Progress
 	// ReportSlices is how many slices the report lists, largest first
@@ -235,10 +239,10 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 		o.BlockSamples = DefaultBlockSamples
 	}
 	if o.RowGroupBytes == 0 {
-		o.RowGroupBytes = DefaultRowGroupBytes
+		o.RowGroupBytes, o.autoRowGroupBytes = DefaultRowGroupBytes, true
 	}
 	if o.MinRowGroupBytes == 0 {
-		o.MinRowGroupBytes = o.RowGroupBytes / 8
+		o.MinRowGroupBytes, o.autoMinRowGroupBytes = o.RowGroupBytes/8, true
 	}
 	if o.RowGroupRows == 0 {
 		o.RowGroupRows = DefaultRowGroupRows

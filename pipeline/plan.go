@@ -95,7 +95,19 @@ func (o RunOptions) layout(tr *tensorRun) plan.Options {
 
 // resources returns what the run may use.
 func (o RunOptions) resources() plan.Resources {
-	return plan.Resources{MemoryLimit: o.MemoryLimit, TmpDir: o.TmpDir, Parallel: o.Parallel, UnitRows: o.UnitRows}
+	return plan.Resources{MemoryLimit: o.MemoryLimit, TmpDir: o.TmpDir, Parallel: o.Parallel, UnitRows: o.UnitRows,
+		FitRowGroups: o.autoRowGroupBytes, FitMinRowGroups: o.autoMinRowGroupBytes}
+}
+
+// fitted takes the row-group targets the key pass laid out with (lowered
+// to fit --memory-limit when the user set none), logging the change.
+func (o *RunOptions) fitted(ks *plan.KeyPass) {
+	if ks.RowGroupBytes == o.RowGroupBytes {
+		return
+	}
+	o.Log.Info("row groups made smaller to fit --memory-limit", "row_group_bytes", ks.RowGroupBytes,
+		"default", o.RowGroupBytes, "memory_limit", o.MemoryLimit)
+	o.RowGroupBytes, o.MinRowGroupBytes = ks.RowGroupBytes, ks.MinRowGroupBytes
 }
 
 // hiveColumns are the columns that name the output's folders (nil: flat).

@@ -107,6 +107,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.fitted(ks)
 	if ks.Sample != nil {
 		defer ks.Sample.Release()
 	}

@@ -70,3 +70,39 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	return Memory{Fixed: fixed, UnitRows: unitRows, ChunkRows: chunkRows, MemRowBytes: memRowBytes, MapWorkers: mapWorkers,
 		Units: partition.GroupUnits(partition.Chunks(layout, chunkRows), unitRows)}, nil
 }
+
+// MinFitRowGroupBytes is the smallest row-group target FitMemory lowers
+// --row-group-bytes to.
+const MinFitRowGroupBytes = 1 << 20
+
+// FitMemory sizes memory for the layout of o over hist; when writing does
+// not fit r.MemoryLimit and r.FitRowGroups allows it, it halves the
+// row-group target (and the minimum, with r.FitMinRowGroups) and lays out
+// again until it fits and a row group is at most an eighth of the memory
+// left after the runtime, down to MinFitRowGroupBytes. It returns the options the layout
+// was made with: the run records them, so the output is what a run with
+// those explicit settings writes.
+func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
+	layout := Layout(hist, in, o)
+	mp, err := SizeMemory(tbl, in, layout, memRowBytes, o, r)
+	if err == nil || !errs.Is(err, errs.Usage) || !r.FitRowGroups {
+		return o, layout, mp, err
+	}
+	// Lowered, the row groups go on down to an eighth of the memory left
+	// after the runtime: the fixed-cost model underestimates what large
+	// buffered row groups take (measured at a 128 MiB limit on 2.5M rows:
+	// 64 MiB row groups peaked at 200 MiB RSS, 8 or 16 MiB ones at 141).
+	small := func() bool {
+		return float64(min(layout.TargetRows, max(tbl.Rows, 1)))*in.RowBytes <= float64(r.MemoryLimit-RuntimeReserve)/8
+	}
+	for (err != nil && errs.Is(err, errs.Usage) || !small()) && o.RowGroupBytes/2 >= MinFitRowGroupBytes {
+		o.RowGroupBytes /= 2
+		if r.FitMinRowGroups {
+			o.MinRowGroupBytes = o.RowGroupBytes / 8
+		}
+		o.MinRowGroupBytes = min(o.MinRowGroupBytes, o.RowGroupBytes)
+		layout = Layout(hist, in, o)
+		mp, err = SizeMemory(tbl, in, layout, memRowBytes, o, r)
+	}
+	return o, layout, mp, err
+}

@@ -63,6 +63,10 @@ type Resources struct {
 	// UnitRows, when > 0, caps the rows gathered in memory at once instead
 	// of deriving it from MemoryLimit (forces spilling in tests).
 	UnitRows int64
+	// FitRowGroups lets the plan lower Options.RowGroupBytes (the user did
+	// not set it) until writing fits MemoryLimit; FitMinRowGroups lowers
+	// MinRowGroupBytes with it, as an eighth.
+	FitRowGroups, FitMinRowGroups bool
 }
 
 // RuntimeReserve is the memory budgeted for the Go runtime and the

@@ -227,6 +227,10 @@ type KeyPass struct {
 	// Sample is the first row group, trimmed: it chooses the encodings.
 	Sample arrow.RecordBatch
 	Sizes  Sizes
+	// RowGroupBytes and MinRowGroupBytes are the row-group targets the
+	// layout was made with (lower than the options' when FitMemory lowered
+	// them to fit the memory limit).
+	RowGroupBytes, MinRowGroupBytes int64
 }
 
 // Analyze is the key pass: it reads the key columns (slice keys, query
@@ -244,7 +248,7 @@ func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o
 	if err != nil {
 		return nil, err
 	}
-	hist, ex, before, layout := kp.Hist, kp.Extra, kp.Before, kp.Layout
+	hist, ex, before := kp.Hist, kp.Extra, kp.Before
 	// Units are sized with decoded bytes measured on the first row group
 	// (dictionary-encoded columns decode larger than Parquet says).
 	sample, err := readSample(ctx, tbl)
@@ -263,14 +267,15 @@ func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o
 		}
 		sample = trimmed
 	}
-	mp, err := SizeMemory(tbl, in, layout, memRowBytes, o, r)
+	o, layout, mp, err := FitMemory(tbl, hist, in, memRowBytes, o, r)
 	if err != nil {
 		if sample != nil {
 			sample.Release()
 		}
 		return nil, err
 	}
-	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: layout, Memory: mp, Sample: sample, Sizes: in}, nil
+	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: layout, Memory: mp, Sample: sample, Sizes: in,
+		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes}, nil
 }
 
 // Scan is the key pass a dry run needs: the histogram, query counts, each

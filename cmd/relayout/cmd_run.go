@@ -37,7 +37,7 @@ func runFlags() []cli.Flag {
 		strFlag("tensor-spec", "", "YAML tensor spec: group, cast, hash, rename and drop columns (implies --tensors)"),
 		strFlag("shard-bytes", sizeString(pipeline.DefaultShardBytes), "target tensor shard size"),
 		intFlag("block-samples", pipeline.DefaultBlockSamples, "samples per canonical block, the unit loaders shuffle and assign"),
-		strFlag("row-group-bytes", sizeString(pipeline.DefaultRowGroupBytes), "target uncompressed row-group size"),
+		strFlag("row-group-bytes", sizeString(pipeline.DefaultRowGroupBytes), "target uncompressed row-group size (when not set, lowered as far as 1MiB to fit --memory-limit)"),
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
 		intFlag("row-group-rows", pipeline.DefaultRowGroupRows, "maximum rows per row group"),
 		strFlag("file-bytes", sizeString(pipeline.DefaultFileBytes), "target output file size"),
@@ -169,6 +169,9 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		{"file-bytes", &opts.FileBytes, 64 << 10}, {"page-bytes", &opts.PageBytes, 4 << 10}, {"memory-limit", &opts.MemoryLimit, 16 << 20},
 		{"shard-bytes", &opts.ShardBytes, 16 << 10},
 	} {
+		if s.flag == "row-group-bytes" && !c.IsSet(s.flag) {
+			continue // the library's default, which the plan may lower to fit --memory-limit
+		}
 		if *s.dst, err = parseSize(s.flag, c.String(s.flag)); err != nil {
 			return opts, err
 		}
