@@ -248,7 +248,7 @@ func (o RunOptions) datasetDefaults() (RunOptions, error) {
 	if o.Output != "" {
 		return o, errs.Usagef("--dataset and --output exclude each other: a dataset's parts go under its root")
 	}
-	keys := splitKeys(o.SliceKeys)
+	keys := SplitList(o.SliceKeys)
 	if o.PartitionBy == "" {
 		if len(keys) == 0 {
 			return o, errs.Usagef("--dataset needs --partition-by (the leading slice key, e.g. date)")
@@ -277,7 +277,10 @@ func (o RunOptions) datasetDefaults() (RunOptions, error) {
 	return v, err
 }
 
-func splitKeys(ks []string) []string {
+// SplitList splits comma-separated entries ("country,date") into their
+// trimmed, non-empty items, in order: how flags, the YAML config and the
+// library read lists of names.
+func SplitList(ks []string) []string {
 	var out []string
 	for _, k := range ks {
 		for _, p := range strings.Split(k, ",") {

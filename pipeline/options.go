@@ -203,7 +203,7 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	if o.Output == "" {
 		return o, errs.Usagef("no output: pass --output")
 	}
-	clean := splitKeys
+	clean := SplitList
 	o.SliceKeys, o.SortKeys = clean(o.SliceKeys), clean(o.SortKeys)
 	o.QueryKey, o.QueryColumns, o.ItemOrder = clean(o.QueryKey), clean(o.QueryColumns), clean(o.ItemOrder)
 	if len(o.QueryColumns) == 1 && o.QueryColumns[0] == "auto" {

@@ -167,15 +167,3 @@ func parseSize(flag, s string) (int64, error) {
 	}
 	return int64(v * mult), nil
 }
-
-func splitList(vs []string) []string {
-	var out []string
-	for _, v := range vs {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}

@@ -17,7 +17,7 @@ func runInspect(c *cli.Context) error {
 		return printGenerations(c.Context, c.Args().First(), c.Bool("json"), c.App.Writer)
 	}
 	res, err := pipeline.Inspect(c.Context, pipeline.InspectOptions{
-		Inputs: c.Args().Slice(), HivePartitioning: c.String("hive-partitioning"), HiveTypes: c.String("hive-types"), SliceKeys: splitList(c.StringSlice("slice-keys")), Parallel: c.Int("parallel"),
+		Inputs: c.Args().Slice(), HivePartitioning: c.String("hive-partitioning"), HiveTypes: c.String("hive-types"), SliceKeys: pipeline.SplitList(c.StringSlice("slice-keys")), Parallel: c.Int("parallel"),
 	})
 	if err != nil {
 		return err
