@@ -46,6 +46,15 @@ func TestTimeAdjustedToUTCIsKept(t *testing.T) {
 	f.Close()
 	out := filepath.Join(dir, "out")
 	smallRun(t, in, out, func(o *RunOptions) { o.SliceKeys = nil })
+	requireUTCFlags(t, out, map[string]bool{"t_utc": true, "t_loc": false})
+	requireSameParquetGoRows(t, in, out)
+}
+
+// requireUTCFlags requires each TIME column (dotted Parquet path) of an
+// output's first file, read with parquet-go, to declare isAdjustedToUTC as
+// want says.
+func requireUTCFlags(t *testing.T, out string, want map[string]bool) {
+	t.Helper()
 	files := testutil.Files(t, filepath.Join(out, "parquet"))
 	pf, err := os.Open(files[0])
 	if err != nil {
@@ -57,25 +66,30 @@ func TestTimeAdjustedToUTCIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]bool{"t_utc": true, "t_loc": false} {
-		col, ok := r.Schema().Lookup(name)
+	for p, utc := range want {
+		col, ok := r.Schema().Lookup(strings.Split(p, ".")...)
 		if !ok {
-			t.Fatalf("no column %s in the output", name)
+			t.Fatalf("%s: no column %s in the output (%s)", out, p, r.Schema())
 		}
-		lt := col.Node.Type().LogicalType()
 		var tt *format.TimeType
-		if lt != nil {
+		if lt := col.Node.Type().LogicalType(); lt != nil {
 			tt, _ = lt.Value.(*format.TimeType)
 		}
 		if tt == nil {
-			t.Fatalf("%s: logical type %v, want TIME", name, lt)
+			t.Fatalf("%s: %s is not TIME", out, p)
 		}
-		if tt.IsAdjustedToUTC != want {
-			t.Errorf("%s: isAdjustedToUTC %v, the input declared %v", name, tt.IsAdjustedToUTC, want)
+		if tt.IsAdjustedToUTC != utc {
+			t.Errorf("%s: %s isAdjustedToUTC %v, want %v", out, p, tt.IsAdjustedToUTC, utc)
 		}
 	}
+}
+
+// requireSameParquetGoRows requires the output's rows, read with
+// parquet-go, to equal the input folder's part-0.parquet's, in order.
+func requireSameParquetGoRows(t *testing.T, in, out string) {
+	t.Helper()
 	a := testutil.ParquetGoRows(t, filepath.Join(in, "part-0.parquet"))
-	b := testutil.ParquetGoRows(t, files...)
+	b := testutil.ParquetGoRows(t, testutil.Files(t, filepath.Join(out, "parquet"))...)
 	if len(a) != len(b) {
 		t.Fatalf("%d rows in, %d out", len(a), len(b))
 	}
@@ -134,62 +148,19 @@ func TestNestedTimeAdjustedToUTCIsKept(t *testing.T) {
 	inNested := write("nested", nested, func(i int64) parquet.Row {
 		return parquet.Row{parquet.Int64Value(i).Level(0, 0, 0), parquet.Int64Value(i*1_000_000).Level(0, 0, 1), parquet.Int64Value(i*7).Level(0, 0, 2)}
 	})
-	flags := func(out string, want map[string]bool) {
-		t.Helper()
-		files := testutil.Files(t, filepath.Join(out, "parquet"))
-		pf, err := os.Open(files[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pf.Close()
-		st, _ := pf.Stat()
-		r, err := parquet.OpenFile(pf, st.Size())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, utc := range want {
-			col, ok := r.Schema().Lookup(strings.Split(p, ".")...)
-			if !ok {
-				t.Fatalf("%s: no column %s in the output (%s)", out, p, r.Schema())
-			}
-			var tt *format.TimeType
-			if lt := col.Node.Type().LogicalType(); lt != nil {
-				tt, _ = lt.Value.(*format.TimeType)
-			}
-			if tt == nil {
-				t.Fatalf("%s: %s is not TIME", out, p)
-			}
-			if tt.IsAdjustedToUTC != utc {
-				t.Errorf("%s: %s isAdjustedToUTC %v, want %v", out, p, tt.IsAdjustedToUTC, utc)
-			}
-		}
-	}
-	sameRows := func(in, out string) {
-		t.Helper()
-		a := testutil.ParquetGoRows(t, filepath.Join(in, "part-0.parquet"))
-		b := testutil.ParquetGoRows(t, testutil.Files(t, filepath.Join(out, "parquet"))...)
-		if len(a) != len(b) {
-			t.Fatalf("%d rows in, %d out", len(a), len(b))
-		}
-		for i := range a {
-			if a[i] != b[i] {
-				t.Fatalf("row %d differs: %s vs %s", i, a[i], b[i])
-			}
-		}
-	}
 	flat := filepath.Join(dir, "flat")
 	smallRun(t, inFast, flat, func(o *RunOptions) { o.SliceKeys = nil })
-	flags(flat, map[string]bool{"t_utc": true, "z.list.element": true})
-	sameRows(inFast, flat)
+	requireUTCFlags(t, flat, map[string]bool{"t_utc": true, "z.list.element": true})
+	requireSameParquetGoRows(t, inFast, flat)
 	packed := filepath.Join(dir, "packed")
 	smallRun(t, inFast, packed, func(o *RunOptions) { o.SliceKeys, o.QueryKey = nil, []string{"q"} })
-	flags(packed, map[string]bool{"items.list.element.t_utc": true, "items.list.element.z.list.element": true})
+	requireUTCFlags(t, packed, map[string]bool{"items.list.element.t_utc": true, "items.list.element.z.list.element": true})
 
 	var log bytes.Buffer
 	out := filepath.Join(dir, "struct")
 	smallRun(t, inNested, out, func(o *RunOptions) { o.SliceKeys, o.Log = nil, slog.New(slog.NewTextHandler(&log, nil)) })
-	flags(out, map[string]bool{"s.a_utc": false, "s.b_loc": false})
-	sameRows(inNested, out)
+	requireUTCFlags(t, out, map[string]bool{"s.a_utc": false, "s.b_loc": false})
+	requireSameParquetGoRows(t, inNested, out)
 	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "columns=s.a_utc") {
 		t.Errorf("no warning naming s.a_utc, the UTC TIME column written as local time; the log:\n%s", log.String())
 	}
