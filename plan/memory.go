@@ -88,6 +88,7 @@ func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowByt
 	if err == nil || !errs.Is(err, errs.Usage) || !r.FitRowGroups {
 		return o, layout, mp, err
 	}
+	first, o0, l0 := err, o, layout
 	// Lowered, the row groups go on down to an eighth of the memory left
 	// after the runtime: the fixed-cost model underestimates what large
 	// buffered row groups take (measured at a 128 MiB limit on 2.5M rows:
@@ -103,6 +104,11 @@ func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowByt
 		o.MinRowGroupBytes = min(o.MinRowGroupBytes, o.RowGroupBytes)
 		layout = Layout(hist, in, o)
 		mp, err = SizeMemory(tbl, in, layout, memRowBytes, o, r)
+	}
+	if err != nil {
+		// Smaller row groups did not help (a tensor shard, many columns'
+		// pages): the refusal names the settings as they were.
+		return o0, l0, Memory{}, first
 	}
 	return o, layout, mp, err
 }
