@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/verify"
@@ -653,5 +656,44 @@ func mapsAndReduces(t *testing.T, ctx context.Context, res *PlanResult, local Ru
 		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCommitRefusesAPlanThatDoesNotMatchItsMaps: a plan.json whose row
+// count disagrees with what its map tasks read (edited, damaged, or the
+// inputs changed under it) is bad input naming plan.json (exit 3), not an
+// internal error; nothing is committed. Found by FuzzPlanAndTaskManifests.
+func TestCommitRefusesAPlanThatDoesNotMatchItsMaps(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 2, Seed: 4})
+	out := filepath.Join(t.TempDir(), "out")
+	ctx := context.Background()
+	res, _, err := PlanJob(ctx, distOpts(in, out), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := RunOptions{Parallel: 2}
+	mapsAndReduces(t, ctx, res, local)
+	path := filepath.Join(out, filepath.FromSlash(plan.FileName))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the fuzzer left it: no rows, no partitions (plan.Check finds
+	// nothing out of range in an empty plan).
+	var p map[string]any
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatal(err)
+	}
+	p["rows"], p["partitions"] = 0, []any{}
+	edited, _ := json.Marshal(p)
+	if err := os.WriteFile(path, edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = CommitJob(ctx, res.Plan, local)
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "plan.json plans 0 rows, its map tasks read 3000") {
+		t.Fatalf("commit of an edited plan: %v (class %v), want bad input naming plan.json", err, errs.ClassOf(err))
+	}
+	if _, err := os.Stat(filepath.Join(out, manifests.FileName)); !os.IsNotExist(err) {
+		t.Fatalf("a manifest was committed: %v", err)
 	}
 }

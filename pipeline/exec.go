@@ -392,7 +392,13 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 			next += files[k].Rows
 		}
 	}
-	if inFP.Rows != lp.Rows || outFP != inFP {
+	if inFP.Rows != lp.Rows {
+		// The plan does not describe what its maps read: plan.json was
+		// edited or damaged, or the maps ran against other inputs.
+		return nil, nil, nil, errs.WithHint(errs.BadInputf("%s plans %d rows, its map tasks read %d; nothing committed", lp.work.URL(plan.FileName), lp.Rows, inFP.Rows),
+			"plan again (relayout plan) and rerun the tasks")
+	}
+	if outFP != inFP {
 		return nil, nil, nil, fmt.Errorf("the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
 	}
 	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
