@@ -260,24 +260,34 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 	return recs, total, nil
 }
 
-// RouteRowGroup reads one input row group, fingerprints it, hands it to
-// observe (may be nil), and passes each unit's rows of it, in input order, to
-// emit, unit by unit in unit order. Row groups must be routed in input order
-// (the Router counts the rows of split slices).
-func RouteRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
+// RouteRecord fingerprints one input row group (rec, read from ref), hands
+// it to observe (may be nil), and passes each unit's rows of it, in input
+// order, to emit. Row groups must be routed in input order (the Router
+// counts the rows of split slices). The fingerprint and observe run
+// alongside the routing, since both only read rec, and up to parallel units
+// are taken and emitted at once: emit must be safe to call concurrently for
+// different units.
+func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
 	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
-	rec, err := t.Read(ctx, ref, nil, parallel)
-	if err != nil {
-		return fingerprint.Sum{}, err
+	var sum fingerprint.Sum
+	var sumErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sum, sumErr = RecordSum(rec, fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup))
+		if sumErr == nil && observe != nil {
+			observe(rec)
+		}
+	}()
+	err := routeRecord(ctx, rec, ref, rt, sliceCols, parallel, emit)
+	<-done
+	if sumErr != nil { // damaged values: say so before any routing error they caused
+		return sum, sumErr
 	}
-	defer rec.Release()
-	sum, err := RecordSum(rec, fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup))
-	if err != nil {
-		return sum, err
-	}
-	if observe != nil {
-		observe(rec)
-	}
+	return sum, err
+}
+
+func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
 	byUnit := map[int][]int64{}
 	off := ref.Offset()
 	var buf []byte
@@ -288,7 +298,7 @@ func RouteRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 		}
 		u, err := rt.UnitOfRow(buf, rec, i, off+int64(i))
 		if err != nil {
-			return sum, err
+			return err
 		}
 		byUnit[u] = append(byUnit[u], int64(i))
 	}
@@ -302,18 +312,14 @@ func RouteRowGroup(ctx context.Context, t *source.Table, ref source.RowGroupRef,
 		units = append(units, u)
 	}
 	slices.Sort(units)
-	for _, u := range units {
-		part, err := src.Take(ctx, rec.Schema(), byUnit[u])
+	return par.ForEach(ctx, len(units), parallel, func(k int) error {
+		part, err := src.Take(ctx, rec.Schema(), byUnit[units[k]])
 		if err != nil {
-			return sum, err
+			return err
 		}
-		err = emit(u, part)
-		part.Release()
-		if err != nil {
-			return sum, err
-		}
-	}
-	return sum, nil
+		defer part.Release()
+		return emit(units[k], part)
+	})
 }
 
 // NewRecord makes a record from arrays it takes ownership of.

@@ -1,18 +1,24 @@
 package partition
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -28,24 +34,44 @@ type Segment struct {
 	Path      string `json:"path"`
 }
 
-// ShuffleWriter collects a map task's rows per unit, each unit an Arrow IPC
-// stream (LZ4) in a local file, and publishes them. In a local work folder
+// ShuffleWriter collects a map task's rows per unit, each unit Arrow IPC
+// streams (the shuffle codec, zstd frames) in a local file, and publishes them. In a local work folder
 // (run) the files are the segments. In an object store they are
 // concatenated into one object per map attempt, each unit a byte range of
 // it: a map task writes one object whatever the number of units, and a
 // reduce task reads only its units' ranges.
 type ShuffleWriter struct {
-	work    storage.Location
-	prefix  string // the attempt's prefix under the work location
-	dir     string // local folder of the unit files
-	tmp     bool   // dir is a temporary folder, removed when published
-	files   map[int]*os.File
-	writers map[int]*ipc.Writer
-	rows    map[int]int64
+	work   storage.Location
+	prefix string // the attempt's prefix under the work location
+	dir    string // local folder of the unit files
+	tmp    bool   // dir is a temporary folder, removed when published
+	mu     sync.Mutex
+	units  map[int]*unitStream
 }
 
+// unitStream is one unit's file and its current IPC stream. Write calls
+// for different units run concurrently; each unit's own are serialized.
+type unitStream struct {
+	mu     sync.Mutex
+	file   *os.File
+	w      *ipc.Writer
+	schema *arrow.Schema // the current stream's schema
+	sink   sink          // where w writes: a pooled buffer during a Write
+	rows   int64
+}
+
+// sink is the io.Writer a unit's IPC writer is bound to. It points at a
+// scratch buffer from the pool only while the unit is being written, so a
+// map task holds as many scratch buffers as it writes units at once, not
+// one per unit (a run at a small --memory-limit has hundreds).
+type sink struct{ buf *bytes.Buffer }
+
+func (k *sink) Write(p []byte) (int, error) { return k.buf.Write(p) }
+
+var scratchPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 func NewShuffleWriter(work storage.Location, prefix, tmpDir string) (*ShuffleWriter, error) {
-	s := &ShuffleWriter{work: work, prefix: prefix, files: map[int]*os.File{}, writers: map[int]*ipc.Writer{}, rows: map[int]int64{}}
+	s := &ShuffleWriter{work: work, prefix: prefix, units: map[int]*unitStream{}}
 	if work.Local != "" {
 		s.dir = filepath.Join(work.Local, filepath.FromSlash(prefix))
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
@@ -63,51 +89,124 @@ func NewShuffleWriter(work storage.Location, prefix, tmpDir string) (*ShuffleWri
 
 func unitFileName(u int) string { return fmt.Sprintf("u-%05d.arrows", u) }
 
-// write appends rows to unit u's stream.
+// Write appends rows to unit u's stream, encoded by the shuffle codec
+// (shufflecodec.go). A batch that encodes to another schema than the
+// stream's ends the stream and starts a new one in the same file. Writes
+// to different units may run concurrently.
 func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
-	w := s.writers[u]
-	if w == nil {
-		f, err := os.Create(filepath.Join(s.dir, unitFileName(u)))
-		if err != nil {
-			return errs.TransientErr(fmt.Errorf("shuffle: %w", err))
-		}
-		s.files[u] = f
-		w = ipc.NewWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
-		s.writers[u] = w
+	s.mu.Lock()
+	us := s.units[u]
+	if us == nil {
+		us = &unitStream{}
+		s.units[u] = us
 	}
-	if err := w.Write(rec); err != nil {
+	s.mu.Unlock()
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if err := s.write(u, us, rec); err != nil {
 		return errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
 	}
-	s.rows[u] += rec.NumRows()
 	return nil
+}
+
+func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) error {
+	enc := encodeBatch(rec)
+	defer enc.Release()
+	us.sink.buf = scratchPool.Get().(*bytes.Buffer)
+	defer func() {
+		us.sink.buf.Reset()
+		scratchPool.Put(us.sink.buf)
+		us.sink.buf = nil
+	}()
+	if us.w != nil && !us.schema.Equal(enc.Schema()) {
+		err := us.w.Close()
+		if err == nil {
+			err = s.flush(u, us)
+		}
+		if err != nil {
+			return err
+		}
+		us.w = nil
+	}
+	if us.w == nil {
+		us.w = ipc.NewWriter(&us.sink, ipc.WithSchema(enc.Schema()))
+		us.schema = enc.Schema()
+	}
+	if err := us.w.Write(enc); err != nil {
+		return err
+	}
+	us.rows += rec.NumRows()
+	return s.flush(u, us)
+}
+
+// shuffleZstd compresses the shuffle: each batch's IPC bytes become one
+// zstd frame, and a unit's file is the frames one after another, which a
+// zstd reader decodes as one stream. The fastest level measured best
+// (docs/benchmarks.md). EncodeAll is safe for concurrent use.
+var shuffleZstd, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+
+// flush compresses what the unit's writer wrote to its sink into its
+// file, as one zstd frame.
+func (s *ShuffleWriter) flush(u int, us *unitStream) error {
+	if us.sink.buf.Len() == 0 {
+		return nil
+	}
+	if us.file == nil {
+		f, err := os.Create(filepath.Join(s.dir, unitFileName(u)))
+		if err != nil {
+			return err
+		}
+		us.file = f
+	}
+	frame := scratchPool.Get().(*bytes.Buffer)
+	defer scratchPool.Put(frame)
+	frame.Reset()
+	out := shuffleZstd.EncodeAll(us.sink.buf.Bytes(), frame.AvailableBuffer())
+	us.sink.buf.Reset()
+	_, err := us.file.Write(out)
+	if cap(out) <= 1<<24 { // keep the grown buffer for the next frame
+		*frame = *bytes.NewBuffer(out[:0])
+	}
+	return err
 }
 
 // publish ends every stream and makes the segments visible; part maps a
 // unit to its
 func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, error) {
-	units := make([]int, 0, len(s.writers))
-	for u := range s.writers {
+	units := make([]int, 0, len(s.units))
+	for u := range s.units {
 		units = append(units, u)
 	}
 	slices.Sort(units)
 	for _, u := range units {
-		if err := s.writers[u].Close(); err != nil {
+		us := s.units[u]
+		us.sink.buf = scratchPool.Get().(*bytes.Buffer)
+		err := us.w.Close()
+		if err == nil {
+			err = s.flush(u, us)
+		}
+		scratchPool.Put(us.sink.buf)
+		us.sink.buf = nil
+		if err != nil {
 			return nil, errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
 		}
+		us.w = nil
 	}
 	out := []Segment{}
 	if !s.tmp {
 		for _, u := range units {
-			st, err := s.files[u].Stat()
+			us := s.units[u]
+			st, err := us.file.Stat()
 			if err != nil {
 				return nil, errs.TransientErr(err)
 			}
-			if err := s.files[u].Close(); err != nil {
+			err = us.file.Close()
+			us.file = nil
+			if err != nil {
 				return nil, errs.TransientErr(err)
 			}
-			out = append(out, Segment{Partition: part[u], Unit: u, Rows: s.rows[u], Bytes: st.Size(), Length: st.Size(), Path: s.prefix + unitFileName(u)})
+			out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: st.Size(), Length: st.Size(), Path: s.prefix + unitFileName(u)})
 		}
-		s.files = nil
 		return out, nil
 	}
 	name := s.prefix + "shuffle.arrows"
@@ -119,7 +218,8 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 	}
 	var off int64
 	for _, u := range units {
-		f := s.files[u]
+		us := s.units[u]
+		f := us.file
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			cancel()
 			bw.Close()
@@ -131,7 +231,7 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 			bw.Close()
 			return nil, storage.Classify(fmt.Errorf("write %s: %w", s.work.URL(name), err))
 		}
-		out = append(out, Segment{Partition: part[u], Unit: u, Rows: s.rows[u], Bytes: n, Offset: off, Length: n, Path: name})
+		out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: n, Offset: off, Length: n, Path: name})
 		off += n
 	}
 	if err := bw.Close(); err != nil {
@@ -143,10 +243,12 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 
 // abort closes and, when temporary, removes the local files.
 func (s *ShuffleWriter) Abort() {
-	for _, f := range s.files {
-		f.Close()
+	for _, us := range s.units {
+		if us.file != nil {
+			us.file.Close()
+			us.file = nil
+		}
 	}
-	s.files = nil
 	if s.tmp {
 		os.RemoveAll(s.dir)
 	}
@@ -181,28 +283,55 @@ func readSegmentOnce(ctx context.Context, work storage.Location, seg Segment, sc
 		defer rr.Close()
 		r = rr
 	}
-	rd, err := ipc.NewReader(r, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
-	if err != nil {
-		if errs.Is(storage.Classify(err), errs.Transient) {
-			return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+	// The compressed segment is read whole first: an error there is the
+	// storage's (retried when transient); one after it is damaged bytes.
+	comp := make([]byte, seg.Length)
+	if _, err := io.ReadFull(r, comp); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("%w (the segment is %d bytes at %d)", io.ErrUnexpectedEOF, seg.Length, seg.Offset)
 		}
-		return nil, errs.BadInputf("read %s at %d: %v", url, seg.Offset, err)
+		return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
 	}
-	defer rd.Release()
+	// A segment is zstd frames of one or more IPC streams
+	// (shufflecodec.go), read until its bytes end.
+	zr, err := zstd.NewReader(bytes.NewReader(comp), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		return nil, fmt.Errorf("internal: %w", err)
+	}
+	defer zr.Close()
+	br := bufio.NewReaderSize(zr, 1<<16)
 	var recs []arrow.RecordBatch
-	for rd.Next() {
-		rec := rd.RecordBatch()
-		rec.Retain()
-		recs = append(recs, rec)
-	}
-	if err := rd.Err(); err != nil {
+	fail := func(err error) ([]arrow.RecordBatch, error) {
 		for _, x := range recs {
 			x.Release()
 		}
-		if errs.Is(storage.Classify(err), errs.Transient) {
-			return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+		return nil, errs.WithHint(errs.BadInputf("read %s at %d: the shuffle is damaged: %v", url, seg.Offset, err), "run the map task that wrote it again")
+	}
+	for {
+		if _, err := br.Peek(1); err == io.EOF {
+			break
+		} else if err != nil {
+			return fail(err)
 		}
-		return nil, errs.BadInputf("read %s at %d: %v", url, seg.Offset, err)
+		rd, err := ipc.NewReader(br, ipc.WithAllocator(memory.DefaultAllocator))
+		if err != nil {
+			return fail(err)
+		}
+		for rd.Next() {
+			rec := rd.RecordBatch()
+			rec.Retain()
+			dec, err := decodeBatch(rec, schema)
+			if err != nil {
+				rd.Release()
+				return fail(err)
+			}
+			recs = append(recs, dec)
+		}
+		err = rd.Err()
+		rd.Release()
+		if err != nil {
+			return fail(err)
+		}
 	}
 	return recs, nil
 }
@@ -223,6 +352,8 @@ type Reader struct {
 	// and each partition is a range of it.
 	Start, Rows int64
 	Sorted      *UnitRows
+	// Parallel is how many map tasks' segments of a unit are read at once.
+	Parallel int
 }
 
 // Each reads the partition's units in order and hands each, sorted, to fn.
@@ -245,13 +376,19 @@ func (pr *Reader) Each(ctx context.Context, fn func(src *UnitRows, un Unit) erro
 				r.Release()
 			}
 		}
-		for _, seg := range pr.Segs[pr.IDs[k]] {
-			got, err := ReadSegment(ctx, pr.Work, seg, pr.Schema)
-			if err != nil {
-				release()
-				return err
-			}
-			recs = append(recs, got...)
+		segs := pr.Segs[pr.IDs[k]]
+		got := make([][]arrow.RecordBatch, len(segs))
+		err := par.ForEach(ctx, len(segs), pr.Parallel, func(i int) error {
+			var err error
+			got[i], err = ReadSegment(ctx, pr.Work, segs[i], pr.Schema)
+			return err
+		})
+		for _, g := range got { // in map order, which is input order
+			recs = append(recs, g...)
+		}
+		if err != nil {
+			release()
+			return err
 		}
 		ord, err := Sort(pr.Hist, recs, pr.SliceCols, pr.SortCols)
 		if err == nil && int64(len(ord)) != un.Rows {

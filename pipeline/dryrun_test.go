@@ -269,6 +269,8 @@ func TestDryRunGenerated(t *testing.T) {
 	}{
 		{"flat", nil},
 		{"packed-tensors", func(o *RunOptions) { o.QueryKey = []string{"query_id"}; o.Tensors = true }},
+		// The table does not fit one unit: the run spills its shuffle.
+		{"flat-spilled", func(o *RunOptions) { o.MemoryLimit = 160 << 20 }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -284,6 +286,13 @@ func TestDryRunGenerated(t *testing.T) {
 				t.Errorf("sampled %d rows", dry.Cost.SampleRows)
 			}
 			compareEstimate(t, c.name, dry, real, 0.10, 0.25)
+			if c.name == "flat-spilled" {
+				est, got := dry.Resources.TempDiskBytes, real.SpillBytes
+				t.Logf("temp disk: estimated %d bytes, the run spilled %d", est, got)
+				if got == 0 || !near(float64(est), float64(got), 0.5) {
+					t.Errorf("temp disk estimated %d bytes, the run spilled %d (allowed 50%% off)", est, got)
+				}
+			}
 			if c.name == "packed-tensors" {
 				if dry.Transfer.Ratio < 1.5 {
 					t.Errorf("transfer ratio %.2f: packing should cut the query features' bytes", dry.Transfer.Ratio)

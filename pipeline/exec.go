@@ -31,7 +31,7 @@ import (
 // mapRows is map task i: it reads the task's row groups once and writes
 // their rows, routed to the plan's units, as one Arrow IPC object per unit
 // under the work prefix, then its task manifest.
-func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.Keys, task, parallel int) (*TaskManifest, error) {
+func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.Keys, task, parallel int, readAhead bool) (*TaskManifest, error) {
 	t0 := time.Now()
 	pm := lp.Maps[task]
 	units, part := lp.Units()
@@ -64,17 +64,32 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		prof = tensors.NewProfile()
 		observe = prof.Observe
 	}
-	for _, rgi := range pm.RowGroups {
+	refs := make([]source.RowGroupRef, len(pm.RowGroups))
+	var largest int64
+	for i, rgi := range pm.RowGroups {
 		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
-		ref := source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
-		s, err := partition.RouteRowGroup(ctx, tbl, ref, rt, keys.Slice, parallel, observe, sw.Write)
+		refs[i] = source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
+		largest = max(largest, refs[i].Rows())
+	}
+	// A map task alone in its process reads the next row group while it
+	// routes this one, when two row groups fit the memory a unit is given
+	// (a unit is at least as large as a row group, with headroom for
+	// holding it several times over); run's map workers share the budget
+	// and read one each.
+	ahead := readAhead && largest <= lp.UnitRows
+	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, func(ref source.RowGroupRef, rec arrow.RecordBatch) error {
+		s, err := partition.RouteRecord(ctx, rec, ref, rt, keys.Slice, parallel, observe, sw.Write)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		fp.Add(s)
 		lp.opts.Progress.Add(ref.Rows())
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if fp.Rows != pm.Rows {
 		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
@@ -89,6 +104,64 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	}
 	d.Seconds = time.Since(t0).Seconds()
 	return d, writeDone(ctx, lp.work, prefix+"_task.json", mapDoneName(task), d)
+}
+
+// eachRowGroup reads refs in order and hands each to fn; with ahead, the
+// next row group is read while fn handles this one.
+func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroupRef, parallel int, ahead bool, fn func(source.RowGroupRef, arrow.RecordBatch) error) error {
+	if !ahead {
+		for _, ref := range refs {
+			rec, err := tbl.Read(ctx, ref, nil, parallel)
+			if err != nil {
+				return err
+			}
+			err = fn(ref, rec)
+			rec.Release()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	type read struct {
+		rec arrow.RecordBatch
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan read) // unbuffered: one row group read ahead at most
+	go func() {
+		defer close(next)
+		for _, ref := range refs {
+			rec, err := tbl.Read(ctx, ref, nil, parallel)
+			select {
+			case next <- read{rec, err}:
+			case <-ctx.Done():
+				if rec != nil {
+					rec.Release()
+				}
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for _, ref := range refs {
+		r, ok := <-next
+		if !ok {
+			return ctx.Err()
+		}
+		if r.err != nil {
+			return r.err
+		}
+		err := fn(ref, r.rec)
+		r.rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mapDones reads every map task's manifest; a missing one is an error
@@ -150,7 +223,7 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task int, dones []*TaskManifest) *partitionReader {
 	pp := lp.Partitions[task]
 	r := &partition.Reader{Work: lp.work, Hist: lp.hist, Schema: tbl.Schema, SliceCols: keys.Slice, SortCols: keys.Sort,
-		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}}
+		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}, Parallel: lp.opts.Parallel}
 	pr := &partitionReader{Reader: r, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile()}
 	units, part := lp.Units()
 	for u, j := range part {

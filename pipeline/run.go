@@ -180,7 +180,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		maps = make([]*TaskManifest, len(p.Maps))
 		err = par.ForEach(ctx, len(p.Maps), ks.Memory.MapWorkers, func(i int) error {
 			var err error
-			maps[i], err = lp.mapRows(ctx, tbl, keys, i, max(opts.Parallel/ks.Memory.MapWorkers, 1))
+			maps[i], err = lp.mapRows(ctx, tbl, keys, i, max(opts.Parallel/ks.Memory.MapWorkers, 1), false)
 			return err
 		})
 		opts.Progress.Finish()
