@@ -52,7 +52,8 @@ func median(ms []measure) measure {
 }
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
-// names (compare, pack, dryrun, dist, tensors, remote, dataset, scale).
+// names (compare, pack, dryrun, dist, scaleout, tensors, remote, dataset,
+// scale).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -237,6 +238,11 @@ func main() {
 	// 3c. Distributed run: plan, map, reduce, commit.
 	if run("dist") && os.Getenv("BENCH_SKIP_DIST") == "" {
 		distBench(dir, in, inBytes, res)
+	}
+
+	// 3d. Scale-out: W workers as separate test hosts (root only).
+	if run("scaleout") && os.Getenv("BENCH_SKIP_SCALEOUT") == "" {
+		scaleoutBench(dir, int(envInt("BENCH_SCALEOUT_ROWS", 2000000)), res)
 	}
 
 	// 4. Tensor shards: batches from shards vs Parquet, the NumPy loader,
