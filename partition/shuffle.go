@@ -34,9 +34,12 @@ type Segment struct {
 	Path      string `json:"path"`
 }
 
-// ShuffleWriter collects a map task's rows per unit, each unit Arrow IPC
-// streams (the shuffle codec, zstd frames) in a local file, and publishes them. In a local work folder
-// (run) the files are the segments. In an object store they are
+// ShuffleWriter collects a map task's rows per unit, each unit Arrow IPC in
+// a local file, and publishes them. A lean shuffle (the distributed map
+// tasks', whose bytes cross the network and sit in the store) goes through
+// the shuffle codec and zstd frames: about half the bytes of a plain one
+// (LZ4 IPC; run's local spill), for about 15% more CPU. In a local work
+// folder (run) the files are the segments. In an object store they are
 // concatenated into one object per map attempt, each unit a byte range of
 // it: a map task writes one object whatever the number of units, and a
 // reduce task reads only its units' ranges.
@@ -45,6 +48,7 @@ type ShuffleWriter struct {
 	prefix string // the attempt's prefix under the work location
 	dir    string // local folder of the unit files
 	tmp    bool   // dir is a temporary folder, removed when published
+	lean   bool   // the shuffle codec and zstd frames, or plain LZ4 IPC
 	mu     sync.Mutex
 	units  map[int]*unitStream
 }
@@ -68,10 +72,17 @@ type sink struct{ buf *bytes.Buffer }
 
 func (k *sink) Write(p []byte) (int, error) { return k.buf.Write(p) }
 
+// zstdMagic starts every zstd frame; a plain segment starts with an IPC
+// message's continuation marker (0xFFFFFFFF) instead.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
 var scratchPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func NewShuffleWriter(work storage.Location, prefix, tmpDir string) (*ShuffleWriter, error) {
-	s := &ShuffleWriter{work: work, prefix: prefix, units: map[int]*unitStream{}}
+// NewShuffleWriter writes the map task's segments under prefix in work
+// (through a folder in tmpDir when work is an object store); lean picks
+// the format.
+func NewShuffleWriter(work storage.Location, prefix, tmpDir string, lean bool) (*ShuffleWriter, error) {
+	s := &ShuffleWriter{work: work, prefix: prefix, units: map[int]*unitStream{}, lean: lean}
 	if work.Local != "" {
 		s.dir = filepath.Join(work.Local, filepath.FromSlash(prefix))
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
@@ -110,6 +121,18 @@ func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
 }
 
 func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) error {
+	if !s.lean {
+		if us.w == nil {
+			f, err := os.Create(filepath.Join(s.dir, unitFileName(u)))
+			if err != nil {
+				return err
+			}
+			us.file = f
+			us.w = ipc.NewWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+		}
+		us.rows += rec.NumRows()
+		return us.w.Write(rec)
+	}
 	enc := encodeBatch(rec)
 	defer enc.Release()
 	us.sink.buf = scratchPool.Get().(*bytes.Buffer)
@@ -180,13 +203,18 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 	slices.Sort(units)
 	for _, u := range units {
 		us := s.units[u]
-		us.sink.buf = scratchPool.Get().(*bytes.Buffer)
-		err := us.w.Close()
-		if err == nil {
-			err = s.flush(u, us)
+		var err error
+		if s.lean {
+			us.sink.buf = scratchPool.Get().(*bytes.Buffer)
+			err = us.w.Close()
+			if err == nil {
+				err = s.flush(u, us)
+			}
+			scratchPool.Put(us.sink.buf)
+			us.sink.buf = nil
+		} else {
+			err = us.w.Close()
 		}
-		scratchPool.Put(us.sink.buf)
-		us.sink.buf = nil
 		if err != nil {
 			return nil, errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
 		}
@@ -294,12 +322,16 @@ func readSegmentOnce(ctx context.Context, work storage.Location, seg Segment, sc
 	}
 	// A segment is zstd frames of one or more IPC streams
 	// (shufflecodec.go), read until its bytes end.
-	zr, err := zstd.NewReader(bytes.NewReader(comp), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
-	if err != nil {
-		return nil, fmt.Errorf("internal: %w", err)
+	var src io.Reader = bytes.NewReader(comp)
+	if bytes.HasPrefix(comp, zstdMagic) { // a lean segment
+		zr, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			return nil, fmt.Errorf("internal: %w", err)
+		}
+		defer zr.Close()
+		src = zr
 	}
-	defer zr.Close()
-	br := bufio.NewReaderSize(zr, 1<<16)
+	br := bufio.NewReaderSize(src, 1<<16)
 	var recs []arrow.RecordBatch
 	fail := func(err error) ([]arrow.RecordBatch, error) {
 		for _, x := range recs {

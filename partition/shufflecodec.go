@@ -177,16 +177,21 @@ func validityCopy(d arrow.ArrayData) (*memory.Buffer, int) {
 	return b, nulls
 }
 
-// buildBinary builds a string or binary array of type dt holding values.
-func buildBinary[O int32 | int64](dt arrow.DataType, values []string, total int) arrow.Array {
+// binaryBuffers allocates the offsets (n+1 of type O) and data (total
+// bytes) buffers of a string or binary array, with views of each.
+func binaryBuffers[O int32 | int64](n, total int) (*memory.Buffer, []O, *memory.Buffer, []byte) {
 	var o O
-	size := int(unsafe.Sizeof(o))
 	offBuf := memory.NewResizableBuffer(memory.DefaultAllocator)
-	offBuf.Resize((len(values) + 1) * size)
-	offs := unsafe.Slice((*O)(unsafe.Pointer(unsafe.SliceData(offBuf.Bytes()))), len(values)+1)
+	offBuf.Resize((n + 1) * int(unsafe.Sizeof(o)))
+	offs := unsafe.Slice((*O)(unsafe.Pointer(unsafe.SliceData(offBuf.Bytes()))), n+1)
 	dataBuf := memory.NewResizableBuffer(memory.DefaultAllocator)
 	dataBuf.Resize(total)
-	buf := dataBuf.Bytes()
+	return offBuf, offs, dataBuf, dataBuf.Bytes()
+}
+
+// buildBinary builds a string or binary array of type dt holding values.
+func buildBinary[O int32 | int64](dt arrow.DataType, values []string, total int) arrow.Array {
+	offBuf, offs, dataBuf, buf := binaryBuffers[O](len(values), total)
 	pos := 0
 	for i, s := range values {
 		offs[i] = O(pos)
@@ -373,14 +378,7 @@ func dictDecode[O int32 | int64](d *array.Dictionary, want arrow.DataType) (arro
 		}
 		total += len(value(int(id)))
 	}
-	var o O
-	size := int(unsafe.Sizeof(o))
-	offBuf := memory.NewResizableBuffer(memory.DefaultAllocator)
-	offBuf.Resize((n + 1) * size)
-	offs := unsafe.Slice((*O)(unsafe.Pointer(unsafe.SliceData(offBuf.Bytes()))), n+1)
-	dataBuf := memory.NewResizableBuffer(memory.DefaultAllocator)
-	dataBuf.Resize(total)
-	buf := dataBuf.Bytes()
+	offBuf, offs, dataBuf, buf := binaryBuffers[O](n, total)
 	pos := 0
 	for i, id := range ids {
 		offs[i] = O(pos)

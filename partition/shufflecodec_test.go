@@ -98,14 +98,14 @@ func codecBatch(t *testing.T, n int, seed int64, unique bool) arrow.RecordBatch 
 
 // shuffleRoundTrip writes the batches (and slices of them, as routing hands
 // the writer) to unit 0 of a shuffle and reads the segment back.
-func shuffleRoundTrip(t *testing.T, batches []arrow.RecordBatch) []arrow.RecordBatch {
+func shuffleRoundTrip(t *testing.T, batches []arrow.RecordBatch, lean bool) []arrow.RecordBatch {
 	t.Helper()
 	dir := t.TempDir()
 	work, err := storage.OpenDir(context.Background(), dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := NewShuffleWriter(work, "m/", "")
+	sw, err := NewShuffleWriter(work, "m/", "", lean)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,8 @@ func sameBatches(t *testing.T, got, want []arrow.RecordBatch) {
 }
 
 // TestShuffleCodecRoundTrips checks that what a map task writes is what a
-// reduce reads, column for column, with every encoding the codec picks,
+// reduce reads, column for column, lean and plain; lean with every
+// encoding the codec picks,
 // with batches that are slices of larger ones (offsets not at zero), and
 // with a stream whose batches switch encodings (a new stream in the same
 // segment).
@@ -181,13 +182,13 @@ func TestShuffleCodecRoundTrips(t *testing.T) {
 		t.Errorf("unique strings encoded as %s, want them left as strings", s)
 	}
 	enc.Release()
-	got := shuffleRoundTrip(t, want)
-	defer func() {
+	for _, lean := range []bool{true, false} {
+		got := shuffleRoundTrip(t, want, lean)
+		sameBatches(t, got, want)
 		for _, g := range got {
 			g.Release()
 		}
-	}()
-	sameBatches(t, got, want)
+	}
 }
 
 // TestShuffleSegmentIsSmall checks the point of the codec: a query-level
@@ -203,7 +204,7 @@ func TestShuffleSegmentIsSmall(t *testing.T) {
 	cols := arrow.NewSchema([]arrow.Field{full.Schema().Field(0), full.Schema().Field(3)}, nil)
 	rec := array.NewRecordBatch(cols, []arrow.Array{full.Column(0), full.Column(3)}, full.NumRows())
 	defer rec.Release()
-	sw, err := NewShuffleWriter(work, "m/", "")
+	sw, err := NewShuffleWriter(work, "m/", "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestShuffleSegmentRejectsAnotherSchema(t *testing.T) {
 	defer full.Release()
 	dir := t.TempDir()
 	work, _ := storage.OpenDir(context.Background(), dir, true)
-	sw, _ := NewShuffleWriter(work, "m/", "")
+	sw, _ := NewShuffleWriter(work, "m/", "", true)
 	if err := sw.Write(0, full); err != nil {
 		t.Fatal(err)
 	}

@@ -370,7 +370,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	return lp.mapRows(ctx, tbl, keys, task, lp.opts.Parallel, lp.opts.Parallel > 1)
+	return lp.mapRows(ctx, tbl, keys, task, lp.opts.Parallel, true)
 }
 
 // writeDone writes a task manifest at its attempt path, then at the task's

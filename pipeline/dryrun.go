@@ -252,15 +252,15 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 // Calibration of the resource estimate, measured on the generated
 // impression log (1M rows, 2 cores; docs/report.md): peak RSS over decoded
 // bytes when the table fits one unit (flat and packed); spill bytes over
-// decoded bytes (the shuffle codec: dictionaries, fixed-size lists, zstd;
-// 0.4 with plain LZ4 Arrow IPC); CPU seconds per decoded GB for a flat run,
+// decoded bytes (run spills plain LZ4 Arrow IPC; the distributed map
+// tasks' lean shuffle is about half that); CPU seconds per decoded GB for a flat run,
 // the factors packing, tensors and spilling add, and the share of each
 // goroutine that does useful work. A faster machine runs faster than
 // estimated.
 const (
 	decodedPeakFlat         = 2.4
 	decodedPeakPacked       = 2.9
-	spillRatio              = 0.2
+	spillRatio              = 0.4
 	coreSecondsPerDecodedGB = 29
 	packedWork              = 1.1
 	tensorWork              = 1.1

@@ -28,10 +28,13 @@ import (
 // hands a partition's units, sorted, to detect and writePartition; assemble
 // checks the tasks' results and builds the manifest.
 
-// mapRows is map task i: it reads the task's row groups once and writes
-// their rows, routed to the plan's units, as one Arrow IPC object per unit
-// under the work prefix, then its task manifest.
-func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.Keys, task, parallel int, readAhead bool) (*TaskManifest, error) {
+// mapRows is map task `task`: it reads the task's row groups once and
+// writes their rows, routed to the plan's units, as one Arrow IPC segment
+// per unit under the work prefix, then its task manifest. A distributed
+// map task (alone in its process, its shuffle bound for the store) reads
+// ahead and writes the lean shuffle; run's map workers share the budget
+// and spill plain (less CPU; the bytes stay on local disk).
+func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.Keys, task, parallel int, distributed bool) (*TaskManifest, error) {
 	t0 := time.Now()
 	pm := lp.Maps[task]
 	units, part := lp.Units()
@@ -52,7 +55,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	}
 	attempt := newAttempt()
 	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", plan.WorkPrefix, task, attempt)
-	sw, err := partition.NewShuffleWriter(lp.work, prefix, lp.opts.TmpDir)
+	sw, err := partition.NewShuffleWriter(lp.work, prefix, lp.opts.TmpDir, distributed)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +81,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	// (a unit is at least as large as a row group, with headroom for
 	// holding it several times over); run's map workers share the budget
 	// and read one each.
-	ahead := readAhead && largest <= lp.UnitRows
+	ahead := distributed && lp.opts.Parallel > 1 && largest <= lp.UnitRows
 	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, func(ref source.RowGroupRef, rec arrow.RecordBatch) error {
 		s, err := partition.RouteRecord(ctx, rec, ref, rt, keys.Slice, parallel, observe, sw.Write)
 		if err != nil {
