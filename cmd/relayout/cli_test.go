@@ -392,7 +392,11 @@ func (cg *memoryCgroup) run(t *testing.T, args []string) (peak, major int64, err
 	t.Helper()
 	dir := t.TempDir()
 	timeFile := filepath.Join(dir, "time")
-	script := `echo $$ > "$1/cgroup.procs" && cp "$2" "$3/relayout" && shift 3 && exec /usr/bin/time -o "$TIMEFILE" -f "%M %F" "$@"`
+	// The run dies with the test binary, also when a test timeout ends it
+	// without cleanups: time by the parent-death signal set below,
+	// relayout by the one setpriv sets for it (seen: a run left thrashing
+	// in its cgroup for an hour after a timed-out test).
+	script := `echo $$ > "$1/cgroup.procs" && cp "$2" "$3/relayout" && shift 3 && exec /usr/bin/time -o "$TIMEFILE" -f "%M %F" setpriv --pdeathsig KILL "$@"`
 	// A generous bound, not a timing check: a process that thrashes in the
 	// cgroup runs for tens of minutes (seen before the memory plan counted
 	// the binary's pages and the map phase), where this takes one.
@@ -400,7 +404,7 @@ func (cg *memoryCgroup) run(t *testing.T, args []string) (peak, major int64, err
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", script, "sh", cg.dir, bin, dir, filepath.Join(dir, "relayout")}, args...)...)
 	cmd.Env = append(os.Environ(), "TIMEFILE="+timeFile)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var se bytes.Buffer
 	cmd.Stderr = &se
