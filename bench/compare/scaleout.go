@@ -29,7 +29,7 @@ import (
 // machines (issue 21): each worker is its own network namespace, joined to
 // the S3-protocol server's by a veth pair through a bridge, so that every
 // input, shuffle and output byte crosses a link, and its own cgroup with a
-// CPU quota (0.3 core by default, BENCH_SCALEOUT_QUOTA), so that four
+// CPU quota (half a core by default, BENCH_SCALEOUT_QUOTA), so that four
 // workers fit this 2-core machine.
 // The server (gofakes3, in memory) runs in this process, outside the
 // workers' cgroups. It needs root (ip netns, cgroup v1 cpu).
@@ -199,12 +199,9 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 			panic(err)
 		}
 	}
-	// Four workers at half a core would ask for all of this machine's two
-	// vCPUs, and the second delivers about 65% of the first (measured:
-	// the same CPU-bound loop pinned to each); the workers would then wait
-	// on each other rather than stand for machines of their own. At 0.3
-	// core, four ask for 1.2 of the about 1.65 cores there are.
-	quota := 0.3
+	// Half a core each: four workers fill this 2-core machine, and the
+	// server (in this process) takes about a tenth of a core more.
+	quota := 0.5
 	if q, err := strconv.ParseFloat(os.Getenv("BENCH_SCALEOUT_QUOTA"), 64); err == nil && q > 0 {
 		quota = q
 	}
