@@ -125,10 +125,10 @@ func NewShuffleWriter(work storage.Location, prefix, tmpDir string, lean bool) (
 
 func unitFileName(u int) string { return fmt.Sprintf("u-%05d.arrows", u) }
 
-// Write appends rows to unit u's stream, encoded by the shuffle codec
-// (shufflecodec.go). A batch that encodes to another schema than the
-// stream's ends the stream and starts a new one in the same file. Writes
-// to different units may run concurrently.
+// Write appends rows to unit u's stream: as they are (plain), or encoded
+// by the shuffle codec (lean; shufflecodec.go), where a batch that encodes
+// to another schema than the stream's ends the stream and starts a new one
+// in the same file. Writes to different units may run concurrently.
 func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
 	s.mu.Lock()
 	us := s.units[u]

@@ -104,9 +104,7 @@ func dictEncode(a arrow.Array) (arrow.Array, bool) {
 	}
 	value := valueString(a)
 	limit := n / 2
-	idx := memory.NewResizableBuffer(memory.DefaultAllocator)
-	idx.Resize(n * 4)
-	ids := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(idx.Bytes()))), n)
+	idx, ids := newValues[int32](n)
 	seen := make(map[string]int32, 64)
 	var order []string
 	var dictBytes int
@@ -177,13 +175,18 @@ func validityCopy(d arrow.ArrayData) (*memory.Buffer, int) {
 	return b, nulls
 }
 
+// newValues allocates a buffer of n values of type O, with a view of it.
+func newValues[O int32 | int64](n int) (*memory.Buffer, []O) {
+	var o O
+	b := memory.NewResizableBuffer(memory.DefaultAllocator)
+	b.Resize(n * int(unsafe.Sizeof(o)))
+	return b, unsafe.Slice((*O)(unsafe.Pointer(unsafe.SliceData(b.Bytes()))), n)
+}
+
 // binaryBuffers allocates the offsets (n+1 of type O) and data (total
 // bytes) buffers of a string or binary array, with views of each.
 func binaryBuffers[O int32 | int64](n, total int) (*memory.Buffer, []O, *memory.Buffer, []byte) {
-	var o O
-	offBuf := memory.NewResizableBuffer(memory.DefaultAllocator)
-	offBuf.Resize((n + 1) * int(unsafe.Sizeof(o)))
-	offs := unsafe.Slice((*O)(unsafe.Pointer(unsafe.SliceData(offBuf.Bytes()))), n+1)
+	offBuf, offs := newValues[O](n + 1)
 	dataBuf := memory.NewResizableBuffer(memory.DefaultAllocator)
 	dataBuf.Resize(total)
 	return offBuf, offs, dataBuf, dataBuf.Bytes()
@@ -346,11 +349,7 @@ func decodeArray(a arrow.Array, want arrow.DataType) (arrow.Array, error) {
 // fixedOffsets returns the offsets of n lists of k values whose first
 // list is list off of the child (a fixed-size list's layout).
 func fixedOffsets[O int32 | int64](off, n int, k int64) *memory.Buffer {
-	var o O
-	size := int(unsafe.Sizeof(o))
-	b := memory.NewResizableBuffer(memory.DefaultAllocator)
-	b.Resize((off + n + 1) * size)
-	offs := unsafe.Slice((*O)(unsafe.Pointer(unsafe.SliceData(b.Bytes()))), off+n+1)
+	b, offs := newValues[O](off + n + 1)
 	for i := range offs {
 		offs[i] = O(int64(i) * k)
 	}

@@ -36,7 +36,6 @@ import (
 type scaleout struct {
 	ns      []string // network namespace of each worker
 	cgroups []string // cpu cgroup folder of each worker
-	bridge  string
 	url     func(prefix string) string
 	env     []string
 }
@@ -58,23 +57,22 @@ func sh(args ...string) error {
 // the CPU quota per worker in cores. rate, when set, limits each worker's
 // link both ways (tc tbf, e.g. "1gbit").
 func setupScaleout(w int, quota float64, rate string) (*scaleout, func(), error) {
-	so := &scaleout{bridge: soBridge}
+	so := &scaleout{}
 	var undo []func()
 	cleanup := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
-	run := func(args ...string) error { return sh(args...) }
 	exec.Command("ip", "link", "del", soBridge).Run() // a previous run's, killed
-	if err := run("ip", "link", "add", soBridge, "type", "bridge"); err != nil {
+	if err := sh("ip", "link", "add", soBridge, "type", "bridge"); err != nil {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { exec.Command("ip", "link", "del", soBridge).Run() })
-	if err := run("ip", "addr", "add", soNet+"1/24", "dev", soBridge); err != nil {
+	if err := sh("ip", "addr", "add", soNet+"1/24", "dev", soBridge); err != nil {
 		return nil, cleanup, err
 	}
-	if err := run("ip", "link", "set", soBridge, "up"); err != nil {
+	if err := sh("ip", "link", "set", soBridge, "up"); err != nil {
 		return nil, cleanup, err
 	}
 	for i := 0; i < w; i++ {
@@ -97,7 +95,7 @@ func setupScaleout(w int, quota float64, rate string) (*scaleout, func(), error)
 				[]string{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "256kb", "latency", "50ms"})
 		}
 		for _, s := range steps {
-			if err := run(s...); err != nil {
+			if err := sh(s...); err != nil {
 				return nil, cleanup, err
 			}
 		}
