@@ -95,14 +95,9 @@ func splitBySlice(hist *Histogram, lay Layout) map[int32][]int {
 // ComputePackCuts reads the slice and query key columns of the input (only
 // when a file cut falls inside a slice) and places every packed file start.
 func ComputePackCuts(ctx context.Context, tbl *source.Table, hist *Histogram, lay Layout, sliceCols, queryCols []int, parallel int) (*PackCuts, error) {
-	pc := &PackCuts{Starts: make([]int64, len(lay.Files)+1), Queries: make([]int64, len(lay.Files))}
-	for f, file := range lay.Files {
-		pc.Starts[f] = file.Start
-	}
-	pc.Starts[len(lay.Files)] = tbl.Rows
 	split := splitBySlice(hist, lay)
 	if len(split) == 0 {
-		return pc, nil
+		return packCuts(hist, lay, tbl.Rows, nil, nil)
 	}
 	// Items per query key, for the split slices' rows only.
 	counts := map[int32]map[string]int64{}
@@ -116,6 +111,36 @@ func ComputePackCuts(ctx context.Context, tbl *source.Table, hist *Histogram, la
 	})
 	if err != nil {
 		return nil, err
+	}
+	return packCuts(hist, lay, tbl.Rows, split, counts)
+}
+
+// PackCutsFromItems is ComputePackCuts from the queries a distributed key
+// pass listed (SummaryExtra.Items): it reads no rows.
+func PackCutsFromItems(hist *Histogram, lay Layout, rows int64, items []QueryItem) (*PackCuts, error) {
+	split := splitBySlice(hist, lay)
+	counts := map[int32]map[string]int64{}
+	for rk := range split {
+		counts[rk] = map[string]int64{}
+	}
+	for _, it := range items {
+		if c, ok := counts[it.Slice]; ok {
+			c[string(it.Key)] += it.Rows
+		}
+	}
+	return packCuts(hist, lay, rows, split, counts)
+}
+
+// packCuts places every packed file start from the items per query key of
+// the slices that file cuts split.
+func packCuts(hist *Histogram, lay Layout, rows int64, split map[int32][]int, counts map[int32]map[string]int64) (*PackCuts, error) {
+	pc := &PackCuts{Starts: make([]int64, len(lay.Files)+1), Queries: make([]int64, len(lay.Files))}
+	for f, file := range lay.Files {
+		pc.Starts[f] = file.Start
+	}
+	pc.Starts[len(lay.Files)] = rows
+	if len(split) == 0 {
+		return pc, nil
 	}
 	for rk, files := range split {
 		s := hist.Slices[rk]

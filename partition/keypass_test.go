@@ -15,10 +15,10 @@ import (
 )
 
 // TestKeyPassInTasksBuildsTheSameHistogram checks the merge a distributed
-// key pass needs: the row groups' key summaries read by separate "tasks"
-// (input ranges), sent through JSON as a task would hand them over, and
-// merged, give exactly BuildWith's histogram, per-row-group counts,
-// vectors and query counts.
+// key pass needs: key summaries of separate "tasks" (uneven input ranges),
+// sent through JSON as a task hands them over, and merged in another order,
+// give exactly BuildWith's histogram and query counts, and each task's rows
+// per slice are the sum of BuildWith's per-row-group counts over its range.
 func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "events")
 	if _, err := gen.Write(dir, gen.Options{Rows: 30_000, Files: 3, Seed: 7, RowGroupRows: 4096}); err != nil {
@@ -52,15 +52,18 @@ func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 		t.Fatalf("%d row groups; the test needs several per task", n)
 	}
 	// Three tasks over uneven ranges, merged in another order.
-	var keys []RowGroupKeys
-	for _, r := range [][2]int{{n / 2, n}, {0, 1}, {1, n / 2}} {
-		var rgs []int
-		for i := r[0]; i < r[1]; i++ {
-			rgs = append(rgs, i)
-		}
-		part, err := ReadKeys(ctx, tbl, rgs, sliceCols, o, 2)
+	ranges := [][2]int{{n / 2, n}, {0, 1}, {1, n / 2}}
+	var sums []*KeySummary
+	for _, r := range ranges {
+		part, vectors, err := SummarizeKeys(ctx, tbl, r[0], r[1], sliceCols, BuildOptions{QueryCols: o.QueryCols, Vectors: true}, 2)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(vectors) != r[1]-r[0] {
+			t.Fatalf("%d vector maps for %d row groups", len(vectors), r[1]-r[0])
+		}
+		if len(part.Queries) == 0 {
+			t.Fatalf("task %v carries no queries", r)
 		}
 		data, err := json.Marshal(part)
 		if err != nil {
@@ -68,13 +71,13 @@ func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 		}
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.UseNumber()
-		var back []RowGroupKeys
+		var back KeySummary
 		if err := dec.Decode(&back); err != nil {
 			t.Fatal(err)
 		}
-		keys = append(keys, back...)
+		sums = append(sums, &back)
 	}
-	got, gotEx, err := BuildFromKeys(ctx, tbl, keys, sliceCols, o)
+	got, gotEx, err := BuildFromSummaries(ctx, tbl, sums, sliceCols, BuildOptions{QueryCols: o.QueryCols})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +94,18 @@ func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 	if len(want.Slices) < 100 {
 		t.Fatalf("only %d slices: the test would not tell much", len(want.Slices))
 	}
-	if a, b := js(gotEx.Counts), js(wantEx.Counts); a != b {
-		t.Errorf("per-row-group counts differ")
-	}
-	if a, b := js(gotEx.Vectors), js(wantEx.Vectors); a != b {
-		t.Errorf("vectors differ")
+	// Task counts, in First order: [0,1), [1,n/2), [n/2,n).
+	sorted := [][2]int{ranges[1], ranges[2], ranges[0]}
+	for k, r := range sorted {
+		sum := map[int32]int64{}
+		for i := r[0]; i < r[1]; i++ {
+			for rk, c := range wantEx.Counts[i] {
+				sum[rk] += c
+			}
+		}
+		if a, b := js(gotEx.TaskCounts[k]), js(sum); a != b {
+			t.Errorf("task %v: rows per slice differ from the per-row-group counts summed", r)
+		}
 	}
 	g, w := gotEx.Queries, wantEx.Queries
 	slices.Sort(g.Items)
@@ -103,16 +113,21 @@ func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 	if g.Queries != w.Queries || js(g.PerSlice) != js(w.PerSlice) || js(g.Items) != js(w.Items) {
 		t.Errorf("query counts: %d queries, want %d", g.Queries, w.Queries)
 	}
-	for _, k := range keys {
-		if len(k.Queries) == 0 {
-			t.Fatalf("row group %d carries no queries", k.RowGroup)
-		}
+	if len(gotEx.Items) != int(w.Queries) {
+		t.Errorf("%d query items, want %d", len(gotEx.Items), w.Queries)
 	}
-	// A missing or repeated row group is refused, not merged short.
-	if _, _, err := BuildFromKeys(ctx, tbl, keys[1:], sliceCols, o); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("merge without row group %d: %v, want it named missing", keys[0].RowGroup, err)
+	// A missing, overlapping or stale task is refused, not merged short.
+	bo := BuildOptions{QueryCols: o.QueryCols}
+	if _, _, err := BuildFromSummaries(ctx, tbl, sums[1:], sliceCols, bo); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("merge without task %v: %v, want it named missing", ranges[0], err)
 	}
-	if _, _, err := BuildFromKeys(ctx, tbl, append(keys, keys[0]), sliceCols, o); err == nil || !strings.Contains(err.Error(), "twice") {
-		t.Errorf("merge with a row group twice: %v", err)
+	if _, _, err := BuildFromSummaries(ctx, tbl, append(sums, sums[0]), sliceCols, bo); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Errorf("merge with a task twice: %v", err)
+	}
+	stale := *sums[1]
+	stale.Slices = slices.Clone(stale.Slices)
+	stale.Slices[0].Rows--
+	if _, _, err := BuildFromSummaries(ctx, tbl, []*KeySummary{sums[0], &stale, sums[2]}, sliceCols, bo); err == nil || !strings.Contains(err.Error(), "did the input change") {
+		t.Errorf("merge with a task whose rows differ from the footers: %v", err)
 	}
 }

@@ -2,9 +2,7 @@ package partition
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"slices"
 	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -66,6 +64,7 @@ type rgSlices struct {
 	// queries maps a query-key hash to its rows here; global maps local
 	// slice ids to the merged list.
 	queries map[uint64]queryAgg
+	qkeys   map[uint64][]byte // with BuildOptions.QueryKeys
 	global  []int
 	vectors [][]uint64
 }
@@ -93,6 +92,9 @@ type BuildOptions struct {
 	Vectors bool
 	// Counts records each row group's rows per slice.
 	Counts bool
+	// QueryKeys keeps each query's encoded key (SummarizeKeys does, for
+	// the packed cuts).
+	QueryKeys bool
 }
 
 // BuildExtra is what BuildOptions asked for.
@@ -144,89 +146,13 @@ func BuildWith(ctx context.Context, t *source.Table, sliceCols []int, o BuildOpt
 	return mergeSlices(ctx, t, per, sliceCols, o)
 }
 
-// RowGroupKeys is what the key pass learns from one input row group: its
-// slices in first-seen order (encoded key, per-column parts, values, rows,
-// and with BuildOptions.Vectors the vectors holding them) and, with
-// QueryCols, each query's rows. It is what a key task over an input range
-// hands the plan step; JSON-encoded, its values decode (with UseNumber) to
-// what plan.json holds.
-type RowGroupKeys struct {
-	RowGroup int             `json:"row_group"` // index in the table's RowGroups()
-	Keys     [][]byte        `json:"keys"`
-	Parts    [][][]byte      `json:"parts"`
-	Values   [][]any         `json:"values"`
-	Counts   []int64         `json:"counts"`
-	Vectors  [][]uint64      `json:"vectors,omitempty"`
-	Queries  []QueryRowCount `json:"queries,omitempty"` // by hash
-}
-
-// QueryRowCount is one query's rows in a row group: the hash of its
-// encoded key, its slice (an index into the row group's Keys) and its first
-// row there.
-type QueryRowCount struct {
-	Hash  uint64 `json:"hash"`
-	Count int64  `json:"count"`
-	Slice int32  `json:"slice"`
-	Row   int32  `json:"row"`
-}
-
-// ReadKeys is the key pass over some of the table's row groups (indices
-// into t.RowGroups()), as a key task runs it.
-func ReadKeys(ctx context.Context, t *source.Table, rowGroups []int, sliceCols []int, o BuildOptions, parallel int) ([]RowGroupKeys, error) {
-	per, err := readKeys(ctx, t, rowGroups, sliceCols, o, parallel)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RowGroupKeys, len(per))
-	for i, k := range per {
-		out[i] = RowGroupKeys{RowGroup: rowGroups[i], Keys: k.keys, Parts: k.parts, Values: k.values, Counts: k.counts, Vectors: k.vectors}
-		for h, a := range k.queries {
-			out[i].Queries = append(out[i].Queries, QueryRowCount{Hash: h, Count: a.count, Slice: a.slice, Row: a.row})
-		}
-		slices.SortFunc(out[i].Queries, func(a, b QueryRowCount) int { return cmp.Compare(a.Hash, b.Hash) })
-	}
-	return out, nil
-}
-
-// BuildFromKeys is BuildWith from key passes already made (ReadKeys over
-// every row group of t, in any grouping): the same histogram and extras.
-func BuildFromKeys(ctx context.Context, t *source.Table, keys []RowGroupKeys, sliceCols []int, o BuildOptions) (*Histogram, *BuildExtra, error) {
-	n := len(t.RowGroups())
-	per := make([]*rgSlices, n)
-	for _, k := range keys {
-		if k.RowGroup < 0 || k.RowGroup >= n || per[k.RowGroup] != nil {
-			return nil, nil, errs.BadInputf("key pass: row group %d is out of range or given twice (the table has %d)", k.RowGroup, n)
-		}
-		if len(k.Parts) != len(k.Keys) || len(k.Values) != len(k.Keys) || len(k.Counts) != len(k.Keys) || (o.Vectors && len(k.Vectors) != len(k.Keys)) {
-			return nil, nil, errs.BadInputf("key pass: row group %d: %d keys, %d parts, %d values, %d counts, %d vectors", k.RowGroup, len(k.Keys), len(k.Parts), len(k.Values), len(k.Counts), len(k.Vectors))
-		}
-		r := &rgSlices{keys: k.Keys, parts: k.Parts, values: k.Values, counts: k.Counts, vectors: k.Vectors}
-		if len(o.QueryCols) > 0 {
-			r.queries = make(map[uint64]queryAgg, len(k.Queries))
-			for _, q := range k.Queries {
-				if q.Slice < 0 || int(q.Slice) >= len(k.Keys) {
-					return nil, nil, errs.BadInputf("key pass: row group %d: query slice %d out of range", k.RowGroup, q.Slice)
-				}
-				r.queries[q.Hash] = queryAgg{count: q.Count, slice: q.Slice, rg: int32(k.RowGroup), row: q.Row}
-			}
-		}
-		per[k.RowGroup] = r
-	}
-	for i, r := range per {
-		if r == nil {
-			return nil, nil, errs.BadInputf("key pass: row group %d is missing", i)
-		}
-	}
-	return mergeSlices(ctx, t, per, sliceCols, o)
-}
-
 // readKeys reads the slices of the given row groups, in parallel.
 func readKeys(ctx context.Context, t *source.Table, rowGroups []int, sliceCols []int, o BuildOptions, parallel int) ([]*rgSlices, error) {
 	refs := t.RowGroups()
 	per := make([]*rgSlices, len(rowGroups))
 	err := par.ForEach(ctx, len(rowGroups), parallel, func(i int) error {
 		var err error
-		per[i], err = readSlices(ctx, t, refs[rowGroups[i]], rowGroups[i], sliceCols, o.QueryCols, o.Vectors)
+		per[i], err = readSlices(ctx, t, refs[rowGroups[i]], rowGroups[i], sliceCols, o)
 		return err
 	})
 	if err != nil {
@@ -363,7 +289,8 @@ func splitErr(t *source.Table, sliceCols, queryCols []int, recA arrow.RecordBatc
 	return errs.BadInputf("slice keys must be query-level but vary within query %v", q)
 }
 
-func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rgIndex int, sliceCols, queryCols []int, vectors bool) (*rgSlices, error) {
+func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rgIndex int, sliceCols []int, o BuildOptions) (*rgSlices, error) {
+	queryCols, vectors := o.QueryCols, o.Vectors
 	cols := append(append([]int{}, queryCols...), sliceCols...)
 	rec, err := t.Read(ctx, ref, cols, 1)
 	if err != nil {
@@ -375,6 +302,9 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rg
 	local := map[string]int{}
 	if len(queryCols) > 0 {
 		k.queries = map[uint64]queryAgg{}
+		if o.QueryKeys {
+			k.qkeys = map[uint64][]byte{}
+		}
 	}
 	var buf, qk []byte
 	nq := len(queryCols)
@@ -420,6 +350,9 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rg
 			a, seen := k.queries[h]
 			if !seen {
 				a = queryAgg{slice: int32(id), rg: int32(rgIndex), row: int32(i)}
+				if o.QueryKeys {
+					k.qkeys[h] = bytes.Clone(qk)
+				}
 			} else if a.slice != int32(id) {
 				return nil, splitErr(t, sliceCols, queryCols, rec, int(a.row), rec, i)
 			}

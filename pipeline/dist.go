@@ -45,7 +45,7 @@ type PlanResult struct {
 
 // TaskManifest is a task's manifest, written last: what it read or wrote.
 type TaskManifest struct {
-	Kind       string              `json:"kind"` // map, detect or reduce
+	Kind       string              `json:"kind"` // keys, map, detect or reduce
 	Task       int                 `json:"task"`
 	Attempt    string              `json:"attempt"`
 	ConfigHash string              `json:"config_hash"`
@@ -57,7 +57,10 @@ type TaskManifest struct {
 	Profile    map[string][2]int64 `json:"profile,omitempty"`    // map with tensors: list lengths seen
 	Shards     []writer.Shard      `json:"shards,omitempty"`     // reduce with tensors
 	Queries    int64               `json:"queries,omitempty"`    // packed reduce
-	Seconds    float64             `json:"seconds"`
+	// Summary names a key task's summary object, SummaryBytes its size.
+	Summary      string  `json:"summary,omitempty"`
+	SummaryBytes int64   `json:"summary_bytes,omitempty"`
+	Seconds      float64 `json:"seconds"`
 }
 
 func (d TaskManifest) sum() (fingerprint.Sum, error) {
@@ -83,20 +86,50 @@ func newAttempt() string {
 // layout, the partitions and the map split, and writes plan.json under the
 // output's work prefix.
 func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult, *plan.Plan, error) {
-	opts, err := opts.withDefaults()
+	pj, err := startPlan(ctx, opts, mapBytes)
 	if err != nil {
 		return nil, nil, err
 	}
-	tr, err := newTensorRun(opts)
+	defer pj.claim.release(ctx)
+	defer pj.tbl.Close()
+	ks, err := plan.AnalyzeSized(ctx, pj.tbl, pj.keys, pj.in, pj.opts.layout(pj.tr), pj.opts.resources())
 	if err != nil {
 		return nil, nil, err
+	}
+	return pj.finish(ctx, ks)
+}
+
+// planJob is a plan step under way: its options, the output it claimed
+// and the opened input.
+type planJob struct {
+	opts     RunOptions
+	tr       *tensorRun
+	mapBytes int64
+	out      storage.Location
+	claim    *outputClaim
+	staged   bool
+	tbl      *source.Table
+	keys     plan.Keys
+	in       plan.Sizes
+}
+
+// startPlan checks the options, claims the output for a plan (or a key
+// plan) and opens the input.
+func startPlan(ctx context.Context, opts RunOptions, mapBytes int64) (*planJob, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	tr, err := newTensorRun(opts)
+	if err != nil {
+		return nil, err
 	}
 	if mapBytes <= 0 {
 		mapBytes = plan.DefaultMapBytes
 	}
 	out, err := storage.OpenDir(ctx, opts.Output, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// The plan holds the output's lease while it prepares it and writes
 	// plan.json; plan.json then marks the work as relayout's, and the
@@ -104,46 +137,48 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	// Overwriting a committed output stages: it stays whole until commit.
 	claim, err := claimOutput(ctx, out, opts.Inputs, opts.Overwrite, true, "plan", plan.WorkPrefix) // and an old work prefix
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	staged := claim.target.Prefix != out.Prefix || claim.target.Local != out.Local
 	claim.target, claim.prefixes = out, []string{plan.WorkPrefix} // a failed plan removes its work prefix, staged files and all
-	defer claim.release(ctx)
 	tbl, keys, in, _, err := openTable(ctx, &opts)
 	if err != nil {
-		return nil, nil, err
+		claim.release(ctx)
+		return nil, err
 	}
-	defer tbl.Close()
-	ks, err := plan.AnalyzeSized(ctx, tbl, keys, in, opts.layout(tr), opts.resources())
-	if err != nil {
-		return nil, nil, err
-	}
+	return &planJob{opts: opts, tr: tr, mapBytes: mapBytes, out: out, claim: claim, staged: staged, tbl: tbl, keys: keys, in: in}, nil
+}
+
+// finish fixes the plan from its key pass and writes plan.json (and the
+// encoding sample) under the work prefix.
+func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *plan.Plan, error) {
+	opts := pj.opts
 	opts.fitted(ks)
-	if err := checkFolders(ks.Hist, opts, in.FileRowBytes); err != nil {
+	if err := checkFolders(ks.Hist, opts, ks.Sizes.FileRowBytes); err != nil {
 		return nil, nil, err
 	}
-	p, err := plan.Build(ctx, tbl, keys, ks, opts.layout(tr), opts.resources(), opts.Inputs, mapBytes)
+	p, err := plan.Build(ctx, pj.tbl, pj.keys, ks, opts.layout(pj.tr), opts.resources(), opts.Inputs, pj.mapBytes)
 	if err != nil {
 		return nil, nil, err
 	}
 	if ks.Sample != nil {
 		// Stored once, so reduce tasks need not each read the input's
 		// first row group again.
-		err := putSample(ctx, out, ks.Sample)
+		err := putSample(ctx, pj.out, ks.Sample)
 		ks.Sample.Release()
 		if err != nil {
 			return nil, nil, err
 		}
 	}
-	p.Staged = staged
+	p.Staged = pj.staged
 	data, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := claim.put(ctx, plan.FileName, append(data, '\n'), false); err != nil {
+	if err := pj.claim.put(ctx, plan.FileName, append(data, '\n'), false); err != nil {
 		return nil, nil, err
 	}
-	res := &PlanResult{Plan: out.URL(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
+	res := &PlanResult{Plan: pj.out.URL(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
 	if p.Packing != nil {
 		res.DetectTasks = len(p.Partitions)
 	}
@@ -172,11 +207,18 @@ type loadedPlan struct {
 // planLocation splits a plan URL (<output>/_relayout/plan.json, with the
 // URL's query parameters, if any, after it) into the output's URL.
 func planLocation(planURL string) (string, error) {
-	base, query, _ := strings.Cut(planURL, "?")
-	if !strings.HasSuffix(base, "/"+plan.FileName) {
-		return "", errs.Usagef("--plan must name %s under the output (got %s)", plan.FileName, planURL)
+	return workFileLocation(planURL, plan.FileName, "--plan")
+}
+
+// workFileLocation splits the URL of a file under the work prefix (name,
+// e.g. _relayout/plan.json), with the URL's query parameters after it,
+// into the output's URL; flag names the option that passed it.
+func workFileLocation(fileURL, name, flag string) (string, error) {
+	base, query, _ := strings.Cut(fileURL, "?")
+	if !strings.HasSuffix(base, "/"+name) {
+		return "", errs.Usagef("%s must name %s under the output (got %s)", flag, name, fileURL)
 	}
-	out := strings.TrimSuffix(base, "/"+plan.FileName)
+	out := strings.TrimSuffix(base, "/"+name)
 	if query != "" {
 		out += "?" + query
 	}
@@ -246,32 +288,13 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	if err != nil {
 		return nil, errs.BadInputf("%s: config: %v", out.URL(plan.FileName), err)
 	}
-	opts := RunOptions{
-		Inputs: p.InputArgs, Output: outURL, SliceKeys: cfg.SliceKeys, SortKeys: cfg.SortKeys,
-		RowGroupBytes: cfg.RowGroupBytes, MinRowGroupBytes: cfg.MinRowGroupBytes, RowGroupRows: cfg.RowGroupRows,
-		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
-		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
-		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
-		hive: cfg.Hive,
-	}
-	if cfg.HiveKeys > 0 {
-		opts.OutputPartitioning, opts.HiveKeys = "hive", cfg.HiveKeys
-	}
+	var maxItems int64
 	if p.Packing != nil {
-		opts.MaxItemsPerQuery = p.Packing.MaxItems
+		maxItems = p.Packing.MaxItems
 	}
-	if cfg.Tensors != nil {
-		opts.Tensors, opts.ShardBytes, opts.BlockSamples = true, cfg.Tensors.ShardBytes, cfg.Tensors.BlockSamples
-	}
-	if cfg.BoundaryKeys == 0 {
-		opts.BoundaryKeys = BoundaryKeysOff
-	}
-	if opts, err = opts.withDefaults(); err != nil {
+	opts, tr, err := optionsOf(outURL, p.InputArgs, cfg, maxItems, local)
+	if err != nil {
 		return nil, err
-	}
-	var tr *tensorRun
-	if cfg.Tensors != nil {
-		tr = &tensorRun{spec: cfg.Tensors.Spec}
 	}
 	if _, h := configOf(opts, tr); h != p.ConfigHash {
 		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(plan.FileName), p.ConfigHash)
@@ -291,6 +314,37 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	return lp, nil
 }
 
+// optionsOf rebuilds the run options a plan (or key plan) records: its
+// config, inputs and output, with this process's local resources.
+func optionsOf(outURL string, inputArgs []string, cfg plan.Options, maxItems int64, local RunOptions) (RunOptions, *tensorRun, error) {
+	opts := RunOptions{
+		Inputs: inputArgs, Output: outURL, SliceKeys: cfg.SliceKeys, SortKeys: cfg.SortKeys,
+		RowGroupBytes: cfg.RowGroupBytes, MinRowGroupBytes: cfg.MinRowGroupBytes, RowGroupRows: cfg.RowGroupRows,
+		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
+		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
+		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
+		MaxItemsPerQuery: maxItems, hive: cfg.Hive,
+	}
+	if cfg.HiveKeys > 0 {
+		opts.OutputPartitioning, opts.HiveKeys = "hive", cfg.HiveKeys
+	}
+	if cfg.Tensors != nil {
+		opts.Tensors, opts.ShardBytes, opts.BlockSamples = true, cfg.Tensors.ShardBytes, cfg.Tensors.BlockSamples
+	}
+	if cfg.BoundaryKeys == 0 {
+		opts.BoundaryKeys = BoundaryKeysOff
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return opts, nil, err
+	}
+	var tr *tensorRun
+	if cfg.Tensors != nil {
+		tr = &tensorRun{spec: cfg.Tensors.Spec}
+	}
+	return opts, tr, nil
+}
+
 // tensorRun is the plan's tensor run with a profile (nil without tensors).
 func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 	if lp.tensors == nil {
@@ -301,25 +355,32 @@ func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 
 // openInputs opens the plan's inputs, failing if any changed since the plan.
 func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) (*source.Table, error) {
-	objs, err := storage.List(ctx, lp.InputArgs)
+	return openPinned(ctx, lp.InputArgs, lp.Inputs, lp.opts.hive, counts)
+}
+
+// openPinned lists the input arguments and opens them (with the Hive
+// partitioning spec hiveSpec, "" for none), failing if any object differs
+// from its pin.
+func openPinned(ctx context.Context, inputArgs []string, pins []manifests.Input, hiveSpec string, counts *storage.Counters) (*source.Table, error) {
+	objs, err := storage.List(ctx, inputArgs)
 	if err != nil {
 		return nil, err
 	}
-	if len(objs) != len(lp.Inputs) {
-		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(lp.Inputs))
+	if len(objs) != len(pins) {
+		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(pins))
 	}
 	for i, o := range objs {
-		pin := lp.Inputs[i]
+		pin := pins[i]
 		if o.URL != pin.Path || o.Size != pin.Bytes || o.ETag != pin.ETag || o.MTime != pin.MTime {
 			return nil, errs.Preconditionf("re-run relayout plan", "input %s changed since the plan (size %d, etag %q, mtime %s; pinned %d, %q, %s)",
 				o.URL, o.Size, o.ETag, o.MTime, pin.Bytes, pin.ETag, pin.MTime)
 		}
 	}
 	mode := hive.Off
-	if lp.opts.hive != "" {
+	if hiveSpec != "" {
 		mode = hive.On
 	}
-	return openObjects(ctx, objs, counts, string(mode), lp.opts.hive)
+	return openObjects(ctx, objs, counts, string(mode), hiveSpec)
 }
 
 func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {

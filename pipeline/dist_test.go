@@ -36,15 +36,39 @@ func distOpts(in, out string) RunOptions {
 }
 
 // runDistributed runs plan, then the map tasks and the reduce tasks on
-// `workers` goroutines each (tasks handed out in order), then commit.
+// `workers` goroutines each (tasks handed out in order), then commit. With
+// more than one worker the key pass runs as tasks too (plan --key-tasks,
+// the key tasks, plan --keys), and the plan must be byte-identical to the
+// one plan writes alone.
 func runDistributed(t *testing.T, o RunOptions, mapBytes int64, workers int) *PlanResult {
 	t.Helper()
 	ctx := context.Background()
-	res, _, err := PlanJob(ctx, o, mapBytes)
-	if err != nil {
-		t.Fatalf("plan: %v", err)
-	}
 	local := RunOptions{Parallel: 2}
+	var res *PlanResult
+	var err error
+	if workers == 1 {
+		if res, _, err = PlanJob(ctx, o, mapBytes); err != nil {
+			t.Fatalf("plan: %v", err)
+		}
+	} else {
+		res = planWithKeyTasks(t, o, mapBytes, workers)
+	}
+	runSteps(t, workers, func(step func(n int, task func(int) error)) {
+		step(res.MapTasks, func(i int) error { _, err := MapTask(ctx, res.Plan, i, local); return err })
+		step(res.DetectTasks, func(j int) error { _, err := DetectTask(ctx, res.Plan, j, local); return err })
+		step(res.ReduceTasks, func(j int) error { _, err := ReduceTask(ctx, res.Plan, j, local); return err })
+	})
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return res
+}
+
+// runSteps hands body a step runner: it runs a step's n tasks on
+// `workers` goroutines (handed out in order) and fails the test on the
+// first task error.
+func runSteps(t *testing.T, workers int, body func(step func(n int, task func(int) error))) {
+	t.Helper()
 	step := func(n int, task func(int) error) {
 		next := make(chan int)
 		var wg sync.WaitGroup
@@ -74,12 +98,50 @@ func runDistributed(t *testing.T, o RunOptions, mapBytes int64, workers int) *Pl
 			t.Fatal(first)
 		}
 	}
-	step(res.MapTasks, func(i int) error { _, err := MapTask(ctx, res.Plan, i, local); return err })
-	step(res.DetectTasks, func(j int) error { _, err := DetectTask(ctx, res.Plan, j, local); return err })
-	step(res.ReduceTasks, func(j int) error { _, err := ReduceTask(ctx, res.Plan, j, local); return err })
-	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
-		t.Fatalf("commit: %v", err)
+	body(step)
+}
+
+// planWithKeyTasks plans o with the key pass as tasks on `workers`
+// goroutines (in reverse order, the last one twice: a retried task) and
+// checks that plan.json and the encoding sample are byte-identical to what
+// PlanJob writes for the same options.
+func planWithKeyTasks(t *testing.T, o RunOptions, mapBytes int64, workers int) *PlanResult {
+	t.Helper()
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	// The reference plan, at a sibling output (paths in plan.json are the
+	// inputs', not the output's).
+	refOut := o.Output + ".plan-alone"
+	ro := o
+	ro.Output = refOut
+	if _, _, err := PlanJob(ctx, ro, mapBytes); err != nil {
+		t.Fatalf("plan: %v", err)
 	}
+	kr, err := KeyPlanJob(ctx, o, mapBytes)
+	if err != nil {
+		t.Fatalf("plan --key-tasks: %v", err)
+	}
+	if kr.KeyTasks < 1 {
+		t.Fatalf("%d key tasks", kr.KeyTasks)
+	}
+	runSteps(t, workers, func(step func(n int, task func(int) error)) {
+		step(kr.KeyTasks+1, func(i int) error {
+			_, err := KeysTask(ctx, kr.Keys, max(kr.KeyTasks-1-i, 0), local)
+			return err
+		})
+	})
+	res, _, err := PlanFromKeys(ctx, kr.Keys, local)
+	if err != nil {
+		t.Fatalf("plan --keys: %v", err)
+	}
+	for _, name := range []string{plan.FileName, plan.SampleFileName} {
+		want, werr := os.ReadFile(filepath.Join(refOut, name))
+		got, gerr := os.ReadFile(filepath.Join(o.Output, name))
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("plan --keys wrote another %s than plan (%d bytes, %v; plan's %d bytes, %v)", name, len(got), gerr, len(want), werr)
+		}
+	}
+	os.RemoveAll(refOut)
 	return res
 }
 

@@ -32,7 +32,8 @@ var ownedName = regexp.MustCompile(`^(parquet/part-\d{5,}\.parquet|tensors/shard
 // and removes what a previous run left, but only what relayout provably
 // wrote: files under parquet/, tensors/ and the work prefix named as
 // relayout names them, when a committed manifest (with overwrite), a stale
-// lease or a distributed plan marks them as relayout's. Anything else
+// lease or a distributed plan (plan.json or keys.json) marks them as
+// relayout's. Anything else
 // there is refused (exit 5), never deleted.
 //
 // The old manifest is removed first, so no reader trusts it while files
@@ -64,9 +65,12 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 		return nil, err
 	}
 	marked := committed || prev != nil
-	if !marked {
-		if marked, err = out.Bucket.Exists(ctx, out.Key(plan.FileName)); err != nil {
-			return nil, storage.Classify(fmt.Errorf("check %s: %w", out.URL(plan.FileName), err))
+	for _, name := range []string{plan.FileName, KeysFileName} { // a distributed plan's marks
+		if marked {
+			break
+		}
+		if marked, err = out.Bucket.Exists(ctx, out.Key(name)); err != nil {
+			return nil, storage.Classify(fmt.Errorf("check %s: %w", out.URL(name), err))
 		}
 	}
 	staged := stage && committed

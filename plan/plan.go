@@ -136,8 +136,14 @@ type Map struct {
 // starts at a query boundary (partition.ComputePackCuts), and a partition whose range
 // is empty writes no file, so the files after it are numbered down, as run
 // numbers them.
-func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys Keys, qc *partition.QueryCounts, maxItems int64, parallel int) error {
-	pc, err := partition.ComputePackCuts(ctx, tbl, hist, layout, keys.Slice, keys.Query, parallel)
+func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partition.Histogram, layout partition.Layout, keys Keys, qc *partition.QueryCounts, tasks *partition.SummaryExtra, maxItems int64, parallel int) error {
+	var pc *partition.PackCuts
+	var err error
+	if tasks != nil {
+		pc, err = partition.PackCutsFromItems(hist, layout, tbl.Rows, tasks.Items)
+	} else {
+		pc, err = partition.ComputePackCuts(ctx, tbl, hist, layout, keys.Slice, keys.Query, parallel)
+	}
 	if err != nil {
 		return err
 	}
@@ -231,6 +237,10 @@ type KeyPass struct {
 	// layout was made with (lower than the options' when FitMemory lowered
 	// them to fit the memory limit).
 	RowGroupBytes, MinRowGroupBytes int64
+	// Tasks is set when the key pass ran as tasks (AnalyzeSummaries): the
+	// rows per slice of each map task's run and the queries, in place of
+	// Extra's per-row-group counts.
+	Tasks *partition.SummaryExtra
 }
 
 // Analyze is the key pass: it reads the key columns (slice keys, query
@@ -248,7 +258,13 @@ func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o
 	if err != nil {
 		return nil, err
 	}
-	hist, ex, before := kp.Hist, kp.Extra, kp.Before
+	return fit(ctx, tbl, kp, in, o, r)
+}
+
+// fit completes a key pass with the encoding sample, the memory plan and
+// the layout that fits it.
+func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Options, r Resources) (*KeyPass, error) {
+	hist := kp.Hist
 	// Units are sized with decoded bytes measured on the first row group
 	// (dictionary-encoded columns decode larger than Parquet says).
 	sample, err := readSample(ctx, tbl)
@@ -274,8 +290,9 @@ func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o
 		}
 		return nil, err
 	}
-	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: layout, Memory: mp, Sample: sample, Sizes: in,
-		RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes}, nil
+	kp.Layout, kp.Memory, kp.Sample, kp.Sizes = layout, mp, sample, in
+	kp.RowGroupBytes, kp.MinRowGroupBytes = o.RowGroupBytes, o.MinRowGroupBytes
+	return kp, nil
 }
 
 // Scan is the key pass a dry run needs: the histogram, query counts, each
@@ -361,7 +378,7 @@ func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Opt
 	// One partition per output file: the files are the units every
 	// worker count shares, so the bytes never depend on the workers.
 	if keys.Query != nil {
-		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, o.MaxItemsPerQuery, r.Parallel); err != nil {
+		if err := planPacking(ctx, p, tbl, hist, layout, keys, ex.Queries, kp.Tasks, o.MaxItemsPerQuery, r.Parallel); err != nil {
 			return nil, err
 		}
 	} else {
@@ -397,27 +414,56 @@ func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Opt
 	}
 	// Map tasks: consecutive row groups of about mapBytes.
 	refs := tbl.RowGroups()
+	runs := MapRuns(tbl, mapBytes)
+	if kp.Tasks != nil && len(kp.Tasks.TaskCounts) != len(runs) {
+		return nil, errs.BadInputf("key pass: %d key tasks for %d map tasks", len(kp.Tasks.TaskCounts), len(runs))
+	}
 	rowsBefore := map[int32]int64{}
-	var cur *Map
-	for i, ref := range refs {
-		if cur == nil || (cur.Bytes >= mapBytes && len(cur.RowGroups) > 0) {
-			p.Maps = append(p.Maps, Map{Index: len(p.Maps), Counters: map[string]int64{}})
-			cur = &p.Maps[len(p.Maps)-1]
-			for _, rk := range split {
-				cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
+	for m, run := range runs {
+		cur := Map{Index: m, Counters: map[string]int64{}}
+		for _, rk := range split {
+			cur.Counters[strconv.Itoa(int(rk))] = rowsBefore[rk]
+		}
+		for i := run[0]; i < run[1]; i++ {
+			ref := refs[i]
+			cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
+			cur.Rows += ref.Rows()
+			cur.Bytes += RowGroupBytes(ref)
+			if kp.Tasks == nil {
+				for _, rk := range split {
+					rowsBefore[rk] += ex.Counts[i][rk]
+				}
 			}
 		}
-		cur.RowGroups = append(cur.RowGroups, [2]int{ref.File.Index, ref.RowGroup})
-		cur.Rows += ref.Rows()
-		cur.Bytes += RowGroupBytes(ref)
-		for _, rk := range split {
-			rowsBefore[rk] += ex.Counts[i][rk]
+		if kp.Tasks != nil {
+			for _, rk := range split {
+				rowsBefore[rk] += kp.Tasks.TaskCounts[m][rk]
+			}
 		}
-	}
-	if len(p.Maps) == 0 {
-		p.Maps = append(p.Maps, Map{Index: 0, Counters: map[string]int64{}})
+		p.Maps = append(p.Maps, cur)
 	}
 	return p, nil
+}
+
+// MapRuns splits the table's row groups into the map tasks' runs,
+// [first, end) of RowGroups(): consecutive row groups of about mapBytes
+// stored bytes (at least one each; a table without row groups has one
+// empty run). A distributed key pass runs one key task per run.
+func MapRuns(tbl *source.Table, mapBytes int64) [][2]int {
+	runs := [][2]int{}
+	var bytes int64
+	for i, ref := range tbl.RowGroups() {
+		if len(runs) == 0 || bytes >= mapBytes {
+			runs = append(runs, [2]int{i, i})
+			bytes = 0
+		}
+		runs[len(runs)-1][1] = i + 1
+		bytes += RowGroupBytes(ref)
+	}
+	if len(runs) == 0 {
+		runs = append(runs, [2]int{0, 0})
+	}
+	return runs
 }
 
 // readSample decodes the first non-empty input row group: the sample from

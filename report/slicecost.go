@@ -113,14 +113,7 @@ func (t *TableCost) NumRowGroups() int { return len(t.rgs) }
 func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 	n, b := 0, t.footer
 	for _, rg := range t.rgs {
-		read := true
-		for c, sr := range rg.stats {
-			if c < len(parts) && !sr.MayContain(parts[c]) {
-				read = false
-				break
-			}
-		}
-		if !read {
+		if !rg.mayContain(parts) {
 			continue
 		}
 		n++
@@ -138,21 +131,47 @@ func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 	return n, b
 }
 
+// mayContain reports whether the row group's statistics let a reader skip
+// the slice with key parts (false) or not.
+func (rg *rgCost) mayContain(parts [][]byte) bool {
+	for c, sr := range rg.stats {
+		if c < len(parts) && !sr.MayContain(parts[c]) {
+			return false
+		}
+	}
+	return true
+}
+
 // costOfTable reads the row groups' slice-key statistics and page
 // locations from the footers and page indexes (by name, so it also serves a
 // packed output), with vectors[i] saying where each slice's rows lie in
 // row group i (nil: unknown).
 func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64) (tc TableCost, err error) {
-	return costOfFiles(tbl, sliceKeys, vectors, nil)
+	return costOfFiles(tbl, sliceKeys, vectors, costScope{end: -1, pages: true}, nil)
+}
+
+// costScope is the row groups a model covers, [first, end) of the table's
+// RowGroups() (end -1: to the last), and whether it reads page locations.
+type costScope struct {
+	first, end int
+	pages      bool
 }
 
 // costOfFiles is costOfTable that, when perFile is set, hands it the
 // model after each file and then drops that file's row groups (the footer
 // and noStats keep adding up): memory for one file, not the whole input.
-func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64, perFile func(*TableCost)) (tc TableCost, err error) {
+func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64, sc costScope, perFile func(*TableCost)) (tc TableCost, err error) {
 	defer errs.Recover(&err, "read page indexes")
 	i := 0
+	end := sc.end
+	if end < 0 {
+		end = tbl.NumRowGroups()
+	}
 	for _, f := range tbl.Files {
+		if i+len(f.RowGroupRows) <= sc.first || i >= end {
+			i += len(f.RowGroupRows)
+			continue
+		}
 		err := f.WithParquet(func(pq *file.Reader) error {
 			md := pq.MetaData()
 			tc.footer += int64(md.Size()) + 8
@@ -162,8 +181,15 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]ui
 					keyLeaf[idx] = true
 				}
 			}
-			pir := pq.GetPageIndexReader()
+			var pir *metadata.PageIndexReader
+			if sc.pages {
+				pir = pq.GetPageIndexReader()
+			}
 			for g := range f.RowGroupRows {
+				if i < sc.first || i >= end {
+					i++
+					continue
+				}
 				rg := md.RowGroup(g)
 				rc := rgCost{rows: f.RowGroupRows[g]}
 				var rgIdx *metadata.RowGroupPageIndexReader
@@ -225,7 +251,7 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]ui
 					tc.noStats++
 				}
 				if vectors != nil {
-					rc.vectors = vectors[i]
+					rc.vectors = vectors[i-sc.first]
 				}
 				tc.rgs = append(tc.rgs, rc)
 				i++
@@ -288,7 +314,7 @@ func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogra
 	b := Before{SliceRowGroups: make([]int, len(hist.Slices)), SliceBytes: make([]int64, len(hist.Slices))}
 	// File by file: a slice's cost is a sum over row groups, plus every
 	// footer, so the model never holds more than one file's row groups.
-	tc, err := costOfFiles(tbl, sliceKeys, vectors, func(tc *TableCost) {
+	tc, err := costOfFiles(tbl, sliceKeys, vectors, costScope{end: -1, pages: true}, func(tc *TableCost) {
 		footer := tc.footer
 		tc.footer = 0
 		for i, s := range hist.Slices {
@@ -304,6 +330,72 @@ func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogra
 	}
 	for i := range b.SliceBytes {
 		b.SliceBytes[i] += tc.footer
+	}
+	b.NoStats = tc.noStats
+	return b, nil
+}
+
+// PresentBytes is a key task's share of CostsBefore, for the row groups
+// [first, end) of the table it read: per slice of the task (parts[s]), the
+// bytes a reader of that slice fetches from the columns other than the
+// slice keys of the row groups holding its rows (vectors[g-first] maps a
+// slice index to the vectors holding its rows in row group g). It reads
+// those row groups' page indexes.
+func PresentBytes(tbl *source.Table, sliceKeys []string, first, end int, parts [][][]byte, vectors []map[int32][]uint64) ([]int64, error) {
+	out := make([]int64, len(parts))
+	if len(sliceKeys) == 0 || first >= end {
+		return out, nil // no vectors: the merge counts whole row groups
+	}
+	_, err := costOfFiles(tbl, sliceKeys, vectors, costScope{first: first, end: end, pages: true}, func(tc *TableCost) {
+		for _, rg := range tc.rgs {
+			for id, v := range rg.vectors {
+				if int(id) >= len(parts) || !rg.mayContain(parts[id]) {
+					continue
+				}
+				for _, c := range rg.others {
+					out[id] += c.fetch(v, rg.rows)
+				}
+			}
+		}
+	})
+	return out, err
+}
+
+// CostsBeforeSummed is CostsBefore from the key tasks' PresentBytes,
+// summed per slice rank (present): it adds what every reader of a slice
+// reads regardless of where its rows lie (footers, and the slice-key
+// columns of every row group the statistics do not exclude), from the
+// footers alone.
+func CostsBeforeSummed(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, present []int64) (Before, error) {
+	b := Before{SliceRowGroups: make([]int, len(hist.Slices)), SliceBytes: make([]int64, len(hist.Slices))}
+	if len(present) != len(hist.Slices) {
+		return b, errs.BadInputf("key pass: %d slice costs for %d slices", len(present), len(hist.Slices))
+	}
+	tc, err := costOfFiles(tbl, sliceKeys, nil, costScope{end: -1}, func(tc *TableCost) {
+		for i, s := range hist.Slices {
+			n, by := 0, int64(0)
+			for r := range tc.rgs {
+				rg := &tc.rgs[r]
+				if !rg.mayContain(s.Parts) {
+					continue
+				}
+				n++
+				if len(sliceKeys) > 0 {
+					by += rg.keyBytes
+				} else {
+					by += rg.bytes
+				}
+			}
+			b.SliceRowGroups[i] += n
+			b.SliceBytes[i] += by
+		}
+		b.RowGroups += len(tc.rgs)
+	})
+	if err != nil {
+		return Before{}, err
+	}
+	for i := range b.SliceBytes {
+		b.SliceBytes[i] += tc.footer + present[i]
 	}
 	b.NoStats = tc.noStats
 	return b, nil

@@ -1,0 +1,299 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"gocloud.dev/gcerrors"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
+	"github.com/relayout/relayout/internal/version"
+	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/storage"
+)
+
+// The key pass as tasks (docs/distributed.md): `plan --key-tasks` pins the
+// inputs and the config and writes keys.json, one key task per map run;
+// each `keys --task i` reads its run's key columns and writes a summary;
+// `plan --keys` merges the summaries (reading only footers, the summaries
+// and one row group for the encoding sample) into the plan.json that
+// `plan` alone would have written, byte for byte.
+
+// KeysFileName is the key plan, under the work prefix.
+const KeysFileName = plan.WorkPrefix + "keys.json"
+
+// keysFormat names the key plan's format.
+const keysFormat = "relayout-keys"
+
+// KeyPlanResult is what `plan --key-tasks` prints.
+type KeyPlanResult struct {
+	Keys     string `json:"keys"`
+	KeyTasks int    `json:"key_tasks"`
+}
+
+// keyPlan is keys.json: what the key tasks and the merge need, fixed once.
+type keyPlan struct {
+	Format          string            `json:"format"`
+	FormatVersion   int               `json:"format_version"`
+	RelayoutVersion string            `json:"relayout_version"`
+	Config          json.RawMessage   `json:"config"`
+	ConfigHash      string            `json:"config_hash"`
+	InputArgs       []string          `json:"input_args"`
+	Inputs          []manifests.Input `json:"inputs"`
+	Rows            int64             `json:"rows"`
+	// MemoryLimit, MapBytes, MaxItemsPerQuery and the Fit flags are the
+	// plan's resources and sizes, as `plan --key-tasks` was given them.
+	MemoryLimit      int64 `json:"memory_limit"`
+	MapBytes         int64 `json:"map_bytes"`
+	MaxItemsPerQuery int64 `json:"max_items_per_query,omitempty"`
+	FitRowGroups     bool  `json:"fit_row_groups,omitempty"`
+	FitMinRowGroups  bool  `json:"fit_min_row_groups,omitempty"`
+	UnitRows         int64 `json:"unit_rows,omitempty"`
+	ForceFolders     bool  `json:"force_folders,omitempty"`
+	Staged           bool  `json:"staged,omitempty"`
+	// Tasks are the key tasks: runs [first, end) of the input's row groups
+	// (the map tasks' runs).
+	Tasks []keyTask `json:"tasks"`
+}
+
+type keyTask struct {
+	Index int   `json:"index"`
+	First int   `json:"first"`
+	End   int   `json:"end"`
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"`
+}
+
+func keysDoneName(i int) string { return fmt.Sprintf("%skeys/k-%05d/_done.json", plan.WorkPrefix, i) }
+
+// KeyPlanJob is `relayout plan --key-tasks`: it claims the output, pins
+// the inputs and the config, splits the input into key tasks (one per map
+// run) and writes keys.json.
+func KeyPlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*KeyPlanResult, error) {
+	pj, err := startPlan(ctx, opts, mapBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer pj.claim.release(ctx)
+	defer pj.tbl.Close()
+	cfg, hash := pj.opts.layout(pj.tr).Config()
+	r := pj.opts.resources()
+	kp := &keyPlan{Format: keysFormat, FormatVersion: plan.FormatVersion, RelayoutVersion: version.Version,
+		Config: cfg, ConfigHash: hash, InputArgs: pj.opts.Inputs, Rows: pj.tbl.Rows,
+		MemoryLimit: r.MemoryLimit, MapBytes: pj.mapBytes, MaxItemsPerQuery: pj.opts.MaxItemsPerQuery,
+		FitRowGroups: r.FitRowGroups, FitMinRowGroups: r.FitMinRowGroups, UnitRows: r.UnitRows,
+		ForceFolders: pj.opts.ForceFolders, Staged: pj.staged}
+	for _, f := range pj.tbl.Files {
+		kp.Inputs = append(kp.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+	}
+	refs := pj.tbl.RowGroups()
+	for i, run := range plan.MapRuns(pj.tbl, pj.mapBytes) {
+		t := keyTask{Index: i, First: run[0], End: run[1]}
+		for _, ref := range refs[run[0]:run[1]] {
+			t.Rows += ref.Rows()
+			t.Bytes += plan.RowGroupBytes(ref)
+		}
+		kp.Tasks = append(kp.Tasks, t)
+	}
+	data, err := json.MarshalIndent(kp, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if err := pj.claim.put(ctx, KeysFileName, append(data, '\n'), false); err != nil {
+		return nil, err
+	}
+	return &KeyPlanResult{Keys: pj.out.URL(KeysFileName), KeyTasks: len(kp.Tasks)}, nil
+}
+
+// loadedKeys is a key plan with the options it records.
+type loadedKeys struct {
+	*keyPlan
+	out  storage.Location
+	opts RunOptions
+	tr   *tensorRun
+}
+
+func loadKeys(ctx context.Context, keysURL string, local RunOptions) (*loadedKeys, error) {
+	outURL, err := workFileLocation(keysURL, KeysFileName, "--keys")
+	if err != nil {
+		return nil, err
+	}
+	out, err := storage.OpenDir(ctx, outURL, false)
+	if err != nil {
+		return nil, err
+	}
+	data, err := storage.Get(ctx, out, KeysFileName)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, errs.Preconditionf("run relayout plan --key-tasks first", "no key plan at %s (plan --key-tasks has not run there, or commit has finished)", out.URL(KeysFileName))
+		}
+		return nil, err
+	}
+	var kp keyPlan
+	if err := json.Unmarshal(data, &kp); err != nil || kp.Format != keysFormat {
+		return nil, errs.BadInputf("%s is not a relayout key plan: %v", out.URL(KeysFileName), err)
+	}
+	if kp.FormatVersion != plan.FormatVersion || kp.RelayoutVersion != version.Version {
+		return nil, errs.Preconditionf("run every step with the same relayout version",
+			"key plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(KeysFileName), kp.RelayoutVersion, kp.FormatVersion, version.Version)
+	}
+	cfg, err := plan.DecodeConfig(kp.Config)
+	if err != nil {
+		return nil, errs.BadInputf("%s: config: %v", out.URL(KeysFileName), err)
+	}
+	opts, tr, err := optionsOf(outURL, kp.InputArgs, cfg, kp.MaxItemsPerQuery, local)
+	if err != nil {
+		return nil, err
+	}
+	if _, h := configOf(opts, tr); h != kp.ConfigHash {
+		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(KeysFileName), kp.ConfigHash)
+	}
+	opts.MemoryLimit, opts.UnitRows, opts.ForceFolders = kp.MemoryLimit, kp.UnitRows, kp.ForceFolders
+	opts.autoRowGroupBytes, opts.autoMinRowGroupBytes = kp.FitRowGroups, kp.FitMinRowGroups
+	return &loadedKeys{keyPlan: &kp, out: out, opts: opts, tr: tr}, nil
+}
+
+// KeysTask is `relayout keys --task i`: it reads the key columns of key
+// task i's row groups and writes their summary (zstd-compressed JSON), then
+// its task manifest.
+func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (*TaskManifest, error) {
+	t0 := time.Now()
+	lk, err := loadKeys(ctx, keysURL, local)
+	if err != nil {
+		return nil, err
+	}
+	if task < 0 || task >= len(lk.Tasks) {
+		return nil, errs.Usagef("--task %d: the key plan has key tasks 0 to %d", task, len(lk.Tasks)-1)
+	}
+	tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, lk.opts.hive, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tbl.Close()
+	keys, err := resolveKeys(tbl, lk.opts)
+	if err != nil {
+		return nil, err
+	}
+	kt := lk.Tasks[task]
+	sum, err := plan.KeyTask(ctx, tbl, keys, lk.opts.SliceKeys, kt.First, kt.End, lk.opts.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(sum)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	if err != nil {
+		return nil, err
+	}
+	data = enc.EncodeAll(data, nil)
+	enc.Close()
+	attempt := newAttempt()
+	name := fmt.Sprintf("%skeys/k-%05d/a-%s/keys.json.zst", plan.WorkPrefix, task, attempt)
+	if err := putObject(ctx, lk.out, name, data); err != nil {
+		return nil, err
+	}
+	d := &TaskManifest{Kind: "keys", Task: task, Attempt: attempt, ConfigHash: lk.ConfigHash, Rows: sum.Rows, Summary: name, SummaryBytes: int64(len(data)), Seconds: time.Since(t0).Seconds()}
+	return d, writeDone(ctx, lk.out, fmt.Sprintf("%skeys/k-%05d/a-%s/_task.json", plan.WorkPrefix, task, attempt), keysDoneName(task), d)
+}
+
+// summaries reads every key task's summary, in task order; a task that
+// has not completed fails the merge (exit 5), naming it.
+func (lk *loadedKeys) summaries(ctx context.Context) ([]*partition.KeySummary, error) {
+	sums := make([]*partition.KeySummary, len(lk.Tasks))
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	err = par.ForEach(ctx, len(lk.Tasks), 16, func(i int) error {
+		done := keysDoneName(i)
+		data, err := storage.Get(ctx, lk.out, done)
+		if err != nil {
+			if gcerrors.Code(err) == gcerrors.NotFound {
+				return errs.Preconditionf("run the missing key task, then plan --keys again", "key task %d (of %d) has not completed (no %s)", i, len(lk.Tasks), lk.out.URL(done))
+			}
+			return err
+		}
+		var d TaskManifest
+		if err := json.Unmarshal(data, &d); err != nil || d.Kind != "keys" || d.Summary == "" {
+			return errs.BadInputf("%s is not a key task's manifest (%v): run key task %d again", lk.out.URL(done), err, i)
+		}
+		if d.ConfigHash != lk.ConfigHash {
+			return errs.Preconditionf("re-run the task under the current key plan", "%s belongs to another plan (config %s, the key plan's %s)", lk.out.URL(done), d.ConfigHash, lk.ConfigHash)
+		}
+		raw, err := storage.Get(ctx, lk.out, d.Summary)
+		if err != nil {
+			if gcerrors.Code(err) == gcerrors.NotFound {
+				return errs.Preconditionf("run the key task again", "key task %d's summary %s is missing", i, lk.out.URL(d.Summary))
+			}
+			return err
+		}
+		plain, err := dec.DecodeAll(raw, nil) // safe for concurrent use
+
+		if err != nil {
+			return errs.WithHint(errs.BadInputf("%s: %v", lk.out.URL(d.Summary), err), fmt.Sprintf("run key task %d again", i))
+		}
+		jd := json.NewDecoder(bytes.NewReader(plain))
+		jd.UseNumber() // slice values print back exactly as the key pass read them
+		var s partition.KeySummary
+		if err := jd.Decode(&s); err != nil {
+			return errs.WithHint(errs.BadInputf("%s: %v", lk.out.URL(d.Summary), err), fmt.Sprintf("run key task %d again", i))
+		}
+		kt := lk.Tasks[i]
+		if s.First != kt.First || s.End != kt.End {
+			return errs.WithHint(errs.BadInputf("%s covers row groups [%d, %d); key task %d is [%d, %d)", lk.out.URL(d.Summary), s.First, s.End, i, kt.First, kt.End), fmt.Sprintf("run key task %d again", i))
+		}
+		sums[i] = &s
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sums, nil
+}
+
+// PlanFromKeys is `relayout plan --keys`: it merges the key tasks'
+// summaries into the plan (plan.json), exactly as `plan` would write it
+// from the same inputs and options, reading no key columns itself.
+func PlanFromKeys(ctx context.Context, keysURL string, local RunOptions) (*PlanResult, *plan.Plan, error) {
+	lk, err := loadKeys(ctx, keysURL, local)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := lk.opts
+	lease, _, err := storage.AcquireLease(ctx, lk.out, "plan", leaseTTL)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A failed merge leaves the key tasks' summaries for the next try.
+	claim := &outputClaim{out: lk.out, target: lk.out, lease: lease}
+	defer claim.release(ctx)
+	tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, opts.hive, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tbl.Close()
+	keys, err := resolveKeys(tbl, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	sums, err := lk.summaries(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ks, err := plan.AnalyzeSummaries(ctx, tbl, keys, sums, opts.layout(lk.tr), opts.resources())
+	if err != nil {
+		return nil, nil, err
+	}
+	pj := &planJob{opts: opts, tr: lk.tr, mapBytes: lk.MapBytes, out: lk.out, claim: claim, staged: lk.Staged, tbl: tbl, keys: keys, in: ks.Sizes}
+	return pj.finish(ctx, ks)
+}

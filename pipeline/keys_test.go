@@ -1,0 +1,119 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/plan"
+)
+
+// TestKeyTasksRefusals: what the key-task steps refuse, with the class an
+// orchestrator's retry policy keys on, and that a merge retried, or a plan
+// run over a key plan's leftovers, is harmless.
+func TestKeyTasksRefusals(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 41, RowGroupRows: 4 << 10})
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	out := filepath.Join(t.TempDir(), "out")
+	o := distOpts(in, out)
+	kr, err := KeyPlanJob(ctx, o, 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kr.KeyTasks < 3 {
+		t.Fatalf("%d key tasks; the test wants several", kr.KeyTasks)
+	}
+	if _, err := KeysTask(ctx, kr.Keys, kr.KeyTasks, local); !errs.Is(err, errs.Usage) {
+		t.Errorf("key task %d of %d: %v, want a usage error", kr.KeyTasks, kr.KeyTasks, err)
+	}
+	if _, err := KeysTask(ctx, out+"/_relayout/plan.json", 0, local); !errs.Is(err, errs.Usage) {
+		t.Errorf("keys with a plan URL: %v, want a usage error", err)
+	}
+	for i := 0; i < kr.KeyTasks; i++ {
+		if i == 1 {
+			continue
+		}
+		if _, err := KeysTask(ctx, kr.Keys, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A key task missing: exit 5, naming it; nothing written.
+	if _, _, err := PlanFromKeys(ctx, kr.Keys, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "key task 1 ") {
+		t.Fatalf("plan --keys without key task 1: %v, want a precondition naming it", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, plan.FileName)); !os.IsNotExist(err) {
+		t.Fatalf("a failed merge left %s (%v)", plan.FileName, err)
+	}
+	d, err := KeysTask(ctx, kr.Keys, 1, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A damaged summary is corrupt data (exit 3) naming the object and
+	// the task to run again, never a retry.
+	sum := filepath.Join(out, filepath.FromSlash(d.Summary))
+	good, err := os.ReadFile(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(good)
+	bad[len(bad)/2] ^= 0x40
+	if err := os.WriteFile(sum, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = PlanFromKeys(ctx, kr.Keys, local)
+	var e *errs.Error
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "keys.json.zst") || !errors.As(err, &e) || !strings.Contains(e.Hint, "key task 1") {
+		t.Fatalf("plan --keys over a damaged summary: %v, want bad input naming it and the task to run again", err)
+	}
+	if err := os.WriteFile(sum, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := PlanFromKeys(ctx, kr.Keys, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.ReadFile(filepath.Join(out, plan.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A merge retried (its orchestrator lost the answer) writes the same plan.
+	if _, _, err := PlanFromKeys(ctx, kr.Keys, local); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(filepath.Join(out, plan.FileName)); !bytes.Equal(again, first) || res.MapTasks != kr.KeyTasks {
+		t.Fatalf("a retried merge wrote another plan (or %d map tasks for %d key tasks)", res.MapTasks, kr.KeyTasks)
+	}
+	// The inputs changed after the key plan: the key tasks refuse them.
+	kr2out := filepath.Join(t.TempDir(), "out2")
+	kr2, err := KeyPlanJob(ctx, distOpts(in, kr2out), 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(in, "*.parquet"))
+	info, err := os.Stat(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(files[0], info.ModTime(), info.ModTime().Add(1e9)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := KeysTask(ctx, kr2.Keys, 0, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "changed since the plan") {
+		t.Fatalf("key task over a changed input: %v, want a precondition", err)
+	}
+	// A plain plan over a key plan's leftovers claims them (keys.json
+	// marks them as relayout's) and leaves no key task behind.
+	if _, _, err := PlanJob(ctx, distOpts(in, kr2out), 256<<10); err != nil {
+		t.Fatalf("plan over a key plan's leftovers: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(kr2out, KeysFileName)); !os.IsNotExist(err) {
+		t.Fatalf("plan left the old key plan (%v)", err)
+	}
+}
