@@ -30,7 +30,7 @@ func newApp() *cli.App {
 			"(e.g. RELAYOUT_SLICE_KEYS) or in a YAML file given with --config;\n" +
 			"a flag beats the environment, which beats the file.\n\n" + exitCodesHelp,
 		Commands: []*cli.Command{runCommand(), unpackCommand(), verifyCommand(), inspectCommand(),
-			planCommand(), mapCommand(), detectCommand(), reduceCommand(), commitCommand(), gcCommand(), filesCommand(), reportCommand()},
+			planCommand(), keysCommand(), mapCommand(), detectCommand(), reduceCommand(), commitCommand(), gcCommand(), filesCommand(), reportCommand()},
 		OnUsageError:   usageError,
 		ExitErrHandler: func(*cli.Context, error) {},
 		Suggest:        true,

@@ -20,7 +20,10 @@ import (
 // JSON line on stdout.
 
 func planCommand() *cli.Command {
-	flags := append(runFlags(), strFlag("map-bytes", sizeString(pipeline.DefaultMapBytes), "input bytes per map task"))
+	flags := append(runFlags(),
+		strFlag("map-bytes", sizeString(pipeline.DefaultMapBytes), "input bytes per map task"),
+		boolFlag("key-tasks", "run the key pass as tasks: write <output>/_relayout/keys.json, then run `relayout keys` per key task and `plan --keys`"),
+		strFlag("keys", "", "merge the key tasks of this key plan (<output>/_relayout/keys.json) into plan.json; it fixes the inputs and options"))
 	return &cli.Command{
 		Name:      "plan",
 		Usage:     "fix the layout of a distributed run and write <output>/_relayout/plan.json",
@@ -28,11 +31,32 @@ func planCommand() *cli.Command {
 		Description: "Reads footers and key columns, pins the inputs, fixes the output files (one reduce\n" +
 			"task each) and the map tasks (runs of input row groups), and prints\n" +
 			`{"plan": URL, "map_tasks": M, "detect_tasks": D, "reduce_tasks": P}` + " (also to --report-json).\n" +
-			"D is P for packed plans (--query-key), whose detect step runs between map and reduce, else 0.\n\n" + exitCodesHelp,
+			"D is P for packed plans (--query-key), whose detect step runs between map and reduce, else 0.\n\n" +
+			"With --key-tasks the key columns are read by tasks instead: plan pins the inputs and options,\n" +
+			"writes <output>/_relayout/keys.json and prints " + `{"keys": URL, "key_tasks": K}` + "; run\n" +
+			"`relayout keys --keys URL --task i` for i in 0..K-1 (one per map task's input range), then\n" +
+			"`relayout plan --keys URL`, which merges their summaries into the same plan.json and prints\n" +
+			"the line above.\n\n" + exitCodesHelp,
 		Flags:        flags,
 		Before:       withConfig(flags),
 		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
+			if c.IsSet("keys") {
+				for _, f := range []string{"input", "output", "slice-keys", "query-key", "key-tasks", "map-bytes"} {
+					if c.IsSet(f) {
+						return errs.Usagef("--keys takes the inputs and options from the key plan: drop --%s", f)
+					}
+				}
+				log, err := newLogger(c, os.Stderr)
+				if err != nil {
+					return err
+				}
+				res, _, err := pipeline.PlanFromKeys(c.Context, c.String("keys"), pipeline.RunOptions{Parallel: c.Int("parallel"), TmpDir: c.String("tmp-dir"), Log: log})
+				if err != nil {
+					return err
+				}
+				return printResult(res, c.String("report-json"), c.App.Writer)
+			}
 			opts, err := runOptions(c)
 			if err != nil {
 				return err
@@ -40,6 +64,13 @@ func planCommand() *cli.Command {
 			mb, err := parseSize("map-bytes", c.String("map-bytes"))
 			if err != nil {
 				return err
+			}
+			if c.Bool("key-tasks") {
+				res, err := pipeline.KeyPlanJob(c.Context, opts, mb)
+				if err != nil {
+					return err
+				}
+				return printResult(res, c.String("report-json"), c.App.Writer)
 			}
 			return runPlan(c.Context, opts, mb, c.String("report-json"), c.App.Writer)
 		},
@@ -53,6 +84,12 @@ func runPlan(ctx context.Context, opts pipeline.RunOptions, mapBytes int64, repo
 	if err != nil {
 		return err
 	}
+	return printResult(res, reportJSON, stdout)
+}
+
+// printResult prints a step's result as one JSON line, also to reportJSON
+// when set.
+func printResult(res any, reportJSON string, stdout io.Writer) error {
 	data, _ := json.Marshal(res)
 	if reportJSON != "" {
 		if err := os.WriteFile(reportJSON, append(data, '\n'), 0o644); err != nil {
@@ -64,9 +101,14 @@ func runPlan(ctx context.Context, opts pipeline.RunOptions, mapBytes int64, repo
 }
 
 func taskFlags() []cli.Flag {
+	return stepFlags(strFlag("plan", "", "the plan: <output>/_relayout/plan.json (a URL for object storage)"))
+}
+
+// stepFlags are a step's flags with planFlag naming what it runs.
+func stepFlags(planFlag cli.Flag) []cli.Flag {
 	fs := []cli.Flag{
 		configFlag(),
-		strFlag("plan", "", "the plan: <output>/_relayout/plan.json (a URL for object storage)"),
+		planFlag,
 		strFlag("task", "", "task index (default: $JOB_COMPLETION_INDEX, set by Kubernetes Indexed Jobs)"),
 		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget"),
 		strFlag("tmp-dir", "", "folder for temporary files"),
@@ -99,9 +141,6 @@ func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
 	if o.MemoryLimit, err = parseSize("memory-limit", c.String("memory-limit")); err != nil {
 		return o, err
 	}
-	if c.String("plan") == "" {
-		return o, errs.Usagef("no plan: pass --plan <output>/_relayout/plan.json")
-	}
 	return o, nil
 }
 
@@ -118,6 +157,9 @@ func stepCommand(name, usage, usageText, description string, run func(c *cli.Con
 		Before:       withConfig(flags),
 		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
+			if c.String("plan") == "" {
+				return errs.Usagef("no plan: pass --plan <output>/_relayout/plan.json")
+			}
 			o, err := localOptions(c)
 			if err != nil {
 				return err
@@ -155,6 +197,41 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			}
 			return run(c, c.String("plan"), task, o)
 		})
+}
+
+func keysCommand() *cli.Command {
+	flags := stepFlags(strFlag("keys", "", "the key plan: <output>/_relayout/keys.json (written by plan --key-tasks)"))
+	return &cli.Command{
+		Name:      "keys",
+		Usage:     "run one key task of a key plan: read the key columns of its input range and write their summary",
+		UsageText: "relayout keys --keys s3://b/relaid/_relayout/keys.json --task 3",
+		Description: "Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.\n" +
+			"When every key task has completed, `relayout plan --keys URL` writes the plan.\n\n" + exitCodesHelp,
+		Flags:        flags,
+		Before:       withConfig(flags),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			if c.String("keys") == "" {
+				return errs.Usagef("no key plan: pass --keys <output>/_relayout/keys.json")
+			}
+			o, err := localOptions(c)
+			if err != nil {
+				return err
+			}
+			task, err := taskIndex(c)
+			if err != nil {
+				return err
+			}
+			res, err := pipeline.KeysTask(c.Context, c.String("keys"), task, o)
+			if err != nil {
+				if c.Context.Err() != nil && !errs.Is(err, errs.BadInput) {
+					return errs.TransientErr(fmt.Errorf("keys task %d of %s interrupted (%v); nothing of it was committed: run it again", task, c.String("keys"), context.Cause(c.Context)))
+				}
+				return err
+			}
+			return printResult(res, "", c.App.Writer)
+		},
+	}
 }
 
 func mapCommand() *cli.Command {

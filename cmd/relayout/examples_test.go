@@ -45,11 +45,12 @@ func s3Env(t *testing.T, bucket string) (env []string, params string) {
 }
 
 // flow is a distributed run as an orchestrator would launch it: the argument
-// lists of each step, with task indices filled in by task().
+// lists of each step (plan --key-tasks, the merge plan --keys, commit), with
+// the key, map, detect and reduce tasks' filled in by task().
 type flow struct {
-	plan, commit []string
-	task         func(step string, i int) (args, env []string)
-	parallelism  int
+	plan, merge, commit []string
+	task                func(step string, i int) (args, env []string)
+	parallelism         int
 }
 
 // runFlow runs a flow's commands as local processes: plan, then the map
@@ -57,14 +58,64 @@ type flow struct {
 // commit. killFirstReduce kills reduce 0 midway once and re-runs it.
 func runFlow(t *testing.T, env []string, f flow, workers int, killFirstReduce bool) {
 	t.Helper()
+	keysJSON := filepath.Join(t.TempDir(), "keys.json")
 	planJSON := filepath.Join(t.TempDir(), "plan.json")
-	args := replaceArg(f.plan, "/tmp/plan.json", planJSON)
-	args = replaceArg(args, "/airflow/xcom/return.json", planJSON)
-	if !contains(args, "--report-json") {
-		args = append(args, "--report-json", planJSON)
+	reportTo := func(cmd []string, path, wrote string) []string {
+		args := replaceArg(cmd, wrote, path)
+		args = replaceArg(args, "/airflow/xcom/return.json", path)
+		if !contains(args, "--report-json") {
+			args = append(args, "--report-json", path)
+		}
+		return args
+	}
+	args := reportTo(f.plan, keysJSON, "/tmp/keys.json")
+	if !contains(args, "--key-tasks") {
+		t.Fatalf("plan %v: the examples run the key pass as tasks (--key-tasks)", args)
 	}
 	if r := relayout(t, env, append(args, "--quiet")...); r.code != 0 {
 		t.Fatalf("plan %v: exit %d: %s", args, r.code, r.stderr)
+	}
+	var keys struct {
+		Keys     string `json:"keys"`
+		KeyTasks int    `json:"key_tasks"`
+	}
+	data, _ := os.ReadFile(keysJSON)
+	if err := json.Unmarshal(data, &keys); err != nil || keys.KeyTasks < 2 {
+		t.Fatalf("plan --key-tasks output %s (%v): want several key tasks", data, err)
+	}
+	runTasks := func(step string, n int) {
+		sem := make(chan struct{}, workers)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var failed []string
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(i int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				a, e := f.task(step, i)
+				cmd := exec.Command(bin, append(a, "--quiet")...)
+				cmd.Env = append(append(os.Environ(), env...), e...)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("%s %d: %v: %s", step, i, err, out))
+					mu.Unlock()
+				}
+			}(i)
+		}
+		wg.Wait()
+		if len(failed) > 0 {
+			t.Fatal(strings.Join(failed, "\n"))
+		}
+	}
+	runTasks("keys", keys.KeyTasks)
+	merge := reportTo(f.merge, planJSON, "/tmp/plan.json")
+	if !contains(merge, "--keys") {
+		t.Fatalf("merge %v: want plan --keys", merge)
+	}
+	if r := relayout(t, env, append(merge, "--quiet")...); r.code != 0 {
+		t.Fatalf("merge %v: exit %d: %s", merge, r.code, r.stderr)
 	}
 	var counts struct {
 		Plan        string `json:"plan"`
@@ -72,9 +123,9 @@ func runFlow(t *testing.T, env []string, f flow, workers int, killFirstReduce bo
 		DetectTasks int    `json:"detect_tasks"`
 		ReduceTasks int    `json:"reduce_tasks"`
 	}
-	data, _ := os.ReadFile(planJSON)
-	if err := json.Unmarshal(data, &counts); err != nil || counts.MapTasks < 2 || counts.ReduceTasks < 2 {
-		t.Fatalf("plan output %s (%v): want several map and reduce tasks", data, err)
+	data, _ = os.ReadFile(planJSON)
+	if err := json.Unmarshal(data, &counts); err != nil || counts.MapTasks != keys.KeyTasks || counts.ReduceTasks < 2 {
+		t.Fatalf("merge output %s (%v): want one map task per key task (%d) and several reduce tasks", data, err, keys.KeyTasks)
 	}
 	if packed := flagValue(args, "--query-key") != ""; packed != (counts.DetectTasks == counts.ReduceTasks) || (!packed && counts.DetectTasks != 0) {
 		t.Fatalf("plan output %s: packed %v, want detect tasks = reduce tasks when packed, else 0", data, packed)
@@ -94,30 +145,7 @@ func runFlow(t *testing.T, env []string, f flow, workers int, killFirstReduce bo
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
-		sem := make(chan struct{}, workers)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var failed []string
-		for i := 0; i < step.n; i++ {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func(i int) {
-				defer wg.Done()
-				defer func() { <-sem }()
-				a, e := f.task(step.name, i)
-				cmd := exec.Command(bin, append(a, "--quiet")...)
-				cmd.Env = append(append(os.Environ(), env...), e...)
-				if out, err := cmd.CombinedOutput(); err != nil {
-					mu.Lock()
-					failed = append(failed, fmt.Sprintf("%s %d: %v: %s", step.name, i, err, out))
-					mu.Unlock()
-				}
-			}(i)
-		}
-		wg.Wait()
-		if len(failed) > 0 {
-			t.Fatal(strings.Join(failed, "\n"))
-		}
+		runTasks(step.name, step.n)
 	}
 	if r := relayout(t, env, append(f.commit, "--quiet")...); r.code != 0 {
 		t.Fatalf("commit: exit %d: %s", r.code, r.stderr)
@@ -303,7 +331,7 @@ func argoFlow(t *testing.T, path, input, output, params string, sizes []string) 
 		args[tp.Name] = a
 		par = max(par, tp.Parallelism)
 	}
-	for _, step := range []string{"plan", "map", "detect", "reduce", "commit"} {
+	for _, step := range []string{"plan", "keys", "merge", "map", "detect", "reduce", "commit"} {
 		if args[step] == nil {
 			t.Fatalf("%s: no %s template", path, step)
 		}
@@ -313,6 +341,7 @@ func argoFlow(t *testing.T, path, input, output, params string, sizes []string) 
 	}
 	return flow{
 		plan:   withParams(append(args["plan"], sizes...), params),
+		merge:  withParams(args["merge"], params),
 		commit: withParams(args["commit"], params),
 		task: func(step string, i int) ([]string, []string) {
 			return withParams(replaceArg(args[step], "{{inputs.parameters.task}}", strconv.Itoa(i)), params), nil
@@ -327,7 +356,7 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1"}
+	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "KEY_TASKS": "1", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1"}
 	expanded := os.Expand(string(data), func(k string) string { return vals[k] })
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
 	cmds := map[string][]string{}
@@ -356,10 +385,10 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 		}
 		step := job.Metadata.Labels["step"]
 		c := job.Spec.Template.Spec.Containers[0].Command
-		if c[0] != "relayout" || c[1] != step {
+		if want := map[string]string{"merge": "plan"}[step]; c[0] != "relayout" || (c[1] != step && c[1] != want) {
 			t.Fatalf("%s: job %s runs %v", path, step, c)
 		}
-		if (step == "map" || step == "detect" || step == "reduce") != (job.Spec.CompletionMode == "Indexed") {
+		if (step == "keys" || step == "map" || step == "detect" || step == "reduce") != (job.Spec.CompletionMode == "Indexed") {
 			t.Errorf("%s: job %s has completionMode %q", path, step, job.Spec.CompletionMode)
 		}
 		if r := job.Spec.PodFailurePolicy.Rules; len(r) == 0 || r[0].Action != "FailJob" || fmt.Sprint(r[0].OnExitCodes.Values) != "[2 3 5]" {
@@ -367,8 +396,14 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 		}
 		cmds[step] = c[1:]
 	}
+	for _, step := range []string{"plan", "keys", "merge", "map", "detect", "reduce", "commit"} {
+		if cmds[step] == nil {
+			t.Fatalf("%s: no job labelled step=%s", path, step)
+		}
+	}
 	return flow{
 		plan:   withParams(append(cmds["plan"], sizes...), params),
+		merge:  withParams(cmds["merge"], params),
 		commit: withParams(cmds["commit"], params),
 		task: func(step string, i int) ([]string, []string) {
 			return withParams(cmds[step], params), []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(i)}
@@ -382,20 +417,22 @@ func airflowFlow(t *testing.T, path, input, output, params string, sizes []strin
 	// installed: the module imports it inside a try block).
 	script := fmt.Sprintf(`import json, runpy
 m = runpy.run_path(%q)
-print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", "DETECT_ARGS", "REDUCE_ARGS", "COMMIT_ARGS")}))`, path)
+print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "KEYS_ARGS", "MERGE_ARGS", "MAP_ARGS", "DETECT_ARGS", "REDUCE_ARGS", "COMMIT_ARGS")}))`, path)
 	out, err := exec.Command("/usr/bin/python3", "-c", script).Output()
 	if err != nil {
 		t.Fatalf("python3 %s: %v", path, err)
 	}
 	var m struct {
-		Input, Output                                         string
-		PlanArgs, MapArgs, DetectArgs, ReduceArgs, CommitArgs []string
+		Input, Output                                                              string
+		PlanArgs, KeysArgs, MergeArgs, MapArgs, DetectArgs, ReduceArgs, CommitArgs []string
 	}
 	var raw map[string]json.RawMessage
 	json.Unmarshal(out, &raw)
 	json.Unmarshal(raw["INPUT"], &m.Input)
 	json.Unmarshal(raw["OUTPUT"], &m.Output)
 	json.Unmarshal(raw["PLAN_ARGS"], &m.PlanArgs)
+	json.Unmarshal(raw["KEYS_ARGS"], &m.KeysArgs)
+	json.Unmarshal(raw["MERGE_ARGS"], &m.MergeArgs)
 	json.Unmarshal(raw["MAP_ARGS"], &m.MapArgs)
 	json.Unmarshal(raw["DETECT_ARGS"], &m.DetectArgs)
 	json.Unmarshal(raw["REDUCE_ARGS"], &m.ReduceArgs)
@@ -405,9 +442,10 @@ print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "MAP_ARGS", 
 	}
 	return flow{
 		plan:   fix(append(m.PlanArgs, sizes...)),
+		merge:  fix(m.MergeArgs),
 		commit: fix(m.CommitArgs),
 		task: func(step string, i int) ([]string, []string) {
-			a := map[string][]string{"map": m.MapArgs, "detect": m.DetectArgs, "reduce": m.ReduceArgs}[step]
+			a := map[string][]string{"keys": m.KeysArgs, "map": m.MapArgs, "detect": m.DetectArgs, "reduce": m.ReduceArgs}[step]
 			return fix(append(append([]string{}, a...), strconv.Itoa(i))), nil
 		},
 	}
