@@ -22,6 +22,7 @@ import (
 
 	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -93,6 +94,13 @@ func (f *File) Metadata() (*metadata.FileMetaData, error) {
 
 // DefaultMaxOpen is how many input files a table keeps open at once.
 const DefaultMaxOpen = 64
+
+// openWindow and openParallel bound Open's footer reads: files read ahead
+// of the one being matched, and reads at once.
+const (
+	openWindow   = 32
+	openParallel = 16
+)
 
 // acquire opens f if it is closed and pins it.
 func (t *Table) acquire(f *File) (*handle, error) {
@@ -210,12 +218,31 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 		counts = new(storage.Counters)
 	}
 	t := &Table{Counts: counts, mem: memory.DefaultAllocator, MaxOpen: DefaultMaxOpen, ctx: context.WithoutCancel(ctx), lru: list.New()}
-	for i, obj := range objs {
-		f, err := openFile(ctx, obj, counts)
-		if err != nil {
-			t.Close()
-			return nil, err
+	// Footers are read openWindow files at a time, openParallel at once
+	// (an object store's latency, not its bandwidth, bounds one footer
+	// read), and matched in order; the window bounds the footers held.
+	var window []*File
+	for i := range objs {
+		if i%openWindow == 0 {
+			n := min(openWindow, len(objs)-i)
+			window = make([]*File, n)
+			err := par.ForEach(ctx, n, openParallel, func(j int) error {
+				var err error
+				window[j], err = openFile(ctx, objs[i+j], counts)
+				return err
+			})
+			if err != nil {
+				for _, f := range window {
+					if f != nil {
+						f.h.ra.Close()
+					}
+				}
+				t.Close()
+				return nil, err
+			}
 		}
+		f := window[i%openWindow]
+		window[i%openWindow] = nil
 		f.t = t
 		f.Index = i
 		f.RowOffset = t.Rows
@@ -233,7 +260,12 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 			}
 		}
 		if err := t.match(f); err != nil {
-			t.Close()
+			for _, g := range window {
+				if g != nil {
+					g.h.ra.Close()
+				}
+			}
+			t.Close() // f among them
 			return nil, err
 		}
 		f.schema = nil // matched: the table's schema serves
