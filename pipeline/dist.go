@@ -170,6 +170,10 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 			return nil, nil, err
 		}
 	}
+	// And the schema, so that they need no input footer at all.
+	if err := putSchema(ctx, pj.out, pj.tbl.Schema); err != nil {
+		return nil, nil, err
+	}
 	p.Staged = pj.staged
 	data, err := json.MarshalIndent(p, "", " ")
 	if err != nil {
@@ -358,6 +362,85 @@ func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) 
 	return openPinned(ctx, lp.InputArgs, lp.Inputs, lp.opts.hive, counts)
 }
 
+// openMapInputs opens only the input files map task reads, placed as in
+// the whole table (file indices, row offsets from the pins) and with the
+// plan's schema: a task's cost does not grow with the input's other files'
+// footers. Those files' pins are commit's to check.
+func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Table, error) {
+	objs, err := storage.List(ctx, lp.InputArgs)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != len(lp.Inputs) {
+		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(lp.Inputs))
+	}
+	var own []int
+	for _, rg := range lp.Maps[task].RowGroups {
+		if rg[0] < 0 || rg[0] >= len(objs) {
+			return nil, errs.BadInputf("plan: map %d names input file %d of %d", task, rg[0], len(objs))
+		}
+		if len(own) == 0 || own[len(own)-1] != rg[0] {
+			own = append(own, rg[0])
+		}
+	}
+	if len(own) == 0 { // an empty input's one map task
+		return lp.openInputs(ctx, nil)
+	}
+	offsets := make([]int64, len(lp.Inputs)+1)
+	for i, pin := range lp.Inputs {
+		offsets[i+1] = offsets[i] + pin.Rows
+	}
+	sub := make([]storage.Object, len(own))
+	pins := make([]manifests.Input, len(own))
+	for k, i := range own {
+		sub[k], pins[k] = objs[i], lp.Inputs[i]
+	}
+	if err := checkPins(sub, pins); err != nil {
+		return nil, err
+	}
+	schema, err := lp.schema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tbl, err := openObjects(ctx, sub, nil, string(hiveMode(lp.opts.hive)), lp.opts.hive)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range own {
+		if f := tbl.Files[k]; f.Rows != lp.Inputs[i].Rows {
+			tbl.Close()
+			return nil, errs.Preconditionf("re-run relayout plan", "input %s holds %d rows; the plan pinned %d", f.Obj.URL, f.Rows, lp.Inputs[i].Rows)
+		}
+		tbl.Place(k, i, offsets[i])
+	}
+	if err := tbl.Adopt(schema); err != nil {
+		tbl.Close()
+		return nil, err
+	}
+	return tbl, nil
+}
+
+// hiveMode is the Hive partitioning mode that reads a plan's inputs with
+// its resolved spec ("" for none).
+func hiveMode(spec string) hive.Mode {
+	if spec != "" {
+		return hive.On
+	}
+	return hive.Off
+}
+
+// checkPins fails if an object differs from its pin.
+func checkPins(objs []storage.Object, pins []manifests.Input) error {
+	for i, o := range objs {
+		pin := pins[i]
+		if o.URL != pin.Path || o.Size != pin.Bytes || o.ETag != pin.ETag || o.MTime != pin.MTime {
+			return errs.Preconditionf("re-run relayout plan", "input %s changed since the plan (size %d, etag %q, mtime %s; pinned %d, %q, %s)",
+				o.URL, o.Size, o.ETag, o.MTime, pin.Bytes, pin.ETag, pin.MTime)
+		}
+	}
+	return nil
+}
+
 // openPinned lists the input arguments and opens them (with the Hive
 // partitioning spec hiveSpec, "" for none), failing if any object differs
 // from its pin.
@@ -369,18 +452,10 @@ func openPinned(ctx context.Context, inputArgs []string, pins []manifests.Input,
 	if len(objs) != len(pins) {
 		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(pins))
 	}
-	for i, o := range objs {
-		pin := pins[i]
-		if o.URL != pin.Path || o.Size != pin.Bytes || o.ETag != pin.ETag || o.MTime != pin.MTime {
-			return nil, errs.Preconditionf("re-run relayout plan", "input %s changed since the plan (size %d, etag %q, mtime %s; pinned %d, %q, %s)",
-				o.URL, o.Size, o.ETag, o.MTime, pin.Bytes, pin.ETag, pin.MTime)
-		}
+	if err := checkPins(objs, pins); err != nil {
+		return nil, err
 	}
-	mode := hive.Off
-	if hiveSpec != "" {
-		mode = hive.On
-	}
-	return openObjects(ctx, objs, counts, string(mode), hiveSpec)
+	return openObjects(ctx, objs, counts, string(hiveMode(hiveSpec)), hiveSpec)
 }
 
 func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {
@@ -422,7 +497,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := lp.openInputs(ctx, nil)
+	tbl, err := lp.openMapInputs(ctx, task)
 	if err != nil {
 		return nil, err
 	}
@@ -685,6 +760,33 @@ func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBa
 		return storage.Classify(fmt.Errorf("write %s: %w", work.URL(plan.SampleFileName), err))
 	}
 	return nil
+}
+
+// putSchema stores the table's schema under the work prefix.
+func putSchema(ctx context.Context, work storage.Location, schema *arrow.Schema) error {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(schema))
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return putObject(ctx, work, plan.SchemaFileName, buf.Bytes())
+}
+
+// schema reads the table's schema plan stored.
+func (lp *loadedPlan) schema(ctx context.Context) (*arrow.Schema, error) {
+	data, err := storage.Get(ctx, lp.work, plan.SchemaFileName)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil, errs.Preconditionf("re-run relayout plan", "the plan's schema %s is missing", lp.work.URL(plan.SchemaFileName))
+	}
+	if err != nil {
+		return nil, err
+	}
+	rd, err := ipc.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, errs.WithHint(errs.BadInputf("read %s: %v", lp.work.URL(plan.SchemaFileName), err), "re-run relayout plan")
+	}
+	defer rd.Release()
+	return rd.Schema(), nil
 }
 
 // sample reads the encoding sample plan stored (nil for an empty input).

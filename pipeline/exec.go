@@ -69,11 +69,16 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	}
 	refs := make([]source.RowGroupRef, len(pm.RowGroups))
 	var largest int64
+	byIndex := make(map[int]*source.File, len(tbl.Files)) // a map task's table holds only its own files
+	for _, f := range tbl.Files {
+		byIndex[f.Index] = f
+	}
 	for i, rgi := range pm.RowGroups {
-		if rgi[0] < 0 || rgi[0] >= len(tbl.Files) || rgi[1] < 0 || rgi[1] >= len(tbl.Files[rgi[0]].RowGroupRows) {
+		f := byIndex[rgi[0]]
+		if f == nil || rgi[1] < 0 || rgi[1] >= len(f.RowGroupRows) {
 			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
 		}
-		refs[i] = source.RowGroupRef{File: tbl.Files[rgi[0]], RowGroup: rgi[1]}
+		refs[i] = source.RowGroupRef{File: f, RowGroup: rgi[1]}
 		largest = max(largest, refs[i].Rows())
 	}
 	// A map task alone in its process reads the next row group while it
@@ -197,7 +202,7 @@ type partitionReader struct {
 }
 
 // openPartition checks that the plan's units fit this task's memory
-// limit, opens the inputs and lists the partition's map objects. Every map
+// limit, reads the plan's schema and lists the partition's map objects. Every map
 // task must have completed.
 func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*partitionReader, error) {
 	if lp.opts.MemoryLimit < lp.MemoryLimit {
@@ -208,13 +213,15 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := lp.openInputs(ctx, nil)
+	// The shuffle holds the rows: the plan's schema is all a detect or
+	// reduce task needs of the input (no footers, no listing).
+	schema, err := lp.schema(ctx)
 	if err != nil {
 		return nil, err
 	}
+	tbl := source.SchemaOnly(schema)
 	keys, err := resolveKeys(tbl, lp.opts)
 	if err != nil {
-		tbl.Close()
 		return nil, err
 	}
 	pr := lp.partitionReader(tbl, keys, task, dones)

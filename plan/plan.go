@@ -38,6 +38,9 @@ const (
 	// SampleFileName holds the first input row group (Arrow IPC), from
 	// which every reduce task chooses column encodings as run does.
 	SampleFileName = WorkPrefix + "sample.arrows"
+	// SchemaFileName holds the table's schema (Arrow IPC, no rows): the
+	// detect and reduce tasks read it instead of the inputs' footers.
+	SchemaFileName = WorkPrefix + "schema.arrows"
 	// DefaultMapBytes is the input bytes per map task.
 	DefaultMapBytes = 256 << 20
 )

@@ -48,6 +48,7 @@ type File struct {
 	Leaves        int64
 
 	t      *Table
+	pos    int     // position in t.Files (Index is the file's in a larger table, see Place)
 	h      *handle // nil while closed (the table keeps at most MaxOpen)
 	pins   int     // uses in progress: the file is not closed meanwhile
 	schema *arrow.Schema
@@ -207,9 +208,48 @@ func (t *Table) FieldIndex(name string) (int, error) {
 		for _, f := range t.Schema.Fields() {
 			names = append(names, f.Name)
 		}
-		return -1, errs.BadInputf("column %q not found in %s (columns: %s)", name, t.Files[0].Obj.URL, strings.Join(names, ", "))
+		where := "the input"
+		if len(t.Files) > 0 {
+			where = t.Files[0].Obj.URL
+		}
+		return -1, errs.BadInputf("column %q not found in %s (columns: %s)", name, where, strings.Join(names, ", "))
 	}
 	return idx[0], nil
+}
+
+// Place gives the table's file i the index and first row it has in a
+// larger table it is part of (a map task opens only its own files of the
+// plan's inputs): row offsets, and Index, then match that table's.
+func (t *Table) Place(i, index int, rowOffset int64) {
+	f := t.Files[i]
+	shift := rowOffset - f.RowOffset
+	f.Index, f.RowOffset = index, rowOffset
+	for j := range f.RowGroupOffsets {
+		f.RowGroupOffsets[j] += shift
+	}
+}
+
+// Adopt makes schema the table's (a larger table's, whose fields may be
+// nullable where these files' are not, with its metadata), after checking
+// that it has the same columns of the same types.
+func (t *Table) Adopt(schema *arrow.Schema) error {
+	if schema.NumFields() != t.Schema.NumFields() {
+		return errs.BadInputf("schema mismatch: %s has %d columns, the plan's schema %d", t.Files[0].Obj.URL, t.Schema.NumFields(), schema.NumFields())
+	}
+	for i, f := range schema.Fields() {
+		got := t.Schema.Field(i)
+		if got.Name != f.Name || !arrow.TypeEqual(got.Type, f.Type) || (got.Nullable && !f.Nullable) {
+			return errs.BadInputf("schema mismatch: column %d is %q %s (nullable %v) in %s but %q %s (nullable %v) in the plan", i, got.Name, got.Type, got.Nullable, t.Files[0].Obj.URL, f.Name, f.Type, f.Nullable)
+		}
+	}
+	t.Schema = schema
+	return nil
+}
+
+// SchemaOnly is a table of no files with the given schema: what a task
+// that reads no input (a reduce, a detect) resolves its columns against.
+func SchemaOnly(schema *arrow.Schema) *Table {
+	return &Table{Schema: schema, Counts: new(storage.Counters), mem: memory.DefaultAllocator, MaxOpen: DefaultMaxOpen, lru: list.New()}
 }
 
 // Open opens the objects as one table, reading only their footers.
@@ -244,7 +284,7 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 		f := window[i%openWindow]
 		window[i%openWindow] = nil
 		f.t = t
-		f.Index = i
+		f.Index, f.pos = i, i
 		f.RowOffset = t.Rows
 		for j := range f.RowGroupOffsets {
 			f.RowGroupOffsets[j] += t.Rows
@@ -763,10 +803,10 @@ func (t *Table) Partitioning() *hive.Partitioning { return t.parts }
 
 // partitionValue is file f's folder value for partition key k (nil: null).
 func (t *Table) partitionValue(f *File, k int) *string {
-	if t.parts.Nulls[f.Index][k] {
+	if t.parts.Nulls[f.pos][k] {
 		return nil
 	}
-	return &t.parts.Values[f.Index][k]
+	return &t.parts.Values[f.pos][k]
 }
 
 // partitionColumn returns n rows of a column that only the path holds.
