@@ -16,6 +16,7 @@ import (
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -58,6 +59,10 @@ type keyPlan struct {
 	UnitRows         int64 `json:"unit_rows,omitempty"`
 	ForceFolders     bool  `json:"force_folders,omitempty"`
 	Staged           bool  `json:"staged,omitempty"`
+	// InputRowGroups is each input file's row-group count: a key task
+	// opens only the files of its run and numbers their row groups as the
+	// whole table does.
+	InputRowGroups []int `json:"input_row_groups"`
 	// Tasks are the key tasks: runs [first, end) of the input's row groups
 	// (the map tasks' runs).
 	Tasks []keyTask `json:"tasks"`
@@ -92,6 +97,10 @@ func KeyPlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*KeyPlanR
 		ForceFolders: pj.opts.ForceFolders, Staged: pj.staged}
 	for _, f := range pj.tbl.Files {
 		kp.Inputs = append(kp.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+		kp.InputRowGroups = append(kp.InputRowGroups, len(f.RowGroupRows))
+	}
+	if err := putSchema(ctx, pj.out, pj.tbl.Schema); err != nil {
+		return nil, err
 	}
 	refs := pj.tbl.RowGroups()
 	for i, run := range plan.MapRuns(pj.tbl, pj.mapBytes) {
@@ -172,7 +181,8 @@ func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (
 	if task < 0 || task >= len(lk.Tasks) {
 		return nil, errs.Usagef("--task %d: the key plan has key tasks 0 to %d", task, len(lk.Tasks)-1)
 	}
-	tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, lk.opts.hive, nil)
+	kt := lk.Tasks[task]
+	tbl, base, err := lk.openRun(ctx, kt)
 	if err != nil {
 		return nil, err
 	}
@@ -181,10 +191,14 @@ func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (
 	if err != nil {
 		return nil, err
 	}
-	kt := lk.Tasks[task]
-	sum, err := plan.KeyTask(ctx, tbl, keys, lk.opts.SliceKeys, kt.First, kt.End, lk.opts.Parallel)
+	sum, err := plan.KeyTask(ctx, tbl, keys, lk.opts.SliceKeys, kt.First-base, kt.End-base, lk.opts.Parallel)
 	if err != nil {
 		return nil, err
+	}
+	// Row groups numbered as in the whole table.
+	sum.First, sum.End = kt.First, kt.End
+	for i := range sum.Queries {
+		sum.Queries[i].RowGroup += int32(base)
 	}
 	data, err := json.Marshal(sum)
 	if err != nil {
@@ -203,6 +217,64 @@ func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (
 	}
 	d := &TaskManifest{Kind: "keys", Task: task, Attempt: attempt, ConfigHash: lk.ConfigHash, Rows: sum.Rows, Summary: name, SummaryBytes: int64(len(data)), Seconds: time.Since(t0).Seconds()}
 	return d, writeDone(ctx, lk.out, fmt.Sprintf("%skeys/k-%05d/a-%s/_task.json", plan.WorkPrefix, task, attempt), keysDoneName(task), d)
+}
+
+// openRun opens only the input files that hold key task kt's row groups
+// (checking their pins), placed and typed as in the whole table, and
+// returns the whole table's index of the opened table's first row group.
+func (lk *loadedKeys) openRun(ctx context.Context, kt keyTask) (*source.Table, int, error) {
+	if len(lk.InputRowGroups) != len(lk.Inputs) {
+		return nil, 0, errs.BadInputf("%s: %d row-group counts for %d inputs", lk.out.URL(KeysFileName), len(lk.InputRowGroups), len(lk.Inputs))
+	}
+	objs, err := storage.List(ctx, lk.InputArgs)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(objs) != len(lk.Inputs) {
+		return nil, 0, errs.Preconditionf("re-run relayout plan --key-tasks", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(lk.Inputs))
+	}
+	// Files a..b-1 hold row groups [first, end); base is file a's first.
+	a, b, base, rg := -1, 0, 0, 0
+	var rowOffset, row int64
+	for i, n := range lk.InputRowGroups {
+		if a < 0 && rg+n > kt.First {
+			a, base, rowOffset = i, rg, row
+		}
+		if rg < kt.End {
+			b = i + 1
+		}
+		rg += n
+		row += lk.Inputs[i].Rows
+	}
+	if kt.End <= kt.First || a < 0 { // an empty run (an empty input)
+		tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, lk.opts.hive, nil)
+		return tbl, 0, err
+	}
+	if err := checkPins(objs[a:b], lk.Inputs[a:b]); err != nil {
+		return nil, 0, err
+	}
+	schema, err := (&loadedPlan{work: lk.out}).schema(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	tbl, err := openObjects(ctx, objs[a:b], nil, string(hiveMode(lk.opts.hive)), lk.opts.hive)
+	if err != nil {
+		return nil, 0, err
+	}
+	for k := range tbl.Files {
+		i := a + k
+		if f := tbl.Files[k]; f.Rows != lk.Inputs[i].Rows || len(f.RowGroupRows) != lk.InputRowGroups[i] {
+			tbl.Close()
+			return nil, 0, errs.Preconditionf("re-run relayout plan --key-tasks", "input %s holds %d rows in %d row groups; the plan pinned %d in %d", f.Obj.URL, f.Rows, len(f.RowGroupRows), lk.Inputs[i].Rows, lk.InputRowGroups[i])
+		}
+		tbl.Place(k, i, rowOffset)
+		rowOffset += lk.Inputs[i].Rows
+	}
+	if err := tbl.Adopt(schema); err != nil {
+		tbl.Close()
+		return nil, 0, err
+	}
+	return tbl, base, nil
 }
 
 // summaries reads every key task's summary, in task order; a task that

@@ -117,3 +117,36 @@ func TestKeyTasksRefusals(t *testing.T) {
 		t.Fatalf("plan left the old key plan (%v)", err)
 	}
 }
+
+// TestMapTaskOpensOnlyItsFiles: a map task lists the inputs but opens (and
+// checks the pins of) only the files its row groups are in, so its cost
+// does not grow with the table's other files; reduce tasks open none (they
+// read the plan's schema). Damage to another file is that file's map
+// task's error, and commit's, never this one's.
+func TestMapTaskOpensOnlyItsFiles(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 4, Seed: 43, RowGroupRows: 4 << 10})
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	out := filepath.Join(t.TempDir(), "out")
+	res, p, err := PlanJob(ctx, distOpts(in, out), 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(p.Inputs) - 1
+	if p.Maps[0].RowGroups[len(p.Maps[0].RowGroups)-1][0] == last {
+		t.Fatalf("map task 0 reaches the last file; the test needs it not to")
+	}
+	files, _ := filepath.Glob(filepath.Join(in, "*.parquet"))
+	if err := os.WriteFile(files[last], []byte("not parquet"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapTask(ctx, res.Plan, 0, local); err != nil {
+		t.Fatalf("map task 0, which does not read the damaged file: %v", err)
+	}
+	if _, err := MapTask(ctx, res.Plan, res.MapTasks-1, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), filepath.Base(files[last])) {
+		t.Fatalf("the last map task, which reads it: %v, want a precondition naming it", err)
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); !errs.Is(err, errs.Precondition) {
+		t.Fatalf("commit: %v, want a precondition", err)
+	}
+}
