@@ -52,8 +52,8 @@ func median(ms []measure) measure {
 }
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
-// names (compare, pack, dryrun, dist, scaleout, tensors, remote, dataset,
-// scale).
+// names (compare, pack, dryrun, dist, keypass, scaleout, tensors, remote,
+// dataset, scale).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -238,6 +238,11 @@ func main() {
 	// 3c. Distributed run: plan, map, reduce, commit.
 	if run("dist") && os.Getenv("BENCH_SKIP_DIST") == "" {
 		distBench(dir, in, inBytes, res)
+	}
+
+	// 3c'. The key pass as tasks on tables 16-256x the input.
+	if run("keypass") && os.Getenv("BENCH_SKIP_KEYPASS") == "" {
+		keypassBench(dir, in, reps, res)
 	}
 
 	// 3d. Scale-out: W workers as separate test hosts (root only).
