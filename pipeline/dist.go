@@ -284,13 +284,9 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	if err := p.Check(); err != nil {
 		return nil, errs.BadInputf("%s: %v", out.URL(plan.FileName), err)
 	}
-	if p.FormatVersion != plan.FormatVersion || p.RelayoutVersion != version.Version {
-		return nil, errs.Preconditionf("run every step with the same relayout version",
-			"plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(plan.FileName), p.RelayoutVersion, p.FormatVersion, version.Version)
-	}
-	cfg, err := plan.DecodeConfig(p.Config)
+	cfg, err := checkHeader(p.Header, "plan", out.URL(plan.FileName))
 	if err != nil {
-		return nil, errs.BadInputf("%s: config: %v", out.URL(plan.FileName), err)
+		return nil, err
 	}
 	var maxItems int64
 	if p.Packing != nil {
@@ -316,6 +312,20 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 		lp.out = stageOf(out) // the tasks write there; commit swaps
 	}
 	return lp, nil
+}
+
+// checkHeader refuses a plan file (what: plan, key plan) of another
+// relayout version and decodes its config.
+func checkHeader(h plan.Header, what, url string) (plan.Options, error) {
+	if h.FormatVersion != plan.FormatVersion || h.RelayoutVersion != version.Version {
+		return plan.Options{}, errs.Preconditionf("run every step with the same relayout version",
+			"%s %s was written by relayout %s (plan format %d); this is relayout %s", what, url, h.RelayoutVersion, h.FormatVersion, version.Version)
+	}
+	cfg, err := plan.DecodeConfig(h.Config)
+	if err != nil {
+		return plan.Options{}, errs.BadInputf("%s: config: %v", url, err)
+	}
+	return cfg, nil
 }
 
 // optionsOf rebuilds the run options a plan (or key plan) records: its

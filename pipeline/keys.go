@@ -12,8 +12,6 @@ import (
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/par"
-	"github.com/relayout/relayout/internal/version"
-	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
@@ -41,14 +39,8 @@ type KeyPlanResult struct {
 
 // keyPlan is keys.json: what the key tasks and the merge need, fixed once.
 type keyPlan struct {
-	Format          string            `json:"format"`
-	FormatVersion   int               `json:"format_version"`
-	RelayoutVersion string            `json:"relayout_version"`
-	Config          json.RawMessage   `json:"config"`
-	ConfigHash      string            `json:"config_hash"`
-	InputArgs       []string          `json:"input_args"`
-	Inputs          []manifests.Input `json:"inputs"`
-	Rows            int64             `json:"rows"`
+	plan.Header
+	Rows int64 `json:"rows"`
 	// MemoryLimit, MapBytes, MaxItemsPerQuery and the Fit flags are the
 	// plan's resources and sizes, as `plan --key-tasks` was given them.
 	MemoryLimit      int64 `json:"memory_limit"`
@@ -88,15 +80,12 @@ func KeyPlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*KeyPlanR
 	}
 	defer pj.claim.release(ctx)
 	defer pj.tbl.Close()
-	cfg, hash := pj.opts.layout(pj.tr).Config()
 	r := pj.opts.resources()
-	kp := &keyPlan{Format: keysFormat, FormatVersion: plan.FormatVersion, RelayoutVersion: version.Version,
-		Config: cfg, ConfigHash: hash, InputArgs: pj.opts.Inputs, Rows: pj.tbl.Rows,
+	kp := &keyPlan{Header: plan.NewHeader(keysFormat, pj.opts.layout(pj.tr), pj.tbl, pj.opts.Inputs), Rows: pj.tbl.Rows,
 		MemoryLimit: r.MemoryLimit, MapBytes: pj.mapBytes, MaxItemsPerQuery: pj.opts.MaxItemsPerQuery,
 		FitRowGroups: r.FitRowGroups, FitMinRowGroups: r.FitMinRowGroups, UnitRows: r.UnitRows,
 		ForceFolders: pj.opts.ForceFolders, Staged: pj.staged}
 	for _, f := range pj.tbl.Files {
-		kp.Inputs = append(kp.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
 		kp.InputRowGroups = append(kp.InputRowGroups, len(f.RowGroupRows))
 	}
 	if err := putSchema(ctx, pj.out, pj.tbl.Schema); err != nil {
@@ -149,13 +138,9 @@ func loadKeys(ctx context.Context, keysURL string, local RunOptions) (*loadedKey
 	if err := json.Unmarshal(data, &kp); err != nil || kp.Format != keysFormat {
 		return nil, errs.BadInputf("%s is not a relayout key plan: %v", out.URL(KeysFileName), err)
 	}
-	if kp.FormatVersion != plan.FormatVersion || kp.RelayoutVersion != version.Version {
-		return nil, errs.Preconditionf("run every step with the same relayout version",
-			"key plan %s was written by relayout %s (plan format %d); this is relayout %s", out.URL(KeysFileName), kp.RelayoutVersion, kp.FormatVersion, version.Version)
-	}
-	cfg, err := plan.DecodeConfig(kp.Config)
+	cfg, err := checkHeader(kp.Header, "key plan", out.URL(KeysFileName))
 	if err != nil {
-		return nil, errs.BadInputf("%s: config: %v", out.URL(KeysFileName), err)
+		return nil, err
 	}
 	opts, tr, err := optionsOf(outURL, kp.InputArgs, cfg, kp.MaxItemsPerQuery, local)
 	if err != nil {

@@ -45,8 +45,10 @@ const (
 	DefaultMapBytes = 256 << 20
 )
 
-// Plan is plan.json: everything a task needs, fixed once.
-type Plan struct {
+// Header is what a plan file (plan.json, the key plan's keys.json)
+// starts with: its format, the relayout that wrote it, the config and its
+// hash, and the inputs as given and as pinned.
+type Header struct {
 	Format          string            `json:"format"`
 	FormatVersion   int               `json:"format_version"`
 	RelayoutVersion string            `json:"relayout_version"`
@@ -54,9 +56,25 @@ type Plan struct {
 	ConfigHash      string            `json:"config_hash"`
 	InputArgs       []string          `json:"input_args"`
 	Inputs          []manifests.Input `json:"inputs"`
-	Rows            int64             `json:"rows"`
-	RowBytes        float64           `json:"row_bytes"` // uncompressed input bytes per row
-	ChunkRows       int64             `json:"chunk_rows"`
+}
+
+// NewHeader is the header of a plan file of the given format for the
+// table's files, with config o and the inputs as given.
+func NewHeader(format string, o Options, tbl *source.Table, inputs []string) Header {
+	cfgJSON, cfgHash := o.Config()
+	h := Header{Format: format, FormatVersion: FormatVersion, RelayoutVersion: version.Version, Config: cfgJSON, ConfigHash: cfgHash, InputArgs: inputs}
+	for _, f := range tbl.Files {
+		h.Inputs = append(h.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
+	}
+	return h
+}
+
+// Plan is plan.json: everything a task needs, fixed once.
+type Plan struct {
+	Header
+	Rows      int64   `json:"rows"`
+	RowBytes  float64 `json:"row_bytes"` // uncompressed input bytes per row
+	ChunkRows int64   `json:"chunk_rows"`
 	// UnitRows caps the rows a map task routes to one object and a
 	// reduce task sorts at once: the plan's --memory-limit sizes it as run
 	// sizes its units. Units never span partitions.
@@ -366,13 +384,8 @@ func (kp *KeyPass) Release() {
 // the input arguments as given (the tasks list them again).
 func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Options, r Resources, inputs []string, mapBytes int64) (*Plan, error) {
 	hist, ex, before, layout, mp, in := kp.Hist, kp.Extra, kp.Before, kp.Layout, kp.Memory, kp.Sizes
-	cfgJSON, cfgHash := o.Config()
-	p := &Plan{Format: Format, FormatVersion: FormatVersion, RelayoutVersion: version.Version,
-		Config: cfgJSON, ConfigHash: cfgHash, InputArgs: inputs, Rows: tbl.Rows, RowBytes: in.RowBytes, ChunkRows: mp.ChunkRows,
+	p := &Plan{Header: NewHeader(Format, o, tbl, inputs), Rows: tbl.Rows, RowBytes: in.RowBytes, ChunkRows: mp.ChunkRows,
 		UnitRows: mp.UnitRows, MemoryLimit: r.MemoryLimit, Layout: layout}
-	for _, f := range tbl.Files {
-		p.Inputs = append(p.Inputs, manifests.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime, Rows: f.Rows})
-	}
 	for i, s := range hist.Slices {
 		p.Slices = append(p.Slices, Slice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
 			ReadBytesBefore: before.SliceBytes[i], RowGroupsBefore: before.SliceRowGroups[i]})
