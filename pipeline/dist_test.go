@@ -653,11 +653,30 @@ func TestDistributedOverwriteStages(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		o2.Output, o2.Overwrite = out, true
 		ctx := context.Background()
-		res, _, err := PlanJob(ctx, o2, 1<<20)
+		local := RunOptions{Parallel: 2}
+		var res *PlanResult
+		var p *plan.Plan
+		var err error
+		if crash {
+			res, p, err = PlanJob(ctx, o2, 1<<20)
+		} else { // the key pass as tasks stages the same way
+			kr, kerr := KeyPlanJob(ctx, o2, 1<<20)
+			if kerr != nil {
+				t.Fatal(kerr)
+			}
+			for i := 0; i < kr.KeyTasks; i++ {
+				if _, err := KeysTask(ctx, kr.Keys, i, local); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, p, err = PlanFromKeys(ctx, kr.Keys, local)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		local := RunOptions{Parallel: 2}
+		if !p.Staged {
+			t.Fatalf("crash=%v: the plan over a committed output does not stage", crash)
+		}
 		mapsAndReduces(t, ctx, res, local)
 		// Before the commit, the old output is committed and intact.
 		if v, err := verify.Output(ctx, out, true, 2); err != nil || !v.OK {
