@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
@@ -148,5 +150,80 @@ func TestMapTaskOpensOnlyItsFiles(t *testing.T) {
 	}
 	if _, err := CommitJob(ctx, res.Plan, local); !errs.Is(err, errs.Precondition) {
 		t.Fatalf("commit: %v, want a precondition", err)
+	}
+}
+
+// TestCommitConfirmsWhatReducesChecked: a flat reduce task reads its files
+// back and records what it found (size, ETag, first and last keys); commit
+// then only confirms each file is the object checked, and reads again a
+// file rewritten since: a damaged one fails the commit, a rewritten but
+// equal one passes, and the output is run's.
+func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 47, RowGroupRows: 4 << 10})
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	base := t.TempDir()
+	ref := filepath.Join(base, "run")
+	if _, err := Run(ctx, distOpts(in, ref)); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(base, "out")
+	res, _, err := PlanJob(ctx, distOpts(in, out), 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ReduceTasks < 2 {
+		t.Fatalf("%d reduce tasks; the test wants several", res.ReduceTasks)
+	}
+	mapsAndReduces(t, ctx, res, local)
+	lp, err := loadPlan(ctx, res.Plan, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := 0; j < res.ReduceTasks; j++ {
+		d, err := lp.readDone(ctx, reduceDoneName(j))
+		if err != nil || d == nil {
+			t.Fatalf("reduce %d: %v", j, err)
+		}
+		if len(d.Checked) != len(d.Files) || d.Checked[0].ETag == "" || d.Checked[0].First == nil || d.Checked[0].Last == nil {
+			t.Fatalf("reduce %d recorded %+v for %d files, want a check of each with its ETag and keys", j, d.Checked, len(d.Files))
+		}
+	}
+	part := func(k int) string { return filepath.Join(out, "parquet", fmt.Sprintf("part-%05d.parquet", k)) }
+	// Damage file 1 after its check, keeping its size.
+	data, err := os.ReadFile(part(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(data)
+	bad[len(bad)/3] ^= 0x01
+	if err := os.WriteFile(part(1), bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), "part-00001.parquet") || !strings.Contains(err.Error(), "xxhash64") {
+		t.Fatalf("commit over a file damaged after its check: %v, want the file read again and refused", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "manifest.json")); !os.IsNotExist(err) {
+		t.Fatalf("a refused commit left a manifest (%v)", err)
+	}
+	// Rewrite file 0 with its own bytes (a duplicated reduce does): a new
+	// ETag, the same content; and run reduce 1 again.
+	good, _ := os.ReadFile(part(0))
+	if err := os.WriteFile(part(0), good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(2 * time.Second)
+	os.Chtimes(part(0), now, now)
+	if _, err := ReduceTask(ctx, res.Plan, 1, local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	want, got := readTree(t, ref), readTree(t, out)
+	for k, v := range want {
+		if k != "_report.json" && !bytes.Equal(got[k], v) {
+			t.Fatalf("%s differs from run's", k)
+		}
 	}
 }

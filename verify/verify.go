@@ -42,6 +42,23 @@ type Result struct {
 	// Warnings lists what is wrong but does not make the output unreadable:
 	// files under parquet/ or tensors/ that the manifest does not name.
 	Warnings []string `json:"warnings,omitempty"`
+	// Checked holds, per file of the manifest, what a later check needs to
+	// trust it without reading it again (see Checked): the stored object's
+	// ETag and its first and last encoded keys.
+	Checked []Checked `json:"-"`
+}
+
+// Checked is what a check that read a file found: the object's ETag when
+// it was read, and its first and last encoded keys (slice keys, then sort
+// keys; nil for files without key columns or rows). A reduce task checks
+// the files it wrote and hands these to commit, which then only confirms
+// that each object is still the one checked (size and ETag) and that keys
+// do not decrease across the files (ManifestChecked).
+type Checked struct {
+	Path  string `json:"path"`
+	ETag  string `json:"etag"`
+	First []byte `json:"first,omitempty"`
+	Last  []byte `json:"last,omitempty"`
 }
 
 // Output checks an output folder against its manifest: every file exists with
@@ -88,6 +105,23 @@ type rgExpect struct {
 // does (a run checks its output so before it commits m). prog, which may
 // be nil, receives the rows checked.
 func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*Result, error) {
+	return manifest(ctx, out, m, deep, parallel, prog, nil)
+}
+
+// ManifestChecked is Manifest for files an earlier check already read
+// (checked[i] for m.Files[i], from that check's Result.Checked): it checks
+// the manifest as Manifest does, and of each file only that it is still
+// the object checked (its size and ETag) and that keys do not decrease
+// from the previous file; a file rewritten since (another ETag) is read
+// and checked in full. Tensor shards are checked as Manifest checks them.
+func ManifestChecked(ctx context.Context, out storage.Location, m *manifests.Manifest, checked []Checked, parallel int) (*Result, error) {
+	if len(checked) != len(m.Files) {
+		return &Result{Files: len(m.Files), Problem: fmt.Sprintf("%d checked files for the manifest's %d", len(checked), len(m.Files))}, nil
+	}
+	return manifest(ctx, out, m, false, parallel, nil, checked)
+}
+
+func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, checked []Checked) (*Result, error) {
 	if prog == nil {
 		prog = nopProgress{}
 	}
@@ -160,9 +194,25 @@ func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 	results := make([]fileResult, len(m.Files))
 	fileWorkers := max(min(parallel, len(m.Files)), 1)
 	colWorkers := max(parallel/fileWorkers, 1)
+	if checked != nil {
+		fileWorkers = max(min(16, len(m.Files)), 1) // a HEAD each: latency-bound
+	}
+	res.Checked = make([]Checked, len(m.Files))
 	par.ForEach(ctx, len(m.Files), fileWorkers, func(i int) error {
 		r := &results[i]
-		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog)
+		if checked != nil {
+			var same bool
+			r.problem, r.first, r.last, same, r.err = confirmFile(ctx, out, m.Files[i], checked[i])
+			if same || r.problem != "" || r.err != nil {
+				res.Checked[i] = checked[i]
+				return nil
+			}
+			// Rewritten since its check (a duplicated task, or damage):
+			// read it again.
+		}
+		var etag string
+		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog, &etag)
+		res.Checked[i] = Checked{Path: m.Files[i].Path, ETag: etag, First: r.first, Last: r.last}
 		return nil
 	})
 	if err := ctx.Err(); err != nil {
@@ -292,7 +342,35 @@ func strayFiles(ctx context.Context, out storage.Location, m *manifests.Manifest
 	return stray, nil
 }
 
-func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
+// confirmFile checks that a file a check already read is still there with
+// its size; same reports that it is the very object checked (its ETag:
+// on S3 the content's MD5 for a single-part upload; on local disks
+// modification time and size), which then needs no reading.
+func confirmFile(ctx context.Context, out storage.Location, mf manifests.File, c Checked) (problem string, first, last []byte, same bool, err error) {
+	url := out.URL(mf.Path)
+	if c.Path != mf.Path {
+		return fmt.Sprintf("%s: the check on record names %q", url, c.Path), nil, nil, false, nil
+	}
+	attrs, err := out.Bucket.Attributes(ctx, out.Key(mf.Path))
+	if err != nil {
+		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
+		if errs.Is(err, errs.BadInput) {
+			return fmt.Sprintf("%s: missing", url), nil, nil, false, nil
+		}
+		return "", nil, nil, false, err
+	}
+	if attrs.Size != mf.Bytes {
+		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, mf.Bytes), nil, nil, false, nil
+	}
+	if c.ETag == "" || attrs.ETag != c.ETag {
+		return "", nil, nil, false, nil
+	}
+	return "", c.First, c.Last, true, nil
+}
+
+// verifyFile checks file fi against the manifest; etag receives the
+// object's ETag as it was when the check began.
+func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
 	mf := m.Files[fi]
 	url := out.URL(mf.Path)
 	key := out.Key(mf.Path)
@@ -304,6 +382,7 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 		}
 		return "", fp, nil, nil, err
 	}
+	*etag = attrs.ETag
 	if attrs.Size != mf.Bytes {
 		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, mf.Bytes), fp, nil, nil, nil
 	}
