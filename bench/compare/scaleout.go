@@ -338,7 +338,7 @@ func projectTenTB(inBytes int64, quota, planS, commitS float64, mapT, redT []flo
 	// reaches every partition from every map task.
 	pairs := float64(segments) / float64(len(mapT)*len(redT))
 	gets := nMap * nRed * pairs
-	fmt.Printf("10 TB projection (%.0fx this input): %.0f map tasks of 256 MiB, %.0f reduce tasks of 1 GiB; task time linear in its bytes at the rates measured here (%.0f s/GB map, %.0f s/GB reduce, on workers of %.1f core: %.0f and %.0f core-s/GB); plan and commit scaled with the input (both read key columns of the whole table in one process); links (%.0f MB/s per worker at most, measured here) and the store assumed not binding:\n",
+	fmt.Printf("10 TB projection (%.0fx this input): %.0f map tasks of 256 MiB, %.0f reduce tasks of 1 GiB; task time linear in its bytes at the rates measured here (%.0f s/GB map, %.0f s/GB reduce, on workers of %.1f core: %.0f and %.0f core-s/GB); plan and commit scaled with the input as one process each (an upper bound: with plan --key-tasks the key pass runs as tasks, and a flat commit only confirms what the reduce tasks checked; docs/benchmarks.md); links (%.0f MB/s per worker at most, measured here) and the store assumed not binding:\n",
 		scale, nMap, nRed, mapRate*1e9, redRate*1e9, quota, quota*mapRate*1e9, quota*redRate*1e9, 3*1e-6*float64(inBytes)/(sum(mapT)+sum(redT)))
 	proj := map[string]any{}
 	for _, w := range []float64{64, 256} {
