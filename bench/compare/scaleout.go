@@ -154,6 +154,10 @@ func lastLine(s string) string {
 // scaleoutStep runs n tasks of a step on w workers, each taking the next
 // task as it frees up; it returns the step's wall time and each task's.
 func (so *scaleout) step(w int, step, planURL string, n int) (float64, []float64, [][]byte, error) {
+	flag := "--plan"
+	if step == "keys" {
+		flag = "--keys"
+	}
 	t0 := time.Now()
 	times := make([]float64, n)
 	outs := make([][]byte, n)
@@ -166,7 +170,7 @@ func (so *scaleout) step(w int, step, planURL string, n int) (float64, []float64
 		go func(i int) {
 			defer wg.Done()
 			for k := range next {
-				t, out, err := so.task(i, step, "--quiet", "--plan", planURL, "--task", fmt.Sprint(k))
+				t, out, err := so.task(i, step, "--quiet", flag, planURL, "--task", fmt.Sprint(k))
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -238,20 +242,49 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 		}
 	}
 	sizes := []string{"--slice-keys", "country,date", "--file-bytes", "4MiB", "--row-group-bytes", "4MiB", "--memory-limit", "512MiB"}
-	fmt.Printf("%d rows, %.1f MB in %d files on the server; tasks of --map-bytes 8MiB, --file-bytes 4MiB; quota %.1f core per worker; link rate %s\n",
-		rows, float64(inBytes)/1e6, len(files), quota, map[bool]string{true: rate, false: "unlimited (veth)"}[rate != ""])
-	fmt.Printf("%-8s %7s %7s %7s %7s %7s %8s %9s %10s %9s %11s\n", "workers", "plan", "map", "reduce", "commit", "total", "speed-up", "model", "model err", "identical", "server CPU")
+	keyTasks := os.Getenv("BENCH_SCALEOUT_KEYTASKS") != "0"
+	fmt.Printf("%d rows, %.1f MB in %d files on the server; tasks of --map-bytes 8MiB, --file-bytes 4MiB; quota %.1f core per worker; link rate %s; key pass %s\n",
+		rows, float64(inBytes)/1e6, len(files), quota, map[bool]string{true: rate, false: "unlimited (veth)"}[rate != ""],
+		map[bool]string{true: "as tasks (plan --key-tasks; plan is plan --key-tasks plus the merge)", false: "in plan (BENCH_SCALEOUT_KEYTASKS=0)"}[keyTasks])
+	fmt.Printf("%-8s %7s %7s %7s %7s %7s %7s %8s %9s %10s %9s %11s\n", "workers", "plan", "keys", "map", "reduce", "commit", "total", "speed-up", "model", "model err", "identical", "server CPU")
 	out := map[string]any{"rows": rows, "input_bytes": inBytes, "quota_cores": quota, "link_rate": rate}
 	var t1 float64
 	var planS, commitS float64
-	var mapT, redT []float64
+	var keyT, mapT, redT []float64
 	var manifest0 uint64
 	for _, w := range []int{1, 2, 4} {
 		prefix := fmt.Sprintf("out-%d", w)
 		cpu0 := selfCPU()
 		planURL := "s3://bench/" + prefix + "/_relayout/plan.json" + params
-		tp, pout, err := so.task(0, append([]string{"plan", "--quiet", "--input", so.url("in"), "--output", so.url(prefix), "--map-bytes", "8MiB"}, sizes...)...)
-		if err != nil {
+		planArgs := append([]string{"plan", "--quiet", "--input", so.url("in"), "--output", so.url(prefix), "--map-bytes", "8MiB"}, sizes...)
+		var tp, tk float64
+		var kt []float64
+		var pout []byte
+		var err error
+		if keyTasks {
+			// The key pass as tasks: plan --key-tasks, the key tasks on the
+			// workers, the merge (plan --keys) on one.
+			t0, kout, err := so.task(0, append(planArgs, "--key-tasks")...)
+			if err != nil {
+				fmt.Printf("scale-out bench: %v\n", err)
+				return
+			}
+			var kr struct {
+				KeyTasks int `json:"key_tasks"`
+			}
+			json.Unmarshal(kout, &kr)
+			keysURL := "s3://bench/" + prefix + "/_relayout/keys.json" + params
+			if tk, kt, _, err = so.step(w, "keys", keysURL, kr.KeyTasks); err != nil {
+				fmt.Printf("scale-out bench: %v\n", err)
+				return
+			}
+			t1, out1, err := so.task(0, "plan", "--quiet", "--keys", keysURL)
+			if err != nil {
+				fmt.Printf("scale-out bench: %v\n", err)
+				return
+			}
+			tp, pout = t0+t1, out1
+		} else if tp, pout, err = so.task(0, planArgs...); err != nil {
 			fmt.Printf("scale-out bench: %v\n", err)
 			return
 		}
@@ -276,7 +309,7 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 			fmt.Printf("scale-out bench: %v\n", err)
 			return
 		}
-		total := tp + tm + tr + tc
+		total := tp + tk + tm + tr + tc
 		man, err := loc.Bucket.ReadAll(context.Background(), prefix+"/manifest.json")
 		if err != nil {
 			panic(err)
@@ -284,7 +317,7 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 		// The manifest names no output URL: equal bytes are equal outputs.
 		h := xxhash.Sum64(man)
 		if w == 1 {
-			t1, planS, commitS, mapT, redT, manifest0 = total, tp, tc, mt, rt, h
+			t1, planS, commitS, keyT, mapT, redT, manifest0 = total, tp, tc, kt, mt, rt, h
 			var shuffle int64
 			var segments int
 			for _, o := range mouts {
@@ -300,16 +333,16 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 			out["map_tasks"], out["reduce_tasks"] = counts.MapTasks, counts.ReduceTasks
 			out["map_task_seconds"], out["reduce_task_seconds"] = mt, rt
 		}
-		model := planS + makespan(mapT, w) + makespan(redT, w) + commitS
+		model := planS + makespan(keyT, w) + makespan(mapT, w) + makespan(redT, w) + commitS
 		errPct := 100 * (model - total) / total
 		server := selfCPU() - cpu0 // this process: the S3 server, and the bench's own bookkeeping
-		fmt.Printf("%-8d %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %7.2fx %8.2fs %9.1f%% %9v %6.2f core\n", w, tp, tm, tr, tc, total, t1/total, model, errPct, h == manifest0, server/total)
-		out[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tp, "map": tm, "reduce": tr, "commit": tc, "total": total,
+		fmt.Printf("%-8d %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %7.2fx %8.2fs %9.1f%% %9v %6.2f core\n", w, tp, tk, tm, tr, tc, total, t1/total, model, errPct, h == manifest0, server/total)
+		out[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tp, "keys": tk, "map": tm, "reduce": tr, "commit": tc, "total": total,
 			"speedup": t1 / total, "model": model, "model_error_pct": errPct, "identical": h == manifest0, "server_cpu_seconds": server}
 	}
 	fmt.Printf("shuffle %.2f bytes per input byte; %d map and %d reduce tasks; %d shuffle segments (one range GET each in reduce)\n",
 		out["shuffle_per_input_byte"], out["map_tasks"], out["reduce_tasks"], out["segments"])
-	projectTenTB(inBytes, quota, planS, commitS, mapT, redT, out["segments"].(int), out)
+	projectTenTB(inBytes, quota, planS, commitS, keyT, mapT, redT, out["segments"].(int), out)
 	res["scaleout"] = out
 }
 
@@ -319,7 +352,7 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 // default task sizes (--map-bytes 256MiB, --file-bytes 1GiB) and the
 // assumptions printed. The workers are the measured ones (quota cores
 // each); the core-seconds per GB printed scale it to other machines.
-func projectTenTB(inBytes int64, quota, planS, commitS float64, mapT, redT []float64, segments int, out map[string]any) {
+func projectTenTB(inBytes int64, quota, planS, commitS float64, keyT, mapT, redT []float64, segments int, out map[string]any) {
 	const tenTB = 10e12
 	scale := tenTB / float64(inBytes)
 	sum := func(x []float64) float64 {
@@ -329,6 +362,7 @@ func projectTenTB(inBytes int64, quota, planS, commitS float64, mapT, redT []flo
 		}
 		return t
 	}
+	keyRate := sum(keyT) / float64(inBytes) // the key tasks (one per map run), when they ran
 	mapRate := sum(mapT) / float64(inBytes) // seconds per input byte on one worker
 	redRate := sum(redT) / float64(inBytes) // per input byte (output is about the input's size)
 	const mapBytes, fileBytes = 256 << 20, 1 << 30
@@ -342,13 +376,14 @@ func projectTenTB(inBytes int64, quota, planS, commitS float64, mapT, redT []flo
 		scale, nMap, nRed, mapRate*1e9, redRate*1e9, quota, quota*mapRate*1e9, quota*redRate*1e9, 3*1e-6*float64(inBytes)/(sum(mapT)+sum(redT)))
 	proj := map[string]any{}
 	for _, w := range []float64{64, 256} {
+		keyS := math.Ceil(nMap/w) * keyRate * mapBytes
 		mapS := math.Ceil(nMap/w) * mapRate * mapBytes
 		redS := math.Ceil(nRed/w) * redRate * tenTB / nRed
 		planTen, commitTen := planS*scale, commitS*scale
-		total := planTen + mapS + redS + commitTen
-		fmt.Printf("  %3.0f workers: plan %.0f s, map %.0f s, reduce %.0f s, commit %.0f s: %.1f h; map and reduce alone %.1f h\n",
-			w, planTen, mapS, redS, commitTen, total/3600, (mapS+redS)/3600)
-		proj[fmt.Sprint(w)] = map[string]any{"plan": planTen, "map": mapS, "reduce": redS, "commit": commitTen, "total": total}
+		total := planTen + keyS + mapS + redS + commitTen
+		fmt.Printf("  %3.0f workers: plan %.0f s, keys %.0f s, map %.0f s, reduce %.0f s, commit %.0f s: %.1f h; keys, map and reduce alone %.1f h\n",
+			w, planTen, keyS, mapS, redS, commitTen, total/3600, (keyS+mapS+redS)/3600)
+		proj[fmt.Sprint(w)] = map[string]any{"plan": planTen, "keys": keyS, "map": mapS, "reduce": redS, "commit": commitTen, "total": total}
 	}
 	fmt.Printf("  shuffle range GETs: %.3g (%.0f%% of map x reduce pairs, as here): at 5,500 GET/s per prefix %.1f h of requests, spread over the workers' concurrency\n",
 		gets, 100*pairs, gets/5500/3600)
