@@ -51,13 +51,13 @@ type TaskManifest struct {
 	Attempt    string              `json:"attempt"`
 	ConfigHash string              `json:"config_hash"`
 	Rows       int64               `json:"rows"`
-	Hash       string              `json:"fingerprint"`
-	Partitions []partition.Segment `json:"partitions,omitempty"` // map: its unit segments
-	Files      []manifests.File    `json:"files,omitempty"`      // reduce
-	Detection  *dedupe.Detection   `json:"detection,omitempty"`  // detect
-	Profile    map[string][2]int64 `json:"profile,omitempty"`    // map with tensors: list lengths seen
-	Shards     []writer.Shard      `json:"shards,omitempty"`     // reduce with tensors
-	Queries    int64               `json:"queries,omitempty"`    // packed reduce
+	Hash       string              `json:"fingerprint,omitempty"` // map and reduce
+	Partitions []partition.Segment `json:"partitions,omitempty"`  // map: its unit segments
+	Files      []manifests.File    `json:"files,omitempty"`       // reduce
+	Detection  *dedupe.Detection   `json:"detection,omitempty"`   // detect
+	Profile    map[string][2]int64 `json:"profile,omitempty"`     // map with tensors: list lengths seen
+	Shards     []writer.Shard      `json:"shards,omitempty"`      // reduce with tensors
+	Queries    int64               `json:"queries,omitempty"`     // packed reduce
 	// Checked is what a flat reduce task found when it read its files back
 	// (verify.Checked, one per file): commit then only confirms them.
 	Checked []verify.Checked `json:"checked,omitempty"`

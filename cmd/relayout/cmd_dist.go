@@ -144,10 +144,27 @@ func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
 	return o, nil
 }
 
+// stepSource is the flag that names what a step runs: the plan, or for
+// key tasks the key plan.
+type stepSource struct{ flag, what, file string }
+
+var (
+	planSource = stepSource{"plan", "plan", "plan.json"}
+	keysSource = stepSource{"keys", "key plan", "keys.json"}
+)
+
 // stepCommand is a map, detect, reduce or commit command: the task flags,
 // the local options, and the step's result printed as one JSON line.
 func stepCommand(name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error)) *cli.Command {
+	return stepCommandOf(planSource, name, usage, usageText, description, run)
+}
+
+// stepCommandOf is stepCommand for a step that src names.
+func stepCommandOf(src stepSource, name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error)) *cli.Command {
 	flags := taskFlags()
+	if src != planSource {
+		flags = stepFlags(strFlag(src.flag, "", fmt.Sprintf("the %s: <output>/_relayout/%s (a URL for object storage)", src.what, src.file)))
+	}
 	return &cli.Command{
 		Name:         name,
 		Usage:        usage,
@@ -157,8 +174,8 @@ func stepCommand(name, usage, usageText, description string, run func(c *cli.Con
 		Before:       withConfig(flags),
 		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
-			if c.String("plan") == "" {
-				return errs.Usagef("no plan: pass --plan <output>/_relayout/plan.json")
+			if c.String(src.flag) == "" {
+				return errs.Usagef("no %s: pass --%s <output>/_relayout/%s", src.what, src.flag, src.file)
 			}
 			o, err := localOptions(c)
 			if err != nil {
@@ -174,7 +191,7 @@ func stepCommand(name, usage, usageText, description string, run func(c *cli.Con
 						t, _ := taskIndex(c)
 						what = fmt.Sprintf("%s task %d", name, t)
 					}
-					return errs.TransientErr(fmt.Errorf("%s of plan %s interrupted (%v); nothing of it was committed: run it again", what, c.String("plan"), context.Cause(c.Context)))
+					return errs.TransientErr(fmt.Errorf("%s of %s %s interrupted (%v); nothing of it was committed: run it again", what, src.what, c.String(src.flag), context.Cause(c.Context)))
 				}
 				return err
 			}
@@ -200,38 +217,17 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 }
 
 func keysCommand() *cli.Command {
-	flags := stepFlags(strFlag("keys", "", "the key plan: <output>/_relayout/keys.json (written by plan --key-tasks)"))
-	return &cli.Command{
-		Name:      "keys",
-		Usage:     "run one key task of a key plan: read the key columns of its input range and write their summary",
-		UsageText: "relayout keys --keys s3://b/relaid/_relayout/keys.json --task 3",
-		Description: "Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.\n" +
-			"When every key task has completed, `relayout plan --keys URL` writes the plan.\n\n" + exitCodesHelp,
-		Flags:        flags,
-		Before:       withConfig(flags),
-		OnUsageError: usageError,
-		Action: func(c *cli.Context) error {
-			if c.String("keys") == "" {
-				return errs.Usagef("no key plan: pass --keys <output>/_relayout/keys.json")
-			}
-			o, err := localOptions(c)
-			if err != nil {
-				return err
-			}
+	return stepCommandOf(keysSource, "keys", "run one key task of a key plan: read the key columns of its input range and write their summary",
+		"relayout keys --keys s3://b/relaid/_relayout/keys.json --task 3",
+		"Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.\n"+
+			"When every key task has completed, `relayout plan --keys URL` writes the plan.",
+		func(c *cli.Context, o pipeline.RunOptions) (any, error) {
 			task, err := taskIndex(c)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			res, err := pipeline.KeysTask(c.Context, c.String("keys"), task, o)
-			if err != nil {
-				if c.Context.Err() != nil && !errs.Is(err, errs.BadInput) {
-					return errs.TransientErr(fmt.Errorf("keys task %d of %s interrupted (%v); nothing of it was committed: run it again", task, c.String("keys"), context.Cause(c.Context)))
-				}
-				return err
-			}
-			return printResult(res, "", c.App.Writer)
-		},
-	}
+			return pipeline.KeysTask(c.Context, c.String("keys"), task, o)
+		})
 }
 
 func mapCommand() *cli.Command {
