@@ -664,7 +664,12 @@ func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManif
 		return nil, err
 	}
 	if !vr.OK {
-		return nil, fmt.Errorf("reduce task %d: its files do not read back as written (%s); nothing of it was committed: run it again", task, vr.Problem)
+		if strings.HasPrefix(vr.Problem, "manifest:") {
+			// The plan's slices and layout disagree (plan.json edited or
+			// damaged): the files are as the plan said, the plan is not.
+			return nil, errs.WithHint(errs.BadInputf("%s does not describe partition %d consistently (%s)", lp.work.URL(plan.FileName), task, vr.Problem), "plan again (relayout plan) and rerun the tasks")
+		}
+		return nil, fmt.Errorf("reduce task %d: output check failed: its files do not read back as written (%s); nothing of it was committed: run it again", task, vr.Problem)
 	}
 	return vr.Checked, nil
 }
