@@ -342,7 +342,7 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 	}
 	fmt.Printf("shuffle %.2f bytes per input byte; %d map and %d reduce tasks; %d shuffle segments (one range GET each in reduce)\n",
 		out["shuffle_per_input_byte"], out["map_tasks"], out["reduce_tasks"], out["segments"])
-	projectTenTB(inBytes, quota, planS, commitS, keyT, mapT, redT, out["segments"].(int), out)
+	projectTenTB(inBytes, quota, planS, commitS, keyT, mapT, redT, out["segments"].(int), len(files), keyTasks, out)
 	res["scaleout"] = out
 }
 
@@ -352,7 +352,7 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 // default task sizes (--map-bytes 256MiB, --file-bytes 1GiB) and the
 // assumptions printed. The workers are the measured ones (quota cores
 // each); the core-seconds per GB printed scale it to other machines.
-func projectTenTB(inBytes int64, quota, planS, commitS float64, keyT, mapT, redT []float64, segments int, out map[string]any) {
+func projectTenTB(inBytes int64, quota, planS, commitS float64, keyT, mapT, redT []float64, segments, inFiles int, keyTasks bool, out map[string]any) {
 	const tenTB = 10e12
 	scale := tenTB / float64(inBytes)
 	sum := func(x []float64) float64 {
@@ -384,6 +384,24 @@ func projectTenTB(inBytes int64, quota, planS, commitS float64, keyT, mapT, redT
 		fmt.Printf("  %3.0f workers: plan %.0f s, keys %.0f s, map %.0f s, reduce %.0f s, commit %.0f s: %.1f h; keys, map and reduce alone %.1f h\n",
 			w, planTen, keyS, mapS, redS, commitTen, total/3600, (keyS+mapS+redS)/3600)
 		proj[fmt.Sprint(w)] = map[string]any{"plan": planTen, "keys": keyS, "map": mapS, "reduce": redS, "commit": commitTen, "total": total}
+	}
+	if keyTasks {
+		// With the key pass as tasks the plan step reads footers and
+		// summaries, and a flat commit confirms files: both grow with files,
+		// not bytes. Scaled with them from this run (its fixed costs
+		// included, so still high): input files of 1 GiB, one output file
+		// per reduce task.
+		inTen := math.Ceil(tenTB / (1 << 30))
+		planF := planS * math.Max(inTen/float64(inFiles), float64(nMap)/float64(len(keyT)))
+		commitF := commitS * math.Max(inTen/float64(inFiles), nRed/float64(len(redT)))
+		fmt.Printf("  plan and commit growing with files instead (%.0f input files of 1 GiB, %.0f output files; from this run's %d and %d): plan %.0f s, commit %.0f s\n",
+			inTen, nRed, inFiles, len(redT), planF, commitF)
+		for _, w := range []float64{64, 256} {
+			p := proj[fmt.Sprint(w)].(map[string]any)
+			total := planF + p["keys"].(float64) + p["map"].(float64) + p["reduce"].(float64) + commitF
+			fmt.Printf("  %3.0f workers: %.1f h\n", w, total/3600)
+			p["total_files_model"] = total
+		}
 	}
 	fmt.Printf("  shuffle range GETs: %.3g (%.0f%% of map x reduce pairs, as here): at 5,500 GET/s per prefix %.1f h of requests, spread over the workers' concurrency\n",
 		gets, 100*pairs, gets/5500/3600)
