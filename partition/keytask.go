@@ -225,24 +225,10 @@ func BuildFromSummaries(ctx context.Context, t *source.Table, sums []*KeySummary
 			readBytes[g] += sl.ReadBytes
 		}
 	}
-	order := make([]int, len(all))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(all[a].Key, all[b].Key) })
-	rankOf := make([]int32, len(all))
-	sorted := make([]Slice, len(all))
+	h, rankOf := orderSlices(all)
 	ex := &SummaryExtra{ReadBytes: make([]int64, len(all))}
-	for r, g := range order {
-		rankOf[g] = int32(r)
-		sorted[r] = all[g]
+	for g, r := range rankOf {
 		ex.ReadBytes[r] = readBytes[g]
-	}
-	h := NewHistogram(sorted)
-	var start int64
-	for i := range h.Slices {
-		h.Slices[i].Start = start
-		start += h.Slices[i].Rows
 	}
 	for i, s := range sums {
 		m := make(map[int32]int64, len(s.Slices))

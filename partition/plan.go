@@ -185,25 +185,7 @@ func mergeSlices(ctx context.Context, t *source.Table, per []*rgSlices, sliceCol
 			all[g].InputRowGroups++
 		}
 	}
-	order := make([]int, len(all))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return bytes.Compare(all[order[a]].Key, all[order[b]].Key) < 0 })
-	rankOf := make([]int32, len(all))
-	sorted := make([]Slice, len(all))
-	for r, g := range order {
-		rankOf[g] = int32(r)
-		sorted[r] = all[g]
-	}
-	all = sorted
-	h := &Histogram{Slices: all, rank: make(map[string]int32, len(all))}
-	var start int64
-	for i := range all {
-		all[i].Start = start
-		start += all[i].Rows
-		h.rank[string(all[i].Key)] = int32(i)
-	}
+	h, rankOf := orderSlices(all)
 	ex := &BuildExtra{}
 	if o.Vectors {
 		ex.Vectors = make([]map[int32][]uint64, len(per))
@@ -252,6 +234,29 @@ func mergeSlices(ctx context.Context, t *source.Table, per []*rgSlices, sliceCol
 	}
 	ex.Queries = qc
 	return h, ex, nil
+}
+
+// orderSlices puts merged slices (in first-seen order) in output order,
+// by key, numbers their rows from 0 and returns the histogram with each
+// first-seen slice's rank.
+func orderSlices(all []Slice) (*Histogram, []int32) {
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(all[order[a]].Key, all[order[b]].Key) < 0 })
+	rankOf := make([]int32, len(all))
+	sorted := make([]Slice, len(all))
+	for r, g := range order {
+		rankOf[g] = int32(r)
+		sorted[r] = all[g]
+	}
+	var start int64
+	for i := range sorted {
+		sorted[i].Start = start
+		start += sorted[i].Rows
+	}
+	return NewHistogram(sorted), rankOf
 }
 
 // splitQuery words the error for a query seen at row ra of one row group

@@ -381,17 +381,10 @@ func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) 
 // plan's schema: a task's cost does not grow with the input's other files'
 // footers. Those files' pins are commit's to check.
 func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Table, error) {
-	objs, err := storage.List(ctx, lp.InputArgs)
-	if err != nil {
-		return nil, err
-	}
-	if len(objs) != len(lp.Inputs) {
-		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(lp.Inputs))
-	}
 	var own []int
 	for _, rg := range lp.Maps[task].RowGroups {
-		if rg[0] < 0 || rg[0] >= len(objs) {
-			return nil, errs.BadInputf("plan: map %d names input file %d of %d", task, rg[0], len(objs))
+		if rg[0] < 0 || rg[0] >= len(lp.Inputs) {
+			return nil, errs.BadInputf("plan: map %d names input file %d of %d", task, rg[0], len(lp.Inputs))
 		}
 		if len(own) == 0 || own[len(own)-1] != rg[0] {
 			own = append(own, rg[0])
@@ -400,30 +393,47 @@ func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Tabl
 	if len(own) == 0 { // an empty input's one map task
 		return lp.openInputs(ctx, nil)
 	}
-	offsets := make([]int64, len(lp.Inputs)+1)
-	for i, pin := range lp.Inputs {
+	return openOwn(ctx, lp.work, lp.InputArgs, lp.Inputs, lp.opts.hive, own, nil)
+}
+
+// openOwn opens only the pinned input files own (indices into pins, in
+// order) of the inputs listed from inputArgs, checking their pins (and,
+// with rowGroups, their row-group counts), placed at the file indices and
+// row offsets they have in the whole table and typed with the plan's
+// schema (stored under work): what a map or key task reads.
+func openOwn(ctx context.Context, work storage.Location, inputArgs []string, pins []manifests.Input, hiveSpec string, own []int, rowGroups []int) (*source.Table, error) {
+	objs, err := storage.List(ctx, inputArgs)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != len(pins) {
+		return nil, errs.Preconditionf("re-run relayout plan", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(pins))
+	}
+	offsets := make([]int64, len(pins)+1)
+	for i, pin := range pins {
 		offsets[i+1] = offsets[i] + pin.Rows
 	}
 	sub := make([]storage.Object, len(own))
-	pins := make([]manifests.Input, len(own))
+	subPins := make([]manifests.Input, len(own))
 	for k, i := range own {
-		sub[k], pins[k] = objs[i], lp.Inputs[i]
+		sub[k], subPins[k] = objs[i], pins[i]
 	}
-	if err := checkPins(sub, pins); err != nil {
+	if err := checkPins(sub, subPins); err != nil {
 		return nil, err
 	}
-	schema, err := lp.schema(ctx)
+	schema, err := readSchema(ctx, work)
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := openObjects(ctx, sub, nil, string(hiveMode(lp.opts.hive)), lp.opts.hive)
+	tbl, err := openObjects(ctx, sub, nil, string(hiveMode(hiveSpec)), hiveSpec)
 	if err != nil {
 		return nil, err
 	}
 	for k, i := range own {
-		if f := tbl.Files[k]; f.Rows != lp.Inputs[i].Rows {
+		f := tbl.Files[k]
+		if f.Rows != pins[i].Rows || (rowGroups != nil && len(f.RowGroupRows) != rowGroups[i]) {
 			tbl.Close()
-			return nil, errs.Preconditionf("re-run relayout plan", "input %s holds %d rows; the plan pinned %d", f.Obj.URL, f.Rows, lp.Inputs[i].Rows)
+			return nil, errs.Preconditionf("re-run relayout plan", "input %s holds %d rows in %d row groups; the plan pinned %d rows", f.Obj.URL, f.Rows, len(f.RowGroupRows), pins[i].Rows)
 		}
 		tbl.Place(k, i, offsets[i])
 	}
@@ -858,18 +868,19 @@ func putSchema(ctx context.Context, work storage.Location, schema *arrow.Schema)
 	return putObject(ctx, work, plan.SchemaFileName, buf.Bytes())
 }
 
-// schema reads the table's schema plan stored.
-func (lp *loadedPlan) schema(ctx context.Context) (*arrow.Schema, error) {
-	data, err := storage.Get(ctx, lp.work, plan.SchemaFileName)
+// readSchema reads the table's schema a plan (or key plan) stored under
+// work.
+func readSchema(ctx context.Context, work storage.Location) (*arrow.Schema, error) {
+	data, err := storage.Get(ctx, work, plan.SchemaFileName)
 	if gcerrors.Code(err) == gcerrors.NotFound {
-		return nil, errs.Preconditionf("re-run relayout plan", "the plan's schema %s is missing", lp.work.URL(plan.SchemaFileName))
+		return nil, errs.Preconditionf("re-run relayout plan", "the plan's schema %s is missing", work.URL(plan.SchemaFileName))
 	}
 	if err != nil {
 		return nil, err
 	}
 	rd, err := ipc.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return nil, errs.WithHint(errs.BadInputf("read %s: %v", lp.work.URL(plan.SchemaFileName), err), "re-run relayout plan")
+		return nil, errs.WithHint(errs.BadInputf("read %s: %v", work.URL(plan.SchemaFileName), err), "re-run relayout plan")
 	}
 	defer rd.Release()
 	return rd.Schema(), nil

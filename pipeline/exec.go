@@ -215,7 +215,7 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 	}
 	// The shuffle holds the rows: the plan's schema is all a detect or
 	// reduce task needs of the input (no footers, no listing).
-	schema, err := lp.schema(ctx)
+	schema, err := readSchema(ctx, lp.work)
 	if err != nil {
 		return nil, err
 	}

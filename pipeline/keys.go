@@ -211,55 +211,27 @@ func (lk *loadedKeys) openRun(ctx context.Context, kt keyTask) (*source.Table, i
 	if len(lk.InputRowGroups) != len(lk.Inputs) {
 		return nil, 0, errs.BadInputf("%s: %d row-group counts for %d inputs", lk.out.URL(KeysFileName), len(lk.InputRowGroups), len(lk.Inputs))
 	}
-	objs, err := storage.List(ctx, lk.InputArgs)
-	if err != nil {
-		return nil, 0, err
-	}
-	if len(objs) != len(lk.Inputs) {
-		return nil, 0, errs.Preconditionf("re-run relayout plan --key-tasks", "the input changed since the plan: %d objects, the plan pinned %d", len(objs), len(lk.Inputs))
-	}
 	// Files a..b-1 hold row groups [first, end); base is file a's first.
 	a, b, base, rg := -1, 0, 0, 0
-	var rowOffset, row int64
 	for i, n := range lk.InputRowGroups {
 		if a < 0 && rg+n > kt.First {
-			a, base, rowOffset = i, rg, row
+			a, base = i, rg
 		}
 		if rg < kt.End {
 			b = i + 1
 		}
 		rg += n
-		row += lk.Inputs[i].Rows
 	}
 	if kt.End <= kt.First || a < 0 { // an empty run (an empty input)
 		tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, lk.opts.hive, nil)
 		return tbl, 0, err
 	}
-	if err := checkPins(objs[a:b], lk.Inputs[a:b]); err != nil {
-		return nil, 0, err
+	own := make([]int, b-a)
+	for k := range own {
+		own[k] = a + k
 	}
-	schema, err := (&loadedPlan{work: lk.out}).schema(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	tbl, err := openObjects(ctx, objs[a:b], nil, string(hiveMode(lk.opts.hive)), lk.opts.hive)
-	if err != nil {
-		return nil, 0, err
-	}
-	for k := range tbl.Files {
-		i := a + k
-		if f := tbl.Files[k]; f.Rows != lk.Inputs[i].Rows || len(f.RowGroupRows) != lk.InputRowGroups[i] {
-			tbl.Close()
-			return nil, 0, errs.Preconditionf("re-run relayout plan --key-tasks", "input %s holds %d rows in %d row groups; the plan pinned %d in %d", f.Obj.URL, f.Rows, len(f.RowGroupRows), lk.Inputs[i].Rows, lk.InputRowGroups[i])
-		}
-		tbl.Place(k, i, rowOffset)
-		rowOffset += lk.Inputs[i].Rows
-	}
-	if err := tbl.Adopt(schema); err != nil {
-		tbl.Close()
-		return nil, 0, err
-	}
-	return tbl, base, nil
+	tbl, err := openOwn(ctx, lk.out, lk.InputArgs, lk.Inputs, lk.opts.hive, own, lk.InputRowGroups)
+	return tbl, base, err
 }
 
 // summaries reads every key task's summary, in task order; a task that

@@ -112,23 +112,39 @@ func (t *TableCost) NumRowGroups() int { return len(t.rgs) }
 // statistics) and how many bytes in all for slice `rank` with key parts.
 func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 	n, b := 0, t.footer
-	for _, rg := range t.rgs {
+	for r := range t.rgs {
+		rg := &t.rgs[r]
 		if !rg.mayContain(parts) {
 			continue
 		}
 		n++
-		if rg.vectors == nil {
-			b += rg.bytes
-			continue
-		}
-		b += rg.keyBytes
+		b += rg.filterBytes(rg.vectors != nil)
 		if v, ok := rg.vectors[rank]; ok {
-			for _, c := range rg.others {
-				b += c.fetch(v, rg.rows)
-			}
+			b += rg.fetchBytes(v)
 		}
 	}
 	return n, b
+}
+
+// filterBytes is what a reader of a slice the statistics do not exclude
+// reads of the row group before it knows where the slice's rows lie: the
+// slice-key columns, or with the rows' places unknown (no vectors) all of
+// it.
+func (rg *rgCost) filterBytes(vectorsKnown bool) int64 {
+	if !vectorsKnown {
+		return rg.bytes
+	}
+	return rg.keyBytes
+}
+
+// fetchBytes is what it reads of the other columns where the slice's rows
+// lie (in vectors).
+func (rg *rgCost) fetchBytes(vectors []uint64) int64 {
+	var b int64
+	for _, c := range rg.others {
+		b += c.fetch(vectors, rg.rows)
+	}
+	return b
 }
 
 // mayContain reports whether the row group's statistics let a reader skip
@@ -347,13 +363,11 @@ func PresentBytes(tbl *source.Table, sliceKeys []string, first, end int, parts [
 		return out, nil // no vectors: the merge counts whole row groups
 	}
 	_, err := costOfFiles(tbl, sliceKeys, vectors, costScope{first: first, end: end, pages: true}, func(tc *TableCost) {
-		for _, rg := range tc.rgs {
+		for r := range tc.rgs {
+			rg := &tc.rgs[r]
 			for id, v := range rg.vectors {
-				if int(id) >= len(parts) || !rg.mayContain(parts[id]) {
-					continue
-				}
-				for _, c := range rg.others {
-					out[id] += c.fetch(v, rg.rows)
+				if int(id) < len(parts) && rg.mayContain(parts[id]) {
+					out[id] += rg.fetchBytes(v)
 				}
 			}
 		}
@@ -380,11 +394,7 @@ func CostsBeforeSummed(tbl *source.Table, sliceKeys []string, hist *partition.Hi
 					continue
 				}
 				n++
-				if len(sliceKeys) > 0 {
-					by += rg.keyBytes
-				} else {
-					by += rg.bytes
-				}
+				by += rg.filterBytes(len(sliceKeys) > 0) // the key pass records vectors whenever there are slice keys
 			}
 			b.SliceRowGroups[i] += n
 			b.SliceBytes[i] += by
