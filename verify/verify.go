@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -394,7 +395,7 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 		return "", fp, nil, nil, err
 	}
 	if got := fmt.Sprintf("%016x", h.Sum64()); got != mf.XXHash64 {
-		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged)", url, got, mf.XXHash64), fp, nil, nil, nil
+		return fmt.Sprintf("%s: xxhash64 is %s, manifest says %s (the file was changed or damaged%s)", url, got, mf.XXHash64, damagedPage(ctx, out, mf)), fp, nil, nil, nil
 	}
 	tbl, err := source.OpenOutput(ctx, out, m, []int{fi}, nil)
 	if err != nil {
@@ -606,3 +607,21 @@ type Progress interface {
 type nopProgress struct{}
 
 func (nopProgress) Add(int64) {}
+
+// damagedPage says where a file whose hash changed is damaged, when its
+// page CRC32s tell (relayout writes one in every page header): ": row
+// group R, column C, page P does not match its CRC32", or "" when no
+// page's CRC disagrees (the damage is in a header, the page index or the footer,
+// or the file was replaced).
+func damagedPage(ctx context.Context, out storage.Location, mf manifests.File) string {
+	obj := storage.Object{Loc: out, Key: out.Key(mf.Path), URL: out.URL(mf.Path), Size: mf.Bytes}
+	if out.Local != "" {
+		obj.LocalPath = out.Local + "/" + mf.Path
+	}
+	_, err := source.CheckPages(ctx, obj)
+	var pe *source.PageCRCError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	return ": " + pe.Where() + " does not match its CRC32"
+}

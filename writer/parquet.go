@@ -128,6 +128,8 @@ type openFile struct {
 	cancel context.CancelFunc
 	bw     io.WriteCloser
 	hw     *hashWriter
+	cw     *pageCRC            // between arrow-go and hw: adds page CRCs (pagecrc.go)
+	groups int                 // row groups started
 	fw     *pqarrow.FileWriter // generic path
 	pw     *file.Writer        // fast path
 	rgw    file.BufferedRowGroupWriter
@@ -440,6 +442,7 @@ func (w *Parquet) advance() error {
 
 // startRowGroup begins a buffered row group, closing the open one.
 func (w *Parquet) startRowGroup() error {
+	w.cur.groups++
 	if w.fast == nil {
 		if err := w.cur.fw.NewBufferedRowGroupChecked(); err != nil {
 			return w.fail(err)
@@ -512,6 +515,7 @@ func (w *Parquet) openFile() error {
 		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(name), err))
 	}
 	hw := &hashWriter{w: bw, h: xxhash.New()}
+	cw := newPageCRC(hw)
 	if w.fast != nil {
 		md := metadata.NewKeyValueMetadata()
 		sm := w.schema.Metadata()
@@ -522,16 +526,16 @@ func (w *Parquet) openFile() error {
 		for _, kv := range w.opts.Metadata {
 			md.Append(kv[0], kv[1])
 		}
-		pw, err := file.NewParquetWriterWithError(hw, w.pqRoot, file.WithWriterProps(w.props), file.WithWriteMetadata(md))
+		pw, err := file.NewParquetWriterWithError(cw, w.pqRoot, file.WithWriterProps(w.props), file.WithWriteMetadata(md))
 		if err != nil {
 			cancel()
 			bw.Close()
 			return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
 		}
-		w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, pw: pw}
+		w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, cw: cw, pw: pw}
 		return nil
 	}
-	fw, err := pqarrow.NewFileWriter(w.schema, hw, w.props, w.arrow)
+	fw, err := pqarrow.NewFileWriter(w.schema, cw, w.props, w.arrow)
 	if err != nil {
 		cancel()
 		bw.Close()
@@ -544,14 +548,16 @@ func (w *Parquet) openFile() error {
 			return err
 		}
 	}
-	w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, fw: fw}
+	w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, cw: cw, fw: fw}
 	return nil
 }
 
 func (w *Parquet) closeFile() error {
 	f := w.cur
 	name := f.name
-	var md *metadata.FileMetaData
+	if f.groups == 0 {
+		f.cw.endPages() // the footer follows the magic
+	}
 	if f.pw != nil {
 		if err := w.endFastRowGroup(); err != nil {
 			return err
@@ -559,20 +565,18 @@ func (w *Parquet) closeFile() error {
 		if err := f.pw.Close(); err != nil {
 			return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
 		}
-		m, err := f.pw.FileMetadata()
-		if err != nil {
-			return w.fail(err)
-		}
-		md = m
-	} else {
-		if err := f.fw.Close(); err != nil {
-			return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
-		}
-		m, err := f.fw.FileMetadata()
-		if err != nil {
-			return w.fail(err)
-		}
-		md = m
+	} else if err := f.fw.Close(); err != nil {
+		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+	}
+	// The footer as written, with the page CRCs' offsets, read back by
+	// arrow-go: the manifest's row group spans come from it.
+	footer, err := f.cw.Close()
+	if err != nil {
+		return w.fail(fmt.Errorf("write %s: %w", w.out.URL(name), err))
+	}
+	md, err := metadata.NewFileMetaData(footer, nil)
+	if err != nil {
+		return w.fail(fmt.Errorf("write %s: the footer with page CRCs does not parse: %w", w.out.URL(name), err))
 	}
 	if err := f.bw.Close(); err != nil {
 		f.cancel()
