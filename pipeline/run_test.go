@@ -13,8 +13,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/encoding/thrift"
-	"github.com/parquet-go/parquet-go/format"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -432,71 +430,6 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 	os.Remove(p)
 	if res, _ := verify.Output(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
 		t.Fatalf("missing file not caught: %+v", res)
-	}
-}
-
-// TestVerifyNamesTheDamagedPage: relayout writes a CRC32 in every page
-// header, so verify says which page of a damaged file changed. The page is
-// found here with parquet-go (its footer and the page headers' sizes), not
-// with relayout's reader.
-func TestVerifyNamesTheDamagedPage(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 1, Seed: 5})
-	out := filepath.Join(t.TempDir(), "out")
-	smallRun(t, in, out, func(o *RunOptions) { o.PageBytes = 8 << 10 })
-	p := testutil.Files(t, filepath.Join(out, "parquet"))[0]
-	orig, _ := os.ReadFile(p)
-	f, err := parquet.OpenFile(bytes.NewReader(orig), int64(len(orig)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tested := 0
-	for rg, g := range f.Metadata().RowGroups {
-		for _, cc := range g.Columns {
-			name := strings.Join(cc.MetaData.PathInSchema, ".")
-			// The chunk's pages: where each body starts and its size.
-			pos := cc.MetaData.DataPageOffset
-			if d := cc.MetaData.DictionaryPageOffset; d > 0 && d < pos {
-				pos = d
-			}
-			end := pos + cc.MetaData.TotalCompressedSize
-			var bodies [][2]int64
-			for pos < end {
-				var h format.PageHeader
-				rd := (&thrift.CompactProtocol{}).NewReaderFromBytes(orig[pos:])
-				if err := thrift.NewDecoder(rd).Decode(&h); err != nil {
-					t.Fatal(err)
-				}
-				if h.CRC == 0 {
-					t.Fatalf("row group %d, column %s, page %d: no CRC32 in its header", rg, name, len(bodies))
-				}
-				body := pos + int64(rd.BytesRead())
-				bodies = append(bodies, [2]int64{body, int64(h.CompressedPageSize)})
-				pos = body + int64(h.CompressedPageSize)
-			}
-			if len(bodies) < 3 || tested >= 4 {
-				continue
-			}
-			page := len(bodies) / 2
-			bad := bytes.Clone(orig)
-			bad[bodies[page][0]+bodies[page][1]/2] ^= 0x04
-			os.WriteFile(p, bad, 0o644)
-			res, err := verify.Output(context.Background(), out, false, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := fmt.Sprintf("row group %d, column %s, page %d does not match its CRC32", rg, name, page)
-			if res.OK || !strings.Contains(res.Problem, "xxhash64") || !strings.Contains(res.Problem, want) {
-				t.Fatalf("a byte flipped in %s: verify says %+v", want, res)
-			}
-			tested++
-		}
-	}
-	if tested < 4 {
-		t.Fatalf("only %d column chunks of 3 or more pages", tested)
-	}
-	os.WriteFile(p, orig, 0o644)
-	if res, err := verify.Output(context.Background(), out, true, 2); err != nil || !res.OK {
-		t.Fatalf("verify of the restored output: %+v %v", res, err)
 	}
 }
 

@@ -62,7 +62,11 @@ type pageCRC struct {
 	tail    []byte
 	hdr     []byte // scratch for a page header with its CRC
 	err     error
+	off     bool // pass bytes through unchanged (see crcSequential)
 }
+
+// errNoRewrite: the file went through unchanged; take arrow-go's footer.
+var errNoRewrite = errors.New("page CRCs off")
 
 func newPageCRC(w io.Writer) *pageCRC { return &pageCRC{w: w} }
 
@@ -79,6 +83,15 @@ func (c *pageCRC) emit(p []byte) error {
 func (c *pageCRC) Write(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
+	}
+	if c.off {
+		if err := c.emit(p); err != nil {
+			c.err = err
+			return 0, err
+		}
+		c.in += int64(len(p))
+		c.tail = append(c.tail[:0], p[max(0, len(p)-8):]...)
+		return len(p), nil
 	}
 	n := len(p)
 	if err := c.write(p); err != nil {
@@ -261,6 +274,9 @@ func (c *pageCRC) Close() ([]byte, error) {
 }
 
 func (c *pageCRC) close() ([]byte, error) {
+	if c.off {
+		return nil, errNoRewrite
+	}
 	if len(c.pending) > 0 {
 		return nil, fmt.Errorf("page CRCs: %d bytes of an incomplete page before the end of the file", len(c.pending))
 	}

@@ -82,7 +82,7 @@ func writeCRCOutput(t *testing.T, rec arrow.RecordBatch) []string {
 	out, dir := outDir(t)
 	n := rec.NumRows()
 	layout := []FileLayout{{Start: 0, RowGroups: []int64{n / 3, n / 3}}, {Start: 2 * (n / 3), RowGroups: []int64{n - 2*(n/3)}}}
-	w, err := NewParquet(context.Background(), out, rec.Schema(), layout, ParquetOptions{Sample: rec, PageBytes: 4 << 10, DictionaryPageBytes: 64 << 10, SortingColumns: []string{"id"}})
+	w, err := NewParquet(context.Background(), out, rec.Schema(), layout, ParquetOptions{PageCRCs: true, Sample: rec, PageBytes: 4 << 10, DictionaryPageBytes: 64 << 10, SortingColumns: []string{"id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
