@@ -89,8 +89,6 @@ func (c *pageCRC) Write(p []byte) (int, error) {
 			c.err = err
 			return 0, err
 		}
-		c.in += int64(len(p))
-		c.tail = append(c.tail[:0], p[max(0, len(p)-8):]...)
 		return len(p), nil
 	}
 	n := len(p)
