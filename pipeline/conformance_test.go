@@ -1,14 +1,18 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/testutil"
@@ -81,7 +85,49 @@ func rewriteOutcome(t *testing.T, p string) string {
 	if res.Manifest.Fingerprint.Rows != res.Report.Input.Rows {
 		t.Errorf("%s: fingerprint over %d rows, input has %d", p, res.Manifest.Fingerprint.Rows, res.Report.Input.Rows)
 	}
+	parquetGoReadsBack(t, p, out, res.Manifest.Totals.Rows)
 	return fmt.Sprintf("ok %d rows; %s", res.Manifest.Totals.Rows, tensorOutcome(t, p))
+}
+
+// parquetGoReadsBack reads every page of the output with parquet-go, which
+// checks each page's CRC32 (relayout writes one in every page header), and
+// counts the rows.
+func parquetGoReadsBack(t *testing.T, in, out string, want int64) {
+	var rows int64
+	files, _ := filepath.Glob(filepath.Join(out, "parquet", "*.parquet"))
+	for _, fp := range files {
+		b, err := os.ReadFile(fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Errorf("%s: parquet-go cannot open the output %s: %v", in, filepath.Base(fp), err)
+			return
+		}
+		for _, rg := range pf.RowGroups() {
+			for _, cc := range rg.ColumnChunks() {
+				pages := cc.Pages()
+				for {
+					pg, err := pages.ReadPage()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Errorf("%s: parquet-go reading the output %s, column %d: %v", in, filepath.Base(fp), cc.Column(), err)
+						pages.Close()
+						return
+					}
+					parquet.Release(pg)
+				}
+				pages.Close()
+			}
+			rows += rg.NumRows()
+		}
+	}
+	if rows != want {
+		t.Errorf("%s: parquet-go counts %d rows in the output, the manifest %d", in, rows, want)
+	}
 }
 
 // tensorOutcome runs the file again with --tensors: it must either write

@@ -38,6 +38,23 @@ import (
 // (0x19), which is how the stream tells the last page from the page index.
 const pageHeaderFirstByte = 0x15
 
+// After each column chunk's pages, arrow-go serializes the chunk's
+// ColumnChunk struct through a Thrift stream transport whose bufio buffer
+// it never flushes: a ColumnChunk under 4 KiB never reaches the file, and
+// of a larger one (long min/max statistics: WKB geometries, JSON) the
+// flushed 4 KiB blocks do, between the chunk's last page and the next
+// chunk's first. Nothing points at them (the footer has its own copy), so
+// pageCRC drops them. arrow-go's buffered row group writer hands each
+// column chunk to the sink in one Write, so such a fragment ends where its
+// Write ends. A ColumnChunk starts with field 2, file_offset (an i64: 0x26)
+// or field 1, file_path (a string: 0x18); never with 0x15. Should arrow-go
+// change either behaviour, Close finds a chunk that does not start at a
+// page and refuses the file.
+const (
+	chunkMetaFirstByte     = 0x26
+	chunkMetaPathFirstByte = 0x18
+)
+
 // maxPageHeader bounds how long a page header may be before it is called
 // malformed rather than incomplete (arrow-go puts statistics in data page
 // headers; relayout truncates none, so allow generously).
@@ -58,6 +75,7 @@ type pageCRC struct {
 	pending []byte
 	pages   []pageShift
 	grown   int64 // sum of pages' grow
+	dropped int64 // bytes of ColumnChunk fragments not passed on
 	dataEnd int64 // arrow-go offset where the pages end (tail starts)
 	tail    []byte
 	hdr     []byte // scratch for a page header with its CRC
@@ -149,6 +167,14 @@ func (c *pageCRC) write(p []byte) error {
 func (c *pageCRC) pagesIn(b []byte) (int, error) {
 	pos := 0
 	for pos < len(b) {
+		if b[pos] == chunkMetaFirstByte || b[pos] == chunkMetaPathFirstByte {
+			// What arrow-go's unflushed Thrift buffer let through of the
+			// chunk's ColumnChunk (see chunkMetaFirstByte): it ends with
+			// this Write. Nothing points into it, so it is not passed on.
+			c.in += int64(len(b) - pos)
+			c.dropped += int64(len(b) - pos)
+			return len(b), nil
+		}
 		if b[pos] != pageHeaderFirstByte {
 			c.state = 2
 			c.dataEnd = c.in
@@ -249,7 +275,7 @@ func (c *pageCRC) endPages() {
 // pages, to the offset written.
 func (c *pageCRC) newPos(old int64) (int64, error) {
 	if old == c.dataEnd {
-		return old + c.grown, nil
+		return old + c.grown - c.dropped, nil
 	}
 	i := sort.Search(len(c.pages), func(i int) bool { return c.pages[i].old >= old })
 	if i < len(c.pages) && c.pages[i].old == old {
@@ -301,7 +327,7 @@ func (c *pageCRC) close() ([]byte, error) {
 	var out []byte
 	moved := map[int64][2]int64{} // old offset -> new offset, new length
 	at := int64(0)
-	newStart := c.dataEnd + c.grown
+	newStart := c.dataEnd + c.grown - c.dropped
 	for _, s := range idx {
 		if s.off != at {
 			return nil, fmt.Errorf("page CRCs: page index structure at %d, expected %d", s.off, at)

@@ -83,7 +83,7 @@ func writeCRCOutput(t *testing.T, rec arrow.RecordBatch) []string {
 	out, dir := outDir(t)
 	n := rec.NumRows()
 	layout := []FileLayout{{Start: 0, RowGroups: []int64{n / 3, n / 3}}, {Start: 2 * (n / 3), RowGroups: []int64{n - 2*(n/3)}}}
-	w, err := NewParquet(context.Background(), out, rec.Schema(), layout, ParquetOptions{PageCRCs: true, Sample: rec, PageBytes: 4 << 10, DictionaryPageBytes: 64 << 10, SortingColumns: []string{"id"}})
+	w, err := NewParquet(context.Background(), out, rec.Schema(), layout, ParquetOptions{Sample: rec, PageBytes: 4 << 10, DictionaryPageBytes: 64 << 10, SortingColumns: []string{"id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,45 +138,7 @@ func TestPageCRCsInEveryPage(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				oi := f.OffsetIndexes()
-				md := f.Metadata()
-				pages, dicts := 0, 0
-				for rg, g := range md.RowGroups {
-					for c, cc := range g.Columns {
-						m := cc.MetaData
-						start := m.DataPageOffset
-						if m.DictionaryPageOffset > 0 && m.DictionaryPageOffset < start {
-							start = m.DictionaryPageOffset
-						}
-						locs := oi[rg*len(g.Columns)+c].PageLocations
-						li := 0
-						for pos := start; pos < start+m.TotalCompressedSize; {
-							h, n := pageAt(t, b, pos)
-							body := b[pos+int64(n) : pos+int64(n)+int64(h.CompressedPageSize)]
-							if h.CRC == 0 || uint32(h.CRC) != crc32.ChecksumIEEE(body) {
-								t.Fatalf("row group %d column %d page at %d: CRC %08x, bytes %08x", rg, c, pos, uint32(h.CRC), crc32.ChecksumIEEE(body))
-							}
-							size := int64(n) + int64(h.CompressedPageSize)
-							if h.Type == format.DictionaryPage {
-								dicts++
-							} else {
-								if li >= len(locs) || locs[li].Offset != pos || int64(locs[li].CompressedPageSize) != size {
-									t.Fatalf("row group %d column %d: page %d at %d+%d, offset index says %+v", rg, c, li, pos, size, locs[min(li, len(locs)-1)])
-								}
-								li++
-							}
-							pages++
-							pos += size
-						}
-						if li != len(locs) {
-							t.Fatalf("row group %d column %d: %d data pages, offset index lists %d", rg, c, li, len(locs))
-						}
-					}
-				}
+				f, pages, dicts := checkPageCRCs(t, b)
 				if pages < 10 || dicts == 0 {
 					t.Fatalf("%s: %d pages, %d dictionary pages: too few to test", p, pages, dicts)
 				}
@@ -214,6 +176,131 @@ func TestPageCRCsInEveryPage(t *testing.T) {
 				t.Fatalf("read %d rows of %d", off, rec.NumRows())
 			}
 		})
+	}
+}
+
+// checkPageCRCs walks every page of the file b with parquet-go's Thrift
+// codec, not relayout's rewrite: each page, dictionary pages included,
+// carries the CRC32 of its bytes; the offset index points at every data
+// page with its size, header included; each chunk's compressed size is its
+// pages'. It returns the file and its page and dictionary page counts.
+func checkPageCRCs(t *testing.T, b []byte) (*parquet.File, int, int) {
+	t.Helper()
+	f, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oi := f.OffsetIndexes()
+	md := f.Metadata()
+	pages, dicts := 0, 0
+	for rg, g := range md.RowGroups {
+		for c, cc := range g.Columns {
+			m := cc.MetaData
+			start := m.DataPageOffset
+			if m.DictionaryPageOffset > 0 && m.DictionaryPageOffset < start {
+				start = m.DictionaryPageOffset
+			}
+			locs := oi[rg*len(g.Columns)+c].PageLocations
+			li := 0
+			for pos := start; pos < start+m.TotalCompressedSize; {
+				h, n := pageAt(t, b, pos)
+				body := b[pos+int64(n) : pos+int64(n)+int64(h.CompressedPageSize)]
+				if h.CRC == 0 || uint32(h.CRC) != crc32.ChecksumIEEE(body) {
+					t.Fatalf("row group %d column %d page at %d: CRC %08x, bytes %08x", rg, c, pos, uint32(h.CRC), crc32.ChecksumIEEE(body))
+				}
+				size := int64(n) + int64(h.CompressedPageSize)
+				if h.Type == format.DictionaryPage {
+					dicts++
+				} else {
+					if li >= len(locs) || locs[li].Offset != pos || int64(locs[li].CompressedPageSize) != size {
+						t.Fatalf("row group %d column %d: page %d at %d+%d, offset index says %+v", rg, c, li, pos, size, locs[min(li, len(locs)-1)])
+					}
+					li++
+				}
+				pages++
+				pos += size
+			}
+			if li != len(locs) {
+				t.Fatalf("row group %d column %d: %d data pages, offset index lists %d", rg, c, li, len(locs))
+			}
+		}
+	}
+	return f, pages, dicts
+}
+
+// TestPageCRCsWithLongStatistics writes string columns whose min and max
+// run to kilobytes (as JSON documents and WKT geometries do): arrow-go then
+// lets 4 KiB fragments of each chunk's metadata into the byte stream
+// between chunks. The file must still have every page's CRC, offsets that
+// hold, and the rows written.
+func TestPageCRCsWithLongStatistics(t *testing.T) {
+	fields := []arrow.Field{
+		{Name: "doc", Type: arrow.BinaryTypes.String},
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "geom", Type: arrow.BinaryTypes.String, Nullable: true},
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, nil))
+	defer b.Release()
+	for i := 0; i < 3000; i++ {
+		b.Field(0).(*array.StringBuilder).Append(fmt.Sprintf("{\"k\": %d, \"pad\": %q}", i%97, strings.Repeat(string(rune('a'+i%26)), 2500+i%700)))
+		b.Field(1).(*array.Int64Builder).Append(int64(i))
+		if i%5 == 0 {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.StringBuilder).Append("POLYGON ((" + strings.Repeat(fmt.Sprintf("%d %d, ", i%13, i%17), 400+i%300) + "0 0))")
+		}
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	var got []arrow.RecordBatch
+	for _, p := range writeCRCOutput(t, rec) {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, pages, _ := checkPageCRCs(t, raw)
+		if pages < 3 {
+			t.Fatalf("%s: %d pages: too few to test", p, pages)
+		}
+		long := false
+		for _, g := range f.Metadata().RowGroups {
+			for _, cc := range g.Columns {
+				long = long || len(cc.MetaData.Statistics.MinValue)+len(cc.MetaData.Statistics.MaxValue) > 4096
+			}
+		}
+		if !long {
+			t.Fatalf("%s: no chunk has statistics over 4 KiB: the test does not exercise the fragments", p)
+		}
+		if n := len(readAllParquetGo(t, f)); int64(n) != f.NumRows() {
+			t.Fatalf("parquet-go read %d rows of %d", n, f.NumRows())
+		}
+		tbl, err := pqarrow.ReadTable(context.Background(), bytes.NewReader(raw), nil, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := array.NewTableReader(tbl, 1<<20)
+		for tr.Next() {
+			r := tr.RecordBatch()
+			r.Retain()
+			got = append(got, r)
+		}
+		tr.Release()
+		tbl.Release()
+	}
+	var off int64
+	for _, r := range got {
+		want := rec.NewSlice(off, off+r.NumRows())
+		for c := 0; c < int(r.NumCols()); c++ {
+			if !array.Equal(r.Column(c), want.Column(c)) {
+				t.Fatalf("rows %d+: column %s differs after the page CRC rewrite", off, r.ColumnName(c))
+			}
+		}
+		off += r.NumRows()
+		want.Release()
+		r.Release()
+	}
+	if off != rec.NumRows() {
+		t.Fatalf("read %d rows of %d", off, rec.NumRows())
 	}
 }
 

@@ -35,11 +35,9 @@ type ParquetOptions struct {
 	SortingColumns []string
 	// Metadata is written as file key-value metadata, in key order.
 	Metadata [][2]string
-	// PageCRCs puts a CRC32 in every page header (pagecrc.go). Off by
-	// default for now: on 5 files of the conformance set the rewrite
-	// refused to write (the pages did not end where the page index
-	// began), and the cause is not yet known.
-	PageCRCs bool
+	// NoPageCRCs leaves page headers as arrow-go writes them, without the
+	// CRC32 that is otherwise put in every page header (pagecrc.go).
+	NoPageCRCs bool
 	// CreatedBy is the footer's created_by.
 	CreatedBy string
 	// Parallel is how many columns are encoded at once (default 1).
@@ -522,7 +520,7 @@ func (w *Parquet) openFile() error {
 	}
 	hw := &hashWriter{w: bw, h: xxhash.New()}
 	cw := newPageCRC(hw)
-	cw.off = !w.opts.PageCRCs
+	cw.off = w.opts.NoPageCRCs
 	if w.fast != nil {
 		md := metadata.NewKeyValueMetadata()
 		sm := w.schema.Metadata()
