@@ -165,6 +165,7 @@ func TestOutputHeldByAnotherRun(t *testing.T) {
 			t.Fatalf("trial %d: the lease was left behind", trial)
 		}
 	}
+	t.Logf("%d races of two runs to one local output: exactly one committed each time, the other exit 4 or 5", testutil.Trials(6))
 }
 
 // TestStaleLeaseIsTakenOver: a lease whose process is gone (same host) or
@@ -351,6 +352,7 @@ func TestLeaseOnS3(t *testing.T) {
 			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
 		}
 	}
+	t.Logf("%d races of two runs to one S3 prefix: exactly one committed each time", testutil.Trials(3))
 	loc, err := storage.OpenDir(ctx, "s3://bkt/held/"+params, false)
 	if err != nil {
 		t.Fatal(err)
