@@ -383,7 +383,7 @@ func (lp *loadedPlan) encodings(sample arrow.RecordBatch, sc *arrow.Schema) (*wr
 		return nil, err
 	}
 	if lost := writer.LostUTCTimes(sc); len(lost) > 0 { // once per output schema
-		lp.opts.Log.Warn("TIME columns the input declares isAdjustedToUTC=true are written as local time (arrow-go cannot declare UTC in this nested layout)",
+		lp.opts.Log.Warn("TIME columns the input declares isAdjustedToUTC=true are written as local time (inside a map, where relayout cannot declare UTC)",
 			"columns", strings.Join(lost, ","))
 	}
 	if lp.enc == nil {

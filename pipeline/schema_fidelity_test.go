@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/deprecated"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/relayout/relayout/internal/testutil"
@@ -81,7 +82,35 @@ func requireUTCFlags(t *testing.T, out string, want map[string]bool) {
 		if tt.IsAdjustedToUTC != utc {
 			t.Errorf("%s: %s isAdjustedToUTC %v, want %v", out, p, tt.IsAdjustedToUTC, utc)
 		}
+		// The legacy converted type TIME_MICROS means UTC: present exactly
+		// when the flag is (every TIME column here is microseconds).
+		conv := schemaElements(r.Metadata().Schema)[p].ConvertedType
+		if hasConv := conv.Valid && conv.V == deprecated.TimeMicros; hasConv != utc {
+			t.Errorf("%s: %s converted type %+v with isAdjustedToUTC %v", out, p, conv, utc)
+		}
 	}
+}
+
+// schemaElements maps dotted paths to a footer's schema elements, from
+// their depth-first order and child counts (the root left out).
+func schemaElements(els []format.SchemaElement) map[string]format.SchemaElement {
+	out := map[string]format.SchemaElement{}
+	i := 1
+	var walk func(prefix string, n int32)
+	walk = func(prefix string, n int32) {
+		for k := int32(0); k < n && i < len(els); k++ {
+			e := els[i]
+			i++
+			out[prefix+e.Name] = e
+			if e.NumChildren.Valid {
+				walk(prefix+e.Name+".", e.NumChildren.V)
+			}
+		}
+	}
+	if len(els) > 0 && els[0].NumChildren.Valid {
+		walk("", els[0].NumChildren.V)
+	}
+	return out
 }
 
 // requireSameParquetGoRows requires the output's rows, read with
@@ -103,9 +132,10 @@ func requireSameParquetGoRows(t *testing.T, in, out string) {
 // TestNestedTimeAdjustedToUTCIsKept: TIME columns declared
 // isAdjustedToUTC=true (written by parquet-go) as list elements, and a
 // top-level one that packing moves into the items struct, keep the flag
-// (read back with parquet-go, values unchanged). Inside a struct, which
-// arrow-go's nested writer must lay out, the flag cannot be declared: the
-// run says so in a warning naming the column, and writes it as local time.
+// (read back with parquet-go, values unchanged). So do TIME columns inside
+// a struct, which arrow-go's nested writer lays out: it declares every
+// TIME local and takes no schema, so the flag is set in the footer; a
+// local one there stays local, and no warning is logged.
 func TestNestedTimeAdjustedToUTCIsKept(t *testing.T) {
 	dir := t.TempDir()
 	// Leaf columns in parquet-go's (name) order.
@@ -159,9 +189,9 @@ func TestNestedTimeAdjustedToUTCIsKept(t *testing.T) {
 	var log bytes.Buffer
 	out := filepath.Join(dir, "struct")
 	smallRun(t, inNested, out, func(o *RunOptions) { o.SliceKeys, o.Log = nil, slog.New(slog.NewTextHandler(&log, nil)) })
-	requireUTCFlags(t, out, map[string]bool{"s.a_utc": false, "s.b_loc": false})
+	requireUTCFlags(t, out, map[string]bool{"s.a_utc": true, "s.b_loc": false})
 	requireSameParquetGoRows(t, inNested, out)
-	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "columns=s.a_utc") {
-		t.Errorf("no warning naming s.a_utc, the UTC TIME column written as local time; the log:\n%s", log.String())
+	if strings.Contains(log.String(), "level=WARN") {
+		t.Errorf("a warning, with every TIME flag kept; the log:\n%s", log.String())
 	}
 }

@@ -81,6 +81,9 @@ type pageCRC struct {
 	hdr     []byte // scratch for a page header with its CRC
 	err     error
 	off     bool // pass bytes through unchanged (see crcSequential)
+	// utc: schema elements to declare TIME isAdjustedToUTC in the footer
+	// (see utcElements), with their converted types.
+	utc map[int]int32
 }
 
 // errNoRewrite: the file went through unchanged; take arrow-go's footer.
@@ -483,7 +486,7 @@ func (c *pageCRC) rewriteFooter(footer []byte, moved map[int64][2]int64) ([]byte
 			rgGrow = 0
 		}
 		return nil
-	})
+	}, c.utc)
 	if err != nil {
 		return nil, fmt.Errorf("page CRCs: footer: %w", err)
 	}

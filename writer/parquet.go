@@ -102,8 +102,11 @@ type Parquet struct {
 	arrow   pqarrow.ArrowWriterProperties
 	written []manifests.File
 	// fast is set when every column can be encoded in parallel (fast.go).
-	fast    []fastCol
-	pqRoot  *schema.GroupNode
+	fast   []fastCol
+	pqRoot *schema.GroupNode
+	// utc: in the nested path, which takes no Parquet schema, the schema
+	// elements whose TIME the footer rewrite declares UTC (utcElements).
+	utc     map[int]int32
 	workers int
 
 	// current file
@@ -203,8 +206,50 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
 		}
 		w.pqRoot = withUTCTimes(pqs.Root(), schema)
+	} else {
+		pqs, err := pqarrow.ToParquet(schema, w.props, w.arrow)
+		if err != nil {
+			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		}
+		w.utc = map[int]int32{}
+		i := 0
+		utcElements(pqs.Root(), withUTCTimes(pqs.Root(), schema), &i, w.utc)
 	}
 	return w, nil
+}
+
+// utcElements records, by schema element index (the Parquet schema's
+// depth-first order, the root 0), the TIME leaves that utc declares
+// isAdjustedToUTC and orig (arrow-go's own layout) does not, with the
+// converted type arrow-go gives a UTC TIME of that unit.
+func utcElements(orig, utc schema.Node, i *int, out map[int]int32) {
+	at := *i
+	*i++
+	if og, ok := orig.(*schema.GroupNode); ok {
+		ug, ok := utc.(*schema.GroupNode)
+		if !ok || ug.NumFields() != og.NumFields() {
+			return
+		}
+		for k := 0; k < og.NumFields(); k++ {
+			utcElements(og.Field(k), ug.Field(k), i, out)
+		}
+		return
+	}
+	ut, ok := utc.LogicalType().(schema.TimeLogicalType)
+	if !ok || !ut.IsAdjustedToUTC() {
+		return
+	}
+	if ot, ok := orig.LogicalType().(schema.TimeLogicalType); ok && ot.IsAdjustedToUTC() {
+		return
+	}
+	switch ut.TimeUnit() {
+	case schema.TimeUnitMillis:
+		out[at] = convertedTimeMillis
+	case schema.TimeUnitMicros:
+		out[at] = convertedTimeMicros
+	default:
+		out[at] = 0
+	}
 }
 
 // baseProps are the writer properties every file gets.
@@ -284,32 +329,35 @@ func sameGroup(g *schema.GroupNode, fields schema.FieldList) (*schema.GroupNode,
 
 // LostUTCTimes lists the TIME columns (dotted paths) that the input
 // declared isAdjustedToUTC=true but that a Parquet sink of schema sc
-// writes as local time: arrow-go's writer for nested layouts its fast
-// path does not take (structs, maps, nested lists) always declares TIME
-// local, and offers no way to declare its schema.
+// writes as local time: those inside a map (keys or values), which
+// utcNode does not follow. Elsewhere the flag is kept: declared on the
+// Parquet schema in the fast path, set in the footer (utcElements) in
+// arrow-go's nested path, which declares every TIME local and takes no
+// schema.
 func LostUTCTimes(sc *arrow.Schema) []string {
-	if _, ok := fastPlan(withoutArrowSchema(sc)); ok {
-		return nil
-	}
 	var out []string
-	var walk func(prefix string, f arrow.Field)
-	walk = func(prefix string, f arrow.Field) {
+	var walk func(prefix string, f arrow.Field, inMap bool)
+	walk = func(prefix string, f arrow.Field, inMap bool) {
 		name := prefix + f.Name
 		if v, ok := f.Metadata.GetValue(source.TimeUTCKey); ok && v == "true" {
-			out = append(out, name)
+			if inMap {
+				out = append(out, name)
+			}
 			return
 		}
 		switch t := f.Type.(type) {
 		case *arrow.StructType:
 			for _, c := range t.Fields() {
-				walk(name+".", c)
+				walk(name+".", c, inMap)
 			}
+		case *arrow.MapType:
+			walk(name+".", t.ElemField(), true)
 		case arrow.ListLikeType:
-			walk(name+".", t.ElemField())
+			walk(name+".", t.ElemField(), inMap)
 		}
 	}
 	for _, f := range sc.Fields() {
-		walk("", f)
+		walk("", f, false)
 	}
 	return out
 }
@@ -521,6 +569,7 @@ func (w *Parquet) openFile() error {
 	hw := &hashWriter{w: bw, h: xxhash.New()}
 	cw := newPageCRC(hw)
 	cw.off = w.opts.NoPageCRCs
+	cw.utc = w.utc
 	if w.fast != nil {
 		md := metadata.NewKeyValueMetadata()
 		sm := w.schema.Metadata()

@@ -322,10 +322,19 @@ var (
 	rowGroupFields    = map[int16]footerField{2: rgTotalByteSize, 5: rgFileOffset, 6: rgTotalCompressed}
 )
 
+// Parquet's legacy converted types for a TIME declared isAdjustedToUTC.
+const (
+	convertedTimeMillis = 7
+	convertedTimeMicros = 8
+)
+
 // rewriteFooterBytes copies a FileMetaData, passing every field above to
 // edit (which returns its new value) and telling event where row groups
-// and column metadata start. Integer fields keep their types.
-func rewriteFooterBytes(footer []byte, edit func(footerField, int64) (int64, error), event func(footerEvent, []byte) error) ([]byte, error) {
+// and column metadata start. Integer fields keep their types. The schema
+// elements utc names (by index, the root being 0) are TIME columns to
+// declare isAdjustedToUTC=true, with the converted type utc gives (0 for
+// none, as for nanoseconds); see utcSchemaElement.
+func rewriteFooterBytes(footer []byte, edit func(footerField, int64) (int64, error), event func(footerEvent, []byte) error, utc map[int]int32) ([]byte, error) {
 	c := compactCopier{compactReader: compactReader{src: footer}, dst: make([]byte, 0, len(footer)+64)}
 	ints := func(fields map[int16]footerField) func(id int16, t byte) (bool, error) {
 		return func(id int16, t byte) (bool, error) {
@@ -371,8 +380,18 @@ func rewriteFooterBytes(footer []byte, edit func(footerField, int64) (int64, err
 			return rgInts(id, t)
 		})
 	}
+	schemaElem := func(i int) error {
+		conv, ok := utc[i]
+		if !ok {
+			return c.copyValue(tStruct)
+		}
+		return c.utcSchemaElement(conv)
+	}
 	err := c.copyStruct(func(id int16, t byte) (bool, error) {
-		if id == 4 && t == tList {
+		switch {
+		case id == 2 && t == tList && len(utc) > 0:
+			return true, c.copyList(schemaElem)
+		case id == 4 && t == tList:
 			return true, c.copyList(rowGroup)
 		}
 		return false, nil
@@ -386,6 +405,59 @@ func rewriteFooterBytes(footer []byte, edit func(footerField, int64) (int64, err
 // walkFooter reads a FileMetaData's fields as rewriteFooterBytes would
 // pass them, changing nothing.
 func walkFooter(footer []byte, event func(footerEvent, []byte) error, fn func(footerField, int64) (int64, error)) error {
-	_, err := rewriteFooterBytes(footer, fn, event)
+	_, err := rewriteFooterBytes(footer, fn, event, nil)
+	return err
+}
+
+// utcSchemaElement copies a SchemaElement that is a TIME column declared
+// local, declaring it isAdjustedToUTC=true: the flag (field 1 of TimeType,
+// field 7 of LogicalType, field 10 of SchemaElement) is a bool, which the
+// compact protocol keeps in its field header, so one byte changes; and,
+// with conv != 0, converted_type (field 6), which a local TIME lacks, is
+// inserted before the next field, as arrow-go writes it for a UTC TIME.
+func (c *compactCopier) utcSchemaElement(conv int32) error {
+	var last int16
+	flipped, hasConv := false, false
+	err := c.copyStruct(func(id int16, t byte) (bool, error) {
+		prev := last
+		last = id
+		if id == 6 {
+			hasConv = true
+		}
+		if id > 6 && !hasConv && conv != 0 {
+			// The header of field id is the last byte copied (a short
+			// form: ids here are at most 10). Put field 6 before it.
+			h := c.dst[len(c.dst)-1]
+			if h>>4 != byte(id-prev) {
+				return false, fmt.Errorf("schema element: field %d has a long-form header", id)
+			}
+			c.dst = append(c.dst[:len(c.dst)-1], byte(6-prev)<<4|tI32)
+			c.dst = binary.AppendUvarint(c.dst, unzigzag(int64(conv)))
+			c.dst = append(c.dst, byte(id-6)<<4|h&0x0f)
+			hasConv = true
+		}
+		if id != 10 || t != tStruct {
+			return false, nil
+		}
+		return true, c.copyStruct(func(id int16, t byte) (bool, error) {
+			if id != 7 || t != tStruct {
+				return false, nil
+			}
+			return true, c.copyStruct(func(id int16, t byte) (bool, error) {
+				if id != 1 {
+					return false, nil
+				}
+				if h := c.src[c.pos-1]; h != 0x10|tBoolFalse && h != 0x10|tBoolTrue {
+					return false, fmt.Errorf("schema element: TimeType.isAdjustedToUTC has header %#x", h)
+				}
+				c.dst[len(c.dst)-1] = 0x10 | tBoolTrue
+				flipped = true
+				return true, nil
+			})
+		})
+	})
+	if err == nil && !flipped {
+		err = fmt.Errorf("schema element: not a TIME column")
+	}
 	return err
 }

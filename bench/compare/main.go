@@ -53,7 +53,7 @@ func median(ms []measure) measure {
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
 // names (compare, pack, dryrun, dist, keypass, scaleout, tensors, remote,
-// dataset, scale).
+// dataset, scale, memcap).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -285,6 +285,10 @@ func main() {
 		fmt.Printf("1x: %.2f s, %.0f MB peak RSS   4x: %.2f s, %.0f MB peak RSS   time ratio %.2fx (input 4.0x)\n",
 			m1.Seconds, float64(m1.RSS)/1e6, m4.Seconds, float64(m4.RSS)/1e6, m4.Seconds/m1.Seconds)
 		res["scaling"] = map[string]any{"memory_limit": limit, "x1": m1, "x4": m4, "input_x4_bytes": dirBytes(in4 + "/*.parquet")}
+	}
+	// 8. The memory ceiling, free and in a memory cgroup (memcap.go).
+	if run("memcap") && os.Getenv("BENCH_SKIP_MEMCAP") == "" {
+		memcapBench(dir, in, int64(rows), res)
 	}
 	data, _ := json.MarshalIndent(res, "", " ")
 	os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"time"
 )
@@ -36,5 +38,48 @@ func startProfile() func() {
 		prev := stop
 		stop = func() { close(done); prev() }
 	}
+	if p := os.Getenv("RELAYOUT_MEMSTATS"); p != "" {
+		done := make(chan struct{})
+		go memStats(p, done)
+		prev := stop
+		stop = func() { close(done); prev() }
+	}
 	return stop
+}
+
+// memStats appends, every 200 ms, the process's anonymous and file-backed
+// resident memory beside the Go runtime's own accounting, in MiB, to file p.
+func memStats(p string, done chan struct{}) {
+	f, err := os.Create(p)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	names := []string{"/memory/classes/total:bytes", "/memory/classes/heap/released:bytes", "/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/free:bytes", "/memory/classes/heap/unused:bytes", "/memory/classes/heap/stacks:bytes", "/memory/classes/os-stacks:bytes", "/memory/classes/metadata/other:bytes", "/memory/classes/other:bytes"}
+	samples := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		samples[i].Name = n
+	}
+	fmt.Fprintln(f, "t anon file total released objects free unused stacks osstacks meta other")
+	t0 := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		st, _ := os.ReadFile("/proc/self/status")
+		var anon, file int64
+		for _, line := range bytes.Split(st, []byte("\n")) {
+			fmt.Sscanf(string(line), "RssAnon: %d", &anon)
+			fmt.Sscanf(string(line), "RssFile: %d", &file)
+		}
+		metrics.Read(samples)
+		fmt.Fprintf(f, "%.1f %d %d", time.Since(t0).Seconds(), anon>>10, file>>10)
+		for _, s := range samples {
+			fmt.Fprintf(f, " %d", s.Value.Uint64()>>20)
+		}
+		fmt.Fprintln(f)
+	}
 }
