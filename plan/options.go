@@ -73,9 +73,9 @@ type Resources struct {
 // binary's resident text, outside the data.
 const RuntimeReserve = 48 << 20
 
-// UnitHeadroom is left out of the units' share of the budget and out of
-// Go's soft memory limit: heap the runtime keeps beyond the soft limit
-// while a unit is concatenated.
+// UnitHeadroom is left out of the units' share of the budget: heap the
+// runtime keeps beyond the live data while a unit is concatenated, inside
+// Go's soft memory limit (pipeline/run.go).
 const UnitHeadroom = 16 << 20
 
 // config is the recorded form of Options: field order and omitempty fixed,

@@ -24,7 +24,8 @@ var zstdPools sync.Map // zstd.EncoderLevel -> *sync.Pool
 func encoder(level zstd.EncoderLevel) *zstd.Encoder {
 	p, _ := zstdPools.LoadOrStore(level, &sync.Pool{New: func() any {
 		enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
-			zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow))
+			zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
+			zstd.WithLowerEncoderMem(true))
 		return enc
 	}})
 	return p.(*sync.Pool).Get().(*zstd.Encoder)
