@@ -415,13 +415,7 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 	p := testutil.Files(t, filepath.Join(out, "parquet"))[0]
 	orig, _ := os.ReadFile(p)
 	for _, off := range []int{0, len(orig) / 3, len(orig) / 2, len(orig) - 9, len(orig) - 1} {
-		bad := bytes.Clone(orig)
-		bad[off] ^= 0x01
-		os.WriteFile(p, bad, 0o644)
-		res, err := verify.Output(context.Background(), out, false, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := verifyFlipped(t, out, p, orig, int64(off), 0x01)
 		if res.OK || !strings.Contains(res.Problem, "xxhash64") {
 			t.Fatalf("flipped byte at %d not caught: %+v", off, res)
 		}
@@ -431,6 +425,22 @@ func TestVerifyCatchesAnyFlippedByte(t *testing.T) {
 	if res, _ := verify.Output(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
 		t.Fatalf("missing file not caught: %+v", res)
 	}
+}
+
+// verifyFlipped writes orig to the output file p with the byte at at
+// XORed with mask, and runs a plain verify of out.
+func verifyFlipped(t *testing.T, out, p string, orig []byte, at int64, mask byte) *verify.Result {
+	t.Helper()
+	bad := bytes.Clone(orig)
+	bad[at] ^= mask
+	if err := os.WriteFile(p, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := verify.Output(context.Background(), out, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // TestVerifyNamesTheDamagedPage: relayout's output has page CRC32s, so a
@@ -459,13 +469,7 @@ func TestVerifyNamesTheDamagedPage(t *testing.T) {
 			loc := locs[page]
 			// The page's last byte: inside its body, whatever its header's size.
 			at := loc.Offset + int64(loc.CompressedPageSize) - 1
-			bad := bytes.Clone(orig)
-			bad[at] ^= 0x20
-			os.WriteFile(p, bad, 0o644)
-			res, err := verify.Output(context.Background(), out, false, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := verifyFlipped(t, out, p, orig, at, 0x20)
 			// A dictionary page comes first in a chunk and is page 0 to
 			// the checker; the offset index lists data pages only.
 			if rgs[rg].Columns[c].MetaData.DictionaryPageOffset > 0 {

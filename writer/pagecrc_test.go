@@ -147,34 +147,9 @@ func TestPageCRCsInEveryPage(t *testing.T) {
 					t.Fatalf("parquet-go read %d rows of %d", n, f.NumRows())
 				}
 				// ... and arrow-go reads the values.
-				tbl, err := pqarrow.ReadTable(context.Background(), bytes.NewReader(b), nil, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tr := array.NewTableReader(tbl, 1<<20)
-				for tr.Next() {
-					r := tr.RecordBatch()
-					r.Retain()
-					got = append(got, r)
-				}
-				tr.Release()
-				tbl.Release()
+				got = append(got, readArrowGo(t, b)...)
 			}
-			var off int64
-			for _, r := range got {
-				want := rec.NewSlice(off, off+r.NumRows())
-				for c := 0; c < int(r.NumCols()); c++ {
-					if !array.Equal(r.Column(c), want.Column(c)) {
-						t.Fatalf("rows %d+: column %s differs after the page CRC rewrite", off, r.ColumnName(c))
-					}
-				}
-				off += r.NumRows()
-				want.Release()
-				r.Release()
-			}
-			if off != rec.NumRows() {
-				t.Fatalf("read %d rows of %d", off, rec.NumRows())
-			}
+			requireSameRows(t, rec, got)
 		})
 	}
 }
@@ -274,19 +249,34 @@ func TestPageCRCsWithLongStatistics(t *testing.T) {
 		if n := len(readAllParquetGo(t, f)); int64(n) != f.NumRows() {
 			t.Fatalf("parquet-go read %d rows of %d", n, f.NumRows())
 		}
-		tbl, err := pqarrow.ReadTable(context.Background(), bytes.NewReader(raw), nil, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := array.NewTableReader(tbl, 1<<20)
-		for tr.Next() {
-			r := tr.RecordBatch()
-			r.Retain()
-			got = append(got, r)
-		}
-		tr.Release()
-		tbl.Release()
+		got = append(got, readArrowGo(t, raw)...)
 	}
+	requireSameRows(t, rec, got)
+}
+
+// readArrowGo reads a whole Parquet file's rows with arrow-go.
+func readArrowGo(t *testing.T, b []byte) []arrow.RecordBatch {
+	t.Helper()
+	tbl, err := pqarrow.ReadTable(context.Background(), bytes.NewReader(b), nil, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	tr := array.NewTableReader(tbl, 1<<20)
+	defer tr.Release()
+	var out []arrow.RecordBatch
+	for tr.Next() {
+		r := tr.RecordBatch()
+		r.Retain()
+		out = append(out, r)
+	}
+	return out
+}
+
+// requireSameRows requires got, read back in order, to be exactly rec's
+// rows, and releases it.
+func requireSameRows(t *testing.T, rec arrow.RecordBatch, got []arrow.RecordBatch) {
+	t.Helper()
 	var off int64
 	for _, r := range got {
 		want := rec.NewSlice(off, off+r.NumRows())

@@ -199,21 +199,19 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 		base = append(base, chooseEncodings(opts.Sample, pqs)...)
 	}
 	w.props = parquet.NewWriterProperties(base...)
+	if pqs, err = pqarrow.ToParquet(schema, w.props, w.arrow); err != nil {
+		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+	}
+	// TIME columns the input declared UTC: the fast path declares them on
+	// the schema it passes; arrow-go's nested path takes none, so the
+	// footer rewrite sets them (utcElements).
+	utc := withUTCTimes(pqs.Root(), schema)
 	if plan, ok := fastPlan(schema); ok {
-		w.fast = plan
-		pqs, err := pqarrow.ToParquet(schema, w.props, w.arrow)
-		if err != nil {
-			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
-		}
-		w.pqRoot = withUTCTimes(pqs.Root(), schema)
+		w.fast, w.pqRoot = plan, utc
 	} else {
-		pqs, err := pqarrow.ToParquet(schema, w.props, w.arrow)
-		if err != nil {
-			return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
-		}
 		w.utc = map[int]int32{}
 		i := 0
-		utcElements(pqs.Root(), withUTCTimes(pqs.Root(), schema), &i, w.utc)
+		utcElements(pqs.Root(), utc, &i, w.utc)
 	}
 	return w, nil
 }
