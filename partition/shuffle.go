@@ -58,7 +58,7 @@ type ShuffleWriter struct {
 // for different units run concurrently; each unit's own are serialized.
 type unitStream struct {
 	mu     sync.Mutex
-	file   *os.File
+	file   *storage.DropBehind
 	w      *ipc.Writer
 	schema *arrow.Schema // the current stream's schema
 	sink   sink          // where w writes: a pooled buffer during a Write
@@ -152,8 +152,8 @@ func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) erro
 			if err != nil {
 				return err
 			}
-			us.file = f
-			us.w = ipc.NewWriter(f, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+			us.file = storage.NewDropBehind(f)
+			us.w = ipc.NewWriter(us.file, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
 		}
 		us.rows += rec.NumRows()
 		return us.w.Write(rec)
@@ -203,7 +203,7 @@ func (s *ShuffleWriter) flush(u int, us *unitStream) error {
 		if err != nil {
 			return err
 		}
-		us.file = f
+		us.file = storage.NewDropBehind(f)
 	}
 	frame := s.getBuf()
 	out := shuffleZstd.EncodeAll(us.sink.buf.Bytes(), frame.AvailableBuffer())
@@ -323,6 +323,8 @@ func readSegmentOnce(ctx context.Context, work storage.Location, seg Segment, sc
 			return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
 		}
 		defer f.Close()
+		// Read once: its pages would only crowd the memory cgroup.
+		defer storage.DropCached(f, seg.Offset, seg.Length)
 		r = io.NewSectionReader(f, seg.Offset, seg.Length)
 	} else {
 		rr, err := work.Bucket.NewRangeReader(ctx, work.Key(seg.Path), seg.Offset, seg.Length, nil)

@@ -559,7 +559,7 @@ func (w *Parquet) openFile() error {
 	}
 	key := w.out.Key(name)
 	ctx, cancel := context.WithCancel(w.ctx)
-	bw, err := w.out.Bucket.NewWriter(ctx, key, nil)
+	bw, err := storage.NewWriter(ctx, w.out, key, nil)
 	if err != nil {
 		cancel()
 		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(name), err))

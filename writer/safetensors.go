@@ -162,7 +162,7 @@ func (w *Tensors) flush() error {
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
-	bw, err := w.out.Bucket.NewWriter(ctx, w.out.Key(name), nil)
+	bw, err := storage.NewWriter(ctx, w.out, w.out.Key(name), nil)
 	if err != nil {
 		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(name), err))
 	}

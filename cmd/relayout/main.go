@@ -29,6 +29,8 @@ func main() {
 		}
 	}()
 	awsDefaults()
+	dropInitPages()
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := startProfile()
 	app := newApp()
