@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -132,11 +131,23 @@ func lastLines(s string, n int) string {
 	return strings.Join(l[max(len(l)-n, 0):], " | ")
 }
 
-// spin keeps n goroutines busy (a competing CPU load) until ctx ends, in a
-// process of its own so that it is outside the measured run.
-func spin(ctx context.Context, n int) {
+// spin keeps n processes busy (a competing CPU load) until the returned
+// function stops them: processes of their own, outside the measured run.
+// The stop kills and waits for them, so that none outlives the bench (a
+// cancelled context alone left them spinning when the bench exited first).
+func spin(n int) (stop func()) {
+	var cmds []*exec.Cmd
 	for i := 0; i < n; i++ {
-		exec.CommandContext(ctx, "sh", "-c", "while :; do :; done").Start()
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if c.Start() == nil {
+			cmds = append(cmds, c)
+		}
+	}
+	return func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
 	}
 }
 
@@ -163,9 +174,7 @@ func memcapBench(dir, in string, rows int64, res map[string]any) {
 	if cgErr != nil {
 		fmt.Printf("capped runs skipped: %v (needs root and a cgroup v1 memory controller)\n", cgErr)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	spin(ctx, runtime.NumCPU())
+	defer spin(runtime.NumCPU())()
 	out := map[string]any{"memory_limit": limit}
 	var base float64
 	fmt.Printf("%-5s %-7s %9s %10s %10s %10s %11s %5s %7s\n", "input", "", "time", "peak RSS", "anon", "file", "cgroup peak", "OOM", "majflt")
