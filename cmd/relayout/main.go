@@ -30,7 +30,6 @@ func main() {
 	}()
 	awsDefaults()
 	dropInitPages()
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := startProfile()
 	app := newApp()
