@@ -261,8 +261,9 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 // is the --memory-limit it passes: inside a memory cgroup of that size
 // (swap included), with the binary copied in from inside the cgroup so its
 // pages are charged to it as a pod's are. The run must finish without an
-// OOM kill and without thrashing (major page faults: refaults of the
-// binary's own pages evicted for want of room), and give the output of an
+// OOM kill and without thrashing (no more major page faults, refaults of
+// the binary's own pages evicted for want of room, than reading it back
+// twice), and give the output of an
 // unconstrained run. Outside the cgroup, its peak RSS (from /usr/bin/time,
 // file-backed pages of the binary included) must stay within the limit.
 func TestPeakRSSWithinMemoryLimit(t *testing.T) {
@@ -299,8 +300,18 @@ func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 		t.Fatalf("%d OOM kills in the %d MiB cgroup", n, limit>>20)
 	}
 	t.Logf("in a %d MiB memory cgroup: peak RSS %d MiB, %d major page faults", limit>>20, peak>>20, major)
-	if major > 5000 {
-		t.Fatalf("%d major page faults in the cgroup: the process thrashes (its working set does not fit the limit)", major)
+	// Thrashing is reading the binary back over and over: a run that did
+	// (before the memory plan counted the binary's pages) ran for tens of
+	// minutes. Refaults of some of its pages are not: 96 to 18,737 major
+	// faults were measured on the same machine, the run taking the same
+	// time (132-155 s under load) whatever the count. So the bound is
+	// reading the whole binary back twice.
+	st, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound := 2 * st.Size() / int64(os.Getpagesize()); major > bound {
+		t.Fatalf("%d major page faults in the cgroup, more than reading the %d MB binary back twice (%d): the process thrashes (its working set does not fit the limit)", major, st.Size()/1e6, bound)
 	}
 
 	// Outside it: peak RSS, binary pages included. Measured by
