@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"gocloud.dev/blob"
 	"golang.org/x/sys/unix"
@@ -40,10 +41,8 @@ var dropBudget = sync.OnceValue(func() int64 {
 	return min(max(CgroupMemoryLimit()/16, dropMinBudget), dropMaxBudget)
 })
 
-var dropDirty struct {
-	sync.Mutex
-	n int64
-}
+// dropDirty counts the bytes all DropBehind files have not yet dropped.
+var dropDirty atomic.Int64
 
 // DropBehind is a local file written once, front to back, whose written
 // bytes are synced and dropped from the page cache a window at a time
@@ -68,17 +67,13 @@ func NewDropBehind(f *os.File) *DropBehind {
 // their window, writes this file's back and drops them.
 func (d *DropBehind) Write(p []byte) (int, error) {
 	n, err := d.File.Write(p)
-	if d.drop.f != nil {
-		d.drop.wrote(n, err)
-	}
+	d.drop.wrote(n, err)
 	return n, err
 }
 
 // Close drops what is still cached and closes the file.
 func (d *DropBehind) Close() error {
-	if d.drop.f != nil {
-		d.drop.drop()
-	}
+	d.drop.drop()
 	return d.File.Close()
 }
 
@@ -87,18 +82,18 @@ func (d *DropBehind) Close() error {
 // it fills, and waited for, and the window dropped, when the next one
 // fills, so that writing rarely waits for the disk.
 type dropper struct {
-	f       *os.File
-	written int64 // bytes written
-	started int64 // writeback started for the bytes before this offset
-	clean   int64 // bytes before this offset are written back and dropped
+	f       *os.File // nil: drop-behind is off, or the file is not open yet
+	written int64    // bytes written
+	started int64    // writeback started for the bytes before this offset
+	clean   int64    // bytes before this offset are written back and dropped
 }
 
 func (d *dropper) wrote(n int, err error) {
+	if d.f == nil {
+		return
+	}
 	d.written += int64(n)
-	dropDirty.Lock()
-	dropDirty.n += int64(n)
-	over := dropDirty.n > dropBudget()
-	dropDirty.Unlock()
+	over := dropDirty.Add(int64(n)) > dropBudget()
 	if err == nil && (over || d.written-d.started >= dropFileWindow) {
 		d.flush(over)
 	}
@@ -110,25 +105,23 @@ func (d *dropper) wrote(n int, err error) {
 // sync or close of the file, and a file whose system ignores the advice
 // is only cached.
 func (d *dropper) flush(all bool) {
+	if d.f == nil {
+		return
+	}
 	fd := int(d.f.Fd())
 	if all {
 		d.started = d.written
 	} else if n := d.written - d.started; n > 0 {
 		_ = unix.SyncFileRange(fd, d.started, n, unix.SYNC_FILE_RANGE_WRITE)
 	}
-	end := d.started
-	if all {
-		end = d.written
-	}
+	end := d.started // the window started before (all: everything)
 	off, n := d.clean, end-d.clean
 	if n > 0 {
 		if unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER) == nil {
 			_ = unix.Fadvise(fd, off, n, unix.FADV_DONTNEED)
 		}
 		d.clean = end
-		dropDirty.Lock()
-		dropDirty.n -= n
-		dropDirty.Unlock()
+		dropDirty.Add(-n)
 	}
 	d.started = d.written
 }
@@ -174,16 +167,12 @@ type dropWriter struct {
 
 func (w *dropWriter) Write(p []byte) (int, error) {
 	n, err := w.Writer.Write(p)
-	if w.drop.f != nil {
-		w.drop.wrote(n, err)
-	}
+	w.drop.wrote(n, err)
 	return n, err
 }
 
 func (w *dropWriter) Close() error {
-	if w.drop.f != nil {
-		w.drop.drop()
-	}
+	w.drop.drop()
 	return w.Writer.Close()
 }
 

@@ -98,8 +98,8 @@ func TestDropBehindLeavesNothingCached(t *testing.T) {
 			t.Errorf("%s: %d of %d pages still cached after a drop-behind write", name, c, n)
 		}
 	}
-	if dropDirty.n != 0 {
-		t.Errorf("%d dirty bytes still counted after every file closed", dropDirty.n)
+	if dropDirty.Load() != 0 {
+		t.Errorf("%d dirty bytes still counted after every file closed", dropDirty.Load())
 	}
 }
 
