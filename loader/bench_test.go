@@ -64,12 +64,18 @@ func openBench(b *testing.B) (*Dataset, [][]Range) {
 // BenchmarkWindowEpoch produces one reader's epoch of 4096-sample batches in
 // the window order (relayout-order-v2): the gathered copies issue 14
 // measures against a plain copy.
-func BenchmarkWindowEpoch(b *testing.B) {
+func BenchmarkWindowEpoch(b *testing.B) { windowEpoch(b, false) }
+
+// BenchmarkWindowEpochReuse is BenchmarkWindowEpoch with ReadOptions.Reuse:
+// each epoch scatters into the last one's buffers.
+func BenchmarkWindowEpochReuse(b *testing.B) { windowEpoch(b, true) }
+
+func windowEpoch(b *testing.B, reuse bool) {
 	d, _ := openBench(b)
 	defer d.Close()
 	var n int64
 	for i := 0; i < b.N; i++ {
-		r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: 4096})
+		r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: 4096, Reuse: reuse})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -84,6 +84,7 @@ type Dataset struct {
 	weights  []SliceWeight
 	mu       sync.Mutex
 	shards   []*mapped
+	pool     []*windowBuf // recycled window buffers (ReadOptions.Reuse)
 	// remote is a remote output's shard cache (nil: local files).
 	remote *remote
 }
@@ -228,6 +229,7 @@ func (d *Dataset) Close() error {
 			d.shards[i] = nil
 		}
 	}
+	d.pool = nil
 	if rc := d.remote; rc != nil {
 		rc.mu.Lock()
 		rc.uses, rc.mapped, rc.closed = map[string][]int{}, map[string]bool{}, true

@@ -245,32 +245,24 @@ func (c *cursor) take(ps []Piece, n int64) []Piece {
 }
 
 // Window is one window of a stream: the pieces to read (in order) and the
-// permutation of their samples: Perm[i] is the window-local position (in
-// the pieces' order) of the window's i-th sample.
+// permutation of their samples (window-local positions, in the pieces'
+// order).
 type Window struct {
 	Stream, Index int
 	Pieces        []Piece
-	Perm          []int64
+	Perm          WindowPerm
 }
 
-// Windows cuts stream st into windows of p.Window samples and permutes
-// each (Fisher-Yates, its own generator).
+// Windows cuts stream st into windows of p.Window samples, each with its
+// own generator's permutation (computed as it is used: a Window holds its
+// keys, not its samples).
 func (p WindowPlan) Windows(st Stream) []Window {
 	var out []Window
 	var cur cursor
 	for w, left := int64(0), st.Samples; left > 0; w++ {
 		n := min(p.Window, left)
-		win := Window{Stream: st.Index, Index: int(w), Pieces: cur.take(st.Pieces, n)}
-		win.Perm = make([]int64, n)
-		for i := range win.Perm {
-			win.Perm[i] = int64(i)
-		}
-		rng := streamRNG(p.Seed, p.Epoch, st.Index, w)
-		for i := n - 1; i >= 1; i-- {
-			j := int64(rng.Next() % uint64(i+1))
-			win.Perm[i], win.Perm[j] = win.Perm[j], win.Perm[i]
-		}
-		out = append(out, win)
+		out = append(out, Window{Stream: st.Index, Index: int(w), Pieces: cur.take(st.Pieces, n),
+			Perm: NewWindowPerm(n, streamRNG(p.Seed, p.Epoch, st.Index, w))})
 		left -= n
 	}
 	return out
@@ -283,7 +275,7 @@ type WindowBatch struct {
 	K, Local     int64
 	Stream       int
 	Window       int
-	First, Count int64 // positions [First, First+Count) of the window's Perm
+	First, Count int64 // places [First, First+Count) of the window's permuted sequence
 }
 
 // ReaderBatches returns reader a's batches under relayout-order-v2, in
@@ -341,11 +333,14 @@ func (p WindowPlan) ReaderBatches(a Assignment) ([]WindowBatch, []Stream, error)
 }
 
 // BatchPositions returns batch b's samples as positions in its window:
-// the window's permutation at [First, First+Count), in ascending order. A
-// batch's set of samples is what mixes; ascending order makes the gather a
-// forward pass over the window.
-func BatchPositions(perm []int64, b WindowBatch) []int64 {
-	idx := slices.Clone(perm[b.First : b.First+b.Count])
+// those the permutation sends to places [First, First+Count), in
+// ascending order. A batch's set of samples is what mixes; ascending order
+// makes the gather a forward pass over the window.
+func BatchPositions(perm WindowPerm, b WindowBatch) []int64 {
+	idx := make([]int64, b.Count)
+	for i := range idx {
+		idx[i] = perm.At(b.First + int64(i))
+	}
 	slices.Sort(idx)
 	return idx
 }
@@ -371,8 +366,8 @@ func (p WindowPlan) GlobalOrder() ([]int64, error) {
 	for i, st := range streams {
 		for _, w := range p.Windows(st) {
 			pos := positions(w.Pieces)
-			for first := int64(0); first < int64(len(w.Perm)); first += p.Batch {
-				n := min(p.Batch, int64(len(w.Perm))-first)
+			for first := int64(0); first < w.Perm.N; first += p.Batch {
+				n := min(p.Batch, w.Perm.N-first)
 				for _, q := range BatchPositions(w.Perm, WindowBatch{First: first, Count: n}) {
 					seqs[i] = append(seqs[i], pos[q])
 				}

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"math/bits"
 	"os"
 	"syscall"
 	"unsafe"
@@ -34,6 +35,16 @@ type ReadOptions struct {
 	// Index adds the "_index" tensor (I64, each sample's global position
 	// in the output) to every batch.
 	Index bool
+	// Reuse lets window-order readers scatter into the buffers of windows
+	// they are done with, their own or an earlier Reuse reader's of the
+	// same Dataset, instead of fresh memory (whose page faults cost more
+	// than the scatter). A batch is then valid only until the reader
+	// returns a batch of its stream's next window, or until another Reuse
+	// reader opens a window after this one ended or was closed: for
+	// loaders that copy each batch (to the device, to pinned memory)
+	// before asking for the next. Without it a batch stays valid while it
+	// is referenced.
+	Reuse bool
 }
 
 // IndexTensor is the name of the tensor ReadOptions.Index adds.
@@ -92,11 +103,55 @@ type Reader struct {
 type windowBuf struct {
 	index int
 	segs  []segment
-	perm  []int64
+	perm  WindowPerm
 	// out holds each schema tensor's samples in slot order (the window's
 	// batches one after another).
 	out    []slotted
 	global []int64 // each slot's global sample index (ReadOptions.Index)
+	slot   []int64 // scratch: each window position's slot
+	fill   []int64 // scratch: samples placed per batch
+}
+
+// grow returns b resized to n elements, reusing its memory when it can
+// (the contents are not cleared).
+func grow[T any](b []T, n int64) []T {
+	if int64(cap(b)) >= n {
+		return b[:n]
+	}
+	return make([]T, n)
+}
+
+// recycle hands a window's buffers to the dataset's pool (ReadOptions.Reuse).
+func (d *Dataset) recycle(w *windowBuf) {
+	if w == nil {
+		return
+	}
+	d.mu.Lock()
+	d.pool = append(d.pool, w)
+	d.mu.Unlock()
+}
+
+// pooled takes a recycled window's buffers, or fresh ones.
+func (d *Dataset) pooled() *windowBuf {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if k := len(d.pool); k > 0 {
+		w := d.pool[k-1]
+		d.pool = d.pool[:k-1]
+		return w
+	}
+	return &windowBuf{}
+}
+
+// release recycles the reader's open windows (ReadOptions.Reuse).
+func (r *Reader) release() {
+	if !r.o.Reuse {
+		return
+	}
+	for s, w := range r.cur {
+		r.d.recycle(w)
+		delete(r.cur, s)
+	}
 }
 
 // segment is a piece's rows within one shard.
@@ -156,6 +211,7 @@ func (d *Dataset) NewReader(o ReadOptions) (*Reader, error) {
 // reader that reached the end of its epoch has stopped already.
 func (r *Reader) Close() {
 	r.stop()
+	r.release()
 }
 
 // Len is the number of batches the reader yields.
@@ -188,6 +244,7 @@ func (r *Reader) Next() (*Batch, error) {
 	}
 	if r.next >= len(r.batches) {
 		r.stop()
+		r.release()
 		return nil, nil
 	}
 	wb := r.batches[r.next]
@@ -198,8 +255,14 @@ func (r *Reader) Next() (*Batch, error) {
 		if r.remote != nil {
 			r.opened(winRef{wb.Stream, wb.Window})
 		}
+		var into *windowBuf
+		if r.o.Reuse {
+			r.d.recycle(buf)
+			delete(r.cur, wb.Stream)
+			into = r.d.pooled()
+		}
 		var err error
-		buf, err = r.d.openWindow(w, r.plan.Batch, r.o.Index)
+		buf, err = r.d.openWindow(into, w, r.plan.Batch, r.o.Index)
 		if r.remote != nil && err == nil {
 			// The window is scattered (copied): its shards may go.
 			r.windowDone(winRef{wb.Stream, wb.Window})
@@ -216,12 +279,15 @@ func (r *Reader) Next() (*Batch, error) {
 // openWindow resolves a window's pieces to shard segments, asks the
 // kernel to read them ahead, piece by piece in order, and scatters the
 // window's samples into batch order (scatter).
-func (d *Dataset) openWindow(w Window, batch int64, index bool) (*windowBuf, error) {
+func (d *Dataset) openWindow(buf *windowBuf, w Window, batch int64, index bool) (*windowBuf, error) {
 	segs, err := d.segments(w.Pieces)
 	if err != nil {
 		return nil, err
 	}
-	buf := &windowBuf{index: w.Index, perm: w.Perm, segs: segs}
+	if buf == nil {
+		buf = &windowBuf{}
+	}
+	buf.index, buf.perm, buf.segs = w.Index, w.Perm, segs
 	for _, sg := range segs {
 		willNeed(sg.sh, sg.lo, sg.hi)
 	}
@@ -286,35 +352,74 @@ type slotted struct {
 
 // scatter lays window w's samples out in batch order. Window position q
 // goes to slot b*batch + r, where b is the batch (of the window) whose
-// permutation range holds q and r counts that batch's positions below q,
-// so each batch is one contiguous range of every tensor, its samples in
-// ascending window position. Each tensor's rows are read once, front to
-// back, segment by segment; the random access is in the writes, which
-// the CPU does not wait for (a gather waits on every random read).
+// places hold Pos(q) and r counts that batch's positions below q, so each
+// batch is one contiguous range of every tensor, its samples in ascending
+// window position. Each tensor's rows are read once, front to back; the
+// random access is in the writes, which the CPU does not wait for (a
+// gather waits on every random read). Fixed-size tensors are scattered a
+// chunk of positions at a time, with the chunk's slots in cache; variable
+// ones (packed items, lists) need every slot first and come after.
 func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 	schema := d.Manifest.Tensors.Schema
-	n := int64(len(w.perm))
-	slot := make([]int64, n)
-	for p, q := range w.perm {
-		slot[q] = int64(p)
-	}
-	fill := make([]int64, (n+batch-1)/batch)
-	for q, p := range slot {
-		b := p / batch
-		slot[q] = b*batch + fill[b]
-		fill[b]++
-	}
-	w.out = make([]slotted, len(schema))
+	n := w.perm.N
+	w.fill = grow(w.fill, (n+batch-1)/batch)
+	fill := w.fill
+	clear(fill)
+	w.out = grow(w.out, int64(len(schema)))
+	w.global = w.global[:0]
 	if index {
-		w.global = make([]int64, n)
-		q := 0
-		for _, sg := range w.segs {
-			for i := sg.lo; i < sg.hi; i++ {
-				w.global[slot[q]] = sg.first + i - sg.lo
-				q++
-			}
+		w.global = grow(w.global, n)
+	}
+	fixed := make([]bool, len(schema))
+	varying := false
+	for ti, t := range schema {
+		fixed[ti] = t.Kind != "offsets" && t.Kind != "values" && t.Level != "item"
+		varying = varying || !fixed[ti]
+		if fixed[ti] {
+			o := &w.out[ti]
+			o.per = rowSizeOf(t)
+			o.data = grow(o.data, n*o.per)
+			o.ends = nil
 		}
 	}
+	w.slot = w.slot[:0]
+	if varying {
+		w.slot = grow(w.slot, n)
+	}
+	div := newDivider(batch, n)
+	var cs [scatterChunk]int64
+	var q int64
+	for _, sg := range w.segs {
+		for lo := sg.lo; lo < sg.hi; lo += scatterChunk {
+			hi := min(lo+scatterChunk, sg.hi)
+			c := cs[:hi-lo]
+			w.perm.PosRange(q, c)
+			for i, p := range c {
+				b := div.div(p)
+				c[i] = b*batch + fill[b]
+				fill[b]++
+			}
+			if varying {
+				copy(w.slot[q:], c)
+			}
+			if index {
+				for i, sl := range c {
+					w.global[sl] = sg.first + lo - sg.lo + int64(i)
+				}
+			}
+			for ti := range schema {
+				if fixed[ti] {
+					o := &w.out[ti]
+					scatterRows(o.data, sg.sh.views[ti].data[lo*o.per:hi*o.per], c, o.per)
+				}
+			}
+			q += hi - lo
+		}
+	}
+	if !varying {
+		return
+	}
+	slot := w.slot
 	for ti, t := range schema {
 		o := &w.out[ti]
 		switch {
@@ -326,7 +431,8 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 				}
 				return i, i + 1
 			}
-			o.ends = make([]int64, n+1)
+			o.ends = grow(o.ends, n+1)
+			o.ends[0] = 0
 			q := 0
 			for k := range w.segs {
 				sg := &w.segs[k]
@@ -338,7 +444,7 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 				}
 			}
 			prefixSum(o.ends)
-			o.lens = make([]int64, o.ends[n])
+			o.lens = grow(o.lens, o.ends[n])
 			q = 0
 			for k := range w.segs {
 				sg := &w.segs[k]
@@ -352,17 +458,10 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 					q++
 				}
 			}
-		case t.Kind != "values" && t.Level != "item":
-			o.per = rowSizeOf(t)
-			o.data = make([]byte, n*o.per)
-			var q int64
-			for _, sg := range w.segs {
-				rows := sg.hi - sg.lo
-				scatterRows(o.data, sg.sh.views[ti].data[sg.lo*o.per:sg.hi*o.per], slot[q:q+rows], o.per)
-				q += rows
-			}
+		case fixed[ti]:
 		default:
-			o.ends = make([]int64, n+1)
+			o.ends = grow(o.ends, n+1)
+			o.ends[0] = 0
 			q := 0
 			for _, sg := range w.segs {
 				for i := sg.lo; i < sg.hi; i++ {
@@ -372,7 +471,7 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 				}
 			}
 			prefixSum(o.ends)
-			o.data = make([]byte, o.ends[n])
+			o.data = grow(o.data, o.ends[n])
 			q = 0
 			for _, sg := range w.segs {
 				src := sg.sh.views[ti].data
@@ -414,6 +513,31 @@ func scatterTyped[T any](d, s []T, slot []int64) {
 	}
 }
 
+// scatterChunk is the window positions scattered together: their slots
+// (32 KiB) stay in the L1 cache while every tensor's rows are stored.
+const scatterChunk = 4096
+
+// divider divides by a constant with a multiply (Lemire's fastdiv) when
+// dividends and divisor fit 32 bits, as window places and batch sizes do.
+type divider struct {
+	d, m uint64
+}
+
+func newDivider(d, upTo int64) divider {
+	if d > 0 && d < 1<<32 && upTo < 1<<32 {
+		return divider{d: uint64(d), m: ^uint64(0)/uint64(d) + 1}
+	}
+	return divider{d: uint64(d)}
+}
+
+func (v divider) div(x int64) int64 {
+	if v.m == 0 {
+		return x / int64(v.d)
+	}
+	hi, _ := bits.Mul64(v.m, uint64(x))
+	return int64(hi)
+}
+
 func prefixSum(xs []int64) {
 	for i := 1; i < len(xs); i++ {
 		xs[i] += xs[i-1]
@@ -453,7 +577,7 @@ func (w *windowBuf) batch(schema []manifests.Tensor, wb WindowBatch) *Batch {
 		}
 		out.Tensors = append(out.Tensors, Tensor{Name: t.Name, DType: t.DType, Shape: append([]int{nrows}, t.Shape...), Data: data})
 	}
-	if w.global != nil {
+	if len(w.global) > 0 {
 		out.Tensors = append(out.Tensors, indexTensor(w.global[lo:hi:hi]))
 	}
 	return out

@@ -30,7 +30,7 @@ import struct
 
 import numpy as np
 
-__all__ = ["Dataset", "merge_parts", "open_generation", "read_header", "sequence", "batch_ranges", "SplitMix64", "block_order",
+__all__ = ["Dataset", "merge_parts", "open_generation", "read_header", "sequence", "batch_ranges", "SplitMix64", "WindowPerm", "block_order",
            "streams_of", "stream_windows", "window_batches", "window_samples"]
 
 ALGORITHM = "relayout-order-v1"
@@ -163,25 +163,82 @@ def window_samples(window_bytes, tensor_bytes, samples, batch):
     return max(w - w % batch, batch)
 
 
-def _permutation(n, rng):
-    """Fisher-Yates over range(n) with rng, as the contract runs it (for i
-    from n-1 down to 1, j = next() mod (i+1)), with the generator's outputs
-    computed at once: SplitMix64's t-th output mixes state + t*gamma."""
-    if n <= 1:
-        return np.arange(n, dtype=np.int64)
-    t = np.arange(1, n, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = np.uint64(rng.state) + t * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    rng.state = (rng.state + (n - 1) * 0x9E3779B97F4A7C15) & M64
-    i = np.arange(n - 1, 0, -1, dtype=np.uint64)
-    js = (z % (i + np.uint64(1))).astype(np.int64).tolist()
-    p = array.array("q", range(n))  # the swaps run in the interpreter; the result is a view
-    for i, j in zip(range(n - 1, 0, -1), js):
-        p[i], p[j] = p[j], p[i]
-    return np.frombuffer(p, dtype=np.int64)
+_C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(z):
+    """SplitMix64's output function on a uint64 array (wrapping)."""
+    z = z ^ (z >> np.uint64(30))
+    z *= _C1
+    z ^= z >> np.uint64(27)
+    z *= _C2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+class WindowPerm:
+    """A window's permutation (relayout-order-v2, step 4): a four-round
+    Feistel bijection on 2*half bits, keyed by the window generator's first
+    four outputs, walked back into [0, n). pos(q) is where window position
+    q goes; at(i) is its inverse. Both take and return int64 arrays."""
+
+    def __init__(self, n, rng):
+        self.n = n
+        self.half = max(((n - 1).bit_length() + 1) // 2, 1) if n > 1 else 1
+        self.keys = [np.uint64(rng.next()) for _ in range(4)]
+
+    def _walk(self, x, rounds):
+        x = np.asarray(x, dtype=np.uint64)
+        if self.n <= 1:
+            return x.astype(np.int64)
+        out = np.empty(x.shape, dtype=np.int64)
+        step = 1 << 15  # pieces that stay in cache through the rounds' temporaries
+        with np.errstate(over="ignore"):
+            for a in range(0, x.size, step):
+                y = rounds(x[a:a + step])
+                bad = np.nonzero(y >= np.uint64(self.n))[0]
+                while bad.size:
+                    y[bad] = rounds(y[bad])
+                    bad = bad[y[bad] >= np.uint64(self.n)]
+                out[a:a + step] = y
+        return out
+
+    def _fwd(self, x):
+        h, m, k = np.uint64(self.half), np.uint64((1 << self.half) - 1), self.keys
+        l, r = x >> h, x & m
+        l ^= _mix(r ^ k[0]) & m
+        r ^= _mix(l ^ k[1]) & m
+        l ^= _mix(r ^ k[2]) & m
+        r ^= _mix(l ^ k[3]) & m
+        return (l << h) | r
+
+    def _inv(self, y):
+        h, m, k = np.uint64(self.half), np.uint64((1 << self.half) - 1), self.keys
+        l, r = y >> h, y & m
+        r ^= _mix(l ^ k[3]) & m
+        l ^= _mix(r ^ k[2]) & m
+        r ^= _mix(l ^ k[1]) & m
+        l ^= _mix(r ^ k[0]) & m
+        return (l << h) | r
+
+    def pos(self, q):
+        return self._walk(q, self._fwd)
+
+    def at(self, i):
+        return self._walk(i, self._inv)
+
+    def batch(self, first, count):
+        """The window positions of places [first, first+count), ascending."""
+        return np.sort(self.at(np.arange(first, first + count, dtype=np.uint64)))
+
+    def order(self, batch):
+        """Every window position, batch after batch (batch = pos // batch),
+        ascending within a batch: batch j is order[j*batch:(j+1)*batch]."""
+        lab = self.pos(np.arange(self.n, dtype=np.uint64)) // batch
+        nb = (self.n + batch - 1) // batch
+        if nb <= 1 << 16:
+            lab = lab.astype(np.uint16)  # a stable sort of 16-bit keys is a radix sort
+        return np.argsort(lab, kind="stable")
 
 
 def _stream_rng(seed, epoch, s, w):
@@ -278,13 +335,13 @@ class _Cursor:
 
 
 def stream_windows(pieces, s, window, seed, epoch):
-    """Stream s's windows: (pieces, permutation of their samples)."""
+    """Stream s's windows: (pieces, WindowPerm of their samples)."""
     total = sum(e - a for a, e in pieces)
     out, cur, w = [], _Cursor(), 0
     while total > 0:
         n = min(window, total)
         wp = cur.take(pieces, n)
-        out.append((wp, _permutation(n, _stream_rng(seed, epoch, s, w))))
+        out.append((wp, WindowPerm(n, _stream_rng(seed, epoch, s, w))))
         total -= n
         w += 1
     return out
@@ -910,9 +967,22 @@ class Dataset:
                 s = e
         return out
 
-    def batch(self, ranges):
-        """Materialize the samples in ranges: dict of tensor name -> array."""
+    def batch(self, ranges, bufs=None):
+        """Materialize the samples in ranges: dict of tensor name -> array.
+        With bufs (a dict the caller keeps), arrays joined from several
+        pieces are written into its buffers, grown as needed, instead of
+        fresh memory: they are then valid until the next call with bufs."""
         pieces = self._pieces(ranges)
+
+        def join(name, parts):
+            if bufs is None:
+                return np.concatenate(parts)
+            shape = (sum(len(p) for p in parts),) + parts[0].shape[1:]
+            need = int(np.prod(shape))
+            b = bufs.get(name)
+            if b is None or b.dtype != parts[0].dtype or b.size < need:
+                b = bufs[name] = np.empty(need, dtype=parts[0].dtype)
+            return np.concatenate(parts, out=b[:need].reshape(shape))
 
         def level_range(sh, lo, hi, level):
             if level != "item":
@@ -930,7 +1000,7 @@ class Dataset:
                     o = sh.array(name)
                     parts.append(o[l0 + 1:l1 + 1] - o[l0] + base)
                     base += int(o[l1] - o[l0])
-                out[name] = np.concatenate(parts)
+                out[name] = join(name, parts)
                 continue
             views = []
             for sh, lo, hi in pieces:
@@ -947,7 +1017,7 @@ class Dataset:
             if len(views) == 1:
                 out[name] = views[0]
             elif views:
-                out[name] = np.concatenate(views)
+                out[name] = join(name, views)
             else:
                 out[name] = np.zeros((0,) + (shape if t["kind"] != "values" else ()), dtype=DTYPES[t["dtype"]])
         return out
@@ -978,7 +1048,7 @@ class Dataset:
         streams, total, window = self.window_plan(n)
         plan = window_batches(streams, total, n, window, self.rank, self.world, self.worker, self.num_workers,
                               self.samples_seen, self.drop_last)
-        wins, cur = {}, {}
+        wins, cur, bufs = {}, {}, {}
         for s in {s for _, s, _, _, _ in plan}:
             wins[s] = stream_windows(streams[s], s, window, self.seed, self.epoch)
         fetch = self._plan_remote(plan, wins) if self._remote is not None else None
@@ -987,9 +1057,9 @@ class Dataset:
                 if s not in cur or cur[s][0] != w:
                     pieces, perm = wins[s][w]
                     # Read the window's pieces in order, once; drop the last.
-                    cur[s] = (w, self._read_window(pieces, fetch), _positions(pieces), perm)
-                _, data, pos, perm = cur[s]
-                idx = np.sort(perm[first:first + count])
+                    cur[s] = (w, self._read_window(pieces, fetch, bufs.setdefault(s, {})), _positions(pieces), perm.order(n))
+                _, data, pos, order = cur[s]
+                idx = order[first:first + count]
                 b = self._gather(data, idx)
                 if self.index:
                     b["_index"] = pos[idx]
@@ -1049,10 +1119,13 @@ class Dataset:
         threading.Thread(target=prefetch, daemon=True).start()
         return fetch
 
-    def _read_window(self, pieces, fetch):
-        """A window's data (copies): remote shards are released after."""
+    def _read_window(self, pieces, fetch, bufs=None):
+        """A window's data (copies): remote shards are released after. A
+        local window is joined into bufs, the stream's buffers from its last
+        window: batches are gathered copies, so nothing a caller holds
+        points into them."""
         if fetch is None:
-            return self.batch(pieces)
+            return self.batch(pieces, bufs)
         rc, shards = self._remote, self.tensors_info["shards"]
         k = fetch["pos"]
         self._pos = k

@@ -92,7 +92,7 @@ def window_global(n, block, batch, window, streams, world, nw, seed=5, epoch=2, 
                     wins[s] = rl.stream_windows(ss[s], s, window, seed, epoch)
                 pieces, perm = wins[s][wi]
                 pos = np.concatenate([np.arange(a, e) for a, e in pieces])
-                out.append(pos[np.sort(perm[first:first + count])].tolist())
+                out.append(pos[perm.batch(first, count)].tolist())
             per[(r, w)] = out
     order, nxt, k = [], {}, seen // batch
     while True:

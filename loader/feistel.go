@@ -1,0 +1,118 @@
+package loader
+
+import "math/bits"
+
+// WindowPerm is a window's permutation under relayout-order-v2: a keyed
+// Feistel bijection on the smallest even-bit domain holding the window,
+// walked back into [0, N) (docs/loader.md, step 4). Unlike Fisher-Yates,
+// any position's image is computed alone, in a few multiplies, so a
+// window's permutation is never stored, is computed front to back while
+// the window is scattered, and vectorizes in NumPy.
+type WindowPerm struct {
+	// N is the window's samples.
+	N    int64
+	half uint      // bits per Feistel half
+	mask uint64    // 2^half - 1
+	keys [4]uint64 // round keys: the window generator's first four outputs
+}
+
+// NewWindowPerm returns the permutation of n samples keyed by g.
+func NewWindowPerm(n int64, g *SplitMix64) WindowPerm {
+	p := WindowPerm{N: n, half: 1}
+	if n > 1 {
+		p.half = uint(bits.Len64(uint64(n-1))+1) / 2
+	}
+	p.half = max(p.half, 1)
+	p.mask = 1<<p.half - 1
+	for i := range p.keys {
+		p.keys[i] = g.Next()
+	}
+	return p
+}
+
+// mix is SplitMix64's output function (its finalizer).
+func mix(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// round runs the four Feistel rounds forward on x.
+func (p *WindowPerm) round(x uint64) uint64 {
+	h, m := p.half, p.mask
+	l, r := x>>h, x&m
+	l ^= mix(r^p.keys[0]) & m
+	r ^= mix(l^p.keys[1]) & m
+	l ^= mix(r^p.keys[2]) & m
+	r ^= mix(l^p.keys[3]) & m
+	return l<<h | r
+}
+
+// unround inverts round.
+func (p *WindowPerm) unround(y uint64) uint64 {
+	h, m := p.half, p.mask
+	l, r := y>>h, y&m
+	r ^= mix(l^p.keys[3]) & m
+	l ^= mix(r^p.keys[2]) & m
+	r ^= mix(l^p.keys[1]) & m
+	l ^= mix(r^p.keys[0]) & m
+	return l<<h | r
+}
+
+// Pos returns where window position q goes: its place in the window's
+// permuted sequence (batch Pos(q) div b).
+func (p *WindowPerm) Pos(q int64) int64 {
+	if p.N <= 1 {
+		return q
+	}
+	y := p.round(uint64(q))
+	for y >= uint64(p.N) {
+		y = p.round(y)
+	}
+	return int64(y)
+}
+
+// At returns the window position of the permuted sequence's i-th sample:
+// the inverse of Pos.
+func (p *WindowPerm) At(i int64) int64 {
+	if p.N <= 1 {
+		return i
+	}
+	x := p.unround(uint64(i))
+	for x >= uint64(p.N) {
+		x = p.unround(x)
+	}
+	return int64(x)
+}
+
+// PosRange sets out[i] = Pos(q+i): four positions at a time, whose round
+// chains are independent, so the CPU overlaps their multiplies.
+func (p *WindowPerm) PosRange(q int64, out []int64) {
+	if p.N <= 1 {
+		for i := range out {
+			out[i] = q + int64(i)
+		}
+		return
+	}
+	h, m, k0, k1, k2, k3 := p.half, p.mask, p.keys[0], p.keys[1], p.keys[2], p.keys[3]
+	n := uint64(p.N)
+	i := 0
+	for ; i+4 <= len(out); i += 4 {
+		x0, x1, x2, x3 := uint64(q)+uint64(i), uint64(q)+uint64(i)+1, uint64(q)+uint64(i)+2, uint64(q)+uint64(i)+3
+		l0, r0, l1, r1, l2, r2, l3, r3 := x0>>h, x0&m, x1>>h, x1&m, x2>>h, x2&m, x3>>h, x3&m
+		l0, l1, l2, l3 = l0^mix(r0^k0)&m, l1^mix(r1^k0)&m, l2^mix(r2^k0)&m, l3^mix(r3^k0)&m
+		r0, r1, r2, r3 = r0^mix(l0^k1)&m, r1^mix(l1^k1)&m, r2^mix(l2^k1)&m, r3^mix(l3^k1)&m
+		l0, l1, l2, l3 = l0^mix(r0^k2)&m, l1^mix(r1^k2)&m, l2^mix(r2^k2)&m, l3^mix(r3^k2)&m
+		r0, r1, r2, r3 = r0^mix(l0^k3)&m, r1^mix(l1^k3)&m, r2^mix(l2^k3)&m, r3^mix(l3^k3)&m
+		ys := [4]uint64{l0<<h | r0, l1<<h | r1, l2<<h | r2, l3<<h | r3}
+		for j, y := range ys {
+			for y >= n {
+				y = p.round(y)
+			}
+			out[i+j] = int64(y)
+		}
+	}
+	for ; i < len(out); i++ {
+		out[i] = p.Pos(q + int64(i))
+	}
+}
