@@ -685,6 +685,77 @@ func TestWindowBatchesHoldTheirSamples(t *testing.T) {
 	}
 }
 
+// TestReuseYieldsTheSameBatches: readers with ReadOptions.Reuse, three
+// epochs on one Dataset, yield byte for byte the batches of readers on
+// fresh memory (each batch checked before the next is asked for, as Reuse
+// requires), flat and packed, with several windows per epoch; and the
+// buffers are reused: an epoch-0 batch held past its window is overwritten.
+func TestReuseYieldsTheSameBatches(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 6_000, Files: 2, Seed: 9})
+	for _, out := range []string{
+		run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200}),
+		run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 64 << 10, BlockSamples: 50}),
+	} {
+		hashes := func(d *loader.Dataset, epoch int, reuse bool) []uint64 {
+			r, err := d.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: 4, Epoch: epoch, Shuffle: true}, Batch: 16, WindowBytes: 20 << 10, Index: true, Reuse: reuse})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hs []uint64
+			for {
+				b, err := r.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b == nil {
+					return hs
+				}
+				h := xxhash.New()
+				for _, x := range b.Tensors {
+					h.WriteString(x.Name)
+					h.Write(x.Data)
+				}
+				hs = append(hs, h.Sum64())
+			}
+		}
+		fresh, err := loader.Open(out, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reused, err := loader.Open(out, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for epoch := 0; epoch < 3; epoch++ {
+			want, got := hashes(fresh, epoch, false), hashes(reused, epoch, true)
+			if len(want) < 10 || !slices.Equal(got, want) {
+				t.Fatalf("%s epoch %d: %d batches with Reuse differ from %d without", out, epoch, len(got), len(want))
+			}
+		}
+		// A batch held past its window is overwritten by the next window.
+		r, err := reused.NewReader(loader.ReadOptions{Assignment: loader.Assignment{Seed: 4, Shuffle: true}, Batch: 16, WindowBytes: 20 << 10, Index: true, Reuse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix, _ := first.Get(loader.IndexTensor)
+		held, kept := ix.Data, slices.Clone(ix.Data)
+		for b, err := r.Next(); b != nil; b, err = r.Next() {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if slices.Equal(held, kept) {
+			t.Fatalf("%s: a held batch's _index is unchanged after its window: buffers were not reused", out)
+		}
+		fresh.Close()
+		reused.Close()
+	}
+}
+
 // TestWindowMixesLikeAUniformShuffle measures batch composition on the
 // generated log (40 countries, output sorted by country and date) against
 // a uniform permutation of the same samples: distinct countries per
