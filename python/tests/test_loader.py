@@ -107,6 +107,19 @@ def window_global(n, block, batch, window, streams, world, nw, seed=5, epoch=2, 
 
 
 class WindowOrderTest(unittest.TestCase):
+    def test_window_perm_is_a_bijection(self):
+        for n in list(range(1, 300)) + [4095, 4096, 4097, 65537]:
+            p = rl.WindowPerm(n, rl.SplitMix64(n * 7 + 1, 2))
+            q = np.arange(n)
+            y = p.pos(q)
+            self.assertEqual(sorted(y.tolist()), list(range(n)), f"n {n}")
+            self.assertTrue((p.at(y) == q).all(), f"n {n}")
+            order = p.order(64)
+            lab = y[order] // 64  # batch after batch, ascending positions within each
+            self.assertTrue((np.diff(lab) >= 0).all() and sorted(order.tolist()) == list(range(n)))
+            for j in range(0, n, 64):
+                self.assertEqual(order[j:j + 64].tolist(), p.batch(j, min(64, n - j)).tolist())
+
     def test_once_balanced_and_elastic(self):
         want, _ = window_global(5000, 100, 64, 512, 4, 1, 1)
         self.assertEqual(sorted(want), list(range(5000)))
