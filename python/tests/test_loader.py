@@ -119,6 +119,10 @@ class WindowOrderTest(unittest.TestCase):
             self.assertTrue((np.diff(lab) >= 0).all() and sorted(order.tolist()) == list(range(n)))
             for j in range(0, n, 64):
                 self.assertEqual(order[j:j + 64].tolist(), p.batch(j, min(64, n - j)).tolist())
+        # More than 65,536 batches in a window: the batch numbers do not fit
+        # 16 bits, so the order comes from a stable sort of 64-bit ones.
+        p = rl.WindowPerm(70_001, rl.SplitMix64(3, 0))
+        self.assertEqual(p.order(1).tolist(), p.at(np.arange(70_001)).tolist())
 
     def test_once_balanced_and_elastic(self):
         want, _ = window_global(5000, 100, 64, 512, 4, 1, 1)
