@@ -13,6 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/manifests"
 )
 
@@ -84,7 +85,7 @@ type Dataset struct {
 	weights  []SliceWeight
 	mu       sync.Mutex
 	shards   []*mapped
-	pool     []*windowBuf // recycled window buffers (ReadOptions.Reuse)
+	pool     par.FreeList[*windowBuf] // recycled window buffers (ReadOptions.Reuse)
 	// remote is a remote output's shard cache (nil: local files).
 	remote *remote
 }
@@ -229,7 +230,7 @@ func (d *Dataset) Close() error {
 			d.shards[i] = nil
 		}
 	}
-	d.pool = nil
+	d.pool.Clear()
 	if rc := d.remote; rc != nil {
 		rc.mu.Lock()
 		rc.uses, rc.mapped, rc.closed = map[string][]int{}, map[string]bool{}, true

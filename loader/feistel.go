@@ -22,19 +22,11 @@ func NewWindowPerm(n int64, g *SplitMix64) WindowPerm {
 	if n > 1 {
 		p.half = uint(bits.Len64(uint64(n-1))+1) / 2
 	}
-	p.half = max(p.half, 1)
 	p.mask = 1<<p.half - 1
 	for i := range p.keys {
 		p.keys[i] = g.Next()
 	}
 	return p
-}
-
-// mix is SplitMix64's output function (its finalizer).
-func mix(z uint64) uint64 {
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	return z ^ (z >> 31)
 }
 
 // round runs the four Feistel rounds forward on x.
@@ -48,7 +40,7 @@ func (p *WindowPerm) round(x uint64) uint64 {
 	return l<<h | r
 }
 
-// unround inverts round.
+// unround inverts round: the same rounds, last first.
 func (p *WindowPerm) unround(y uint64) uint64 {
 	h, m := p.half, p.mask
 	l, r := y>>h, y&m
@@ -59,34 +51,30 @@ func (p *WindowPerm) unround(y uint64) uint64 {
 	return l<<h | r
 }
 
-// Pos returns where window position q goes: its place in the window's
-// permuted sequence (batch Pos(q) div b).
-func (p *WindowPerm) Pos(q int64) int64 {
+// walk applies f until the result lies in [0, N) (cycle walking).
+func (p *WindowPerm) walk(x uint64, f func(*WindowPerm, uint64) uint64) int64 {
 	if p.N <= 1 {
-		return q
+		return int64(x)
 	}
-	y := p.round(uint64(q))
+	y := f(p, x)
 	for y >= uint64(p.N) {
-		y = p.round(y)
+		y = f(p, y)
 	}
 	return int64(y)
 }
 
+// Pos returns where window position q goes: its place in the window's
+// permuted sequence (batch Pos(q) div b).
+func (p *WindowPerm) Pos(q int64) int64 { return p.walk(uint64(q), (*WindowPerm).round) }
+
 // At returns the window position of the permuted sequence's i-th sample:
 // the inverse of Pos.
-func (p *WindowPerm) At(i int64) int64 {
-	if p.N <= 1 {
-		return i
-	}
-	x := p.unround(uint64(i))
-	for x >= uint64(p.N) {
-		x = p.unround(x)
-	}
-	return int64(x)
-}
+func (p *WindowPerm) At(i int64) int64 { return p.walk(uint64(i), (*WindowPerm).unround) }
 
-// PosRange sets out[i] = Pos(q+i): four positions at a time, whose round
-// chains are independent, so the CPU overlaps their multiplies.
+// PosRange sets out[i] = Pos(q+i), four positions at a time: their round
+// chains are independent, so the CPU overlaps their multiplies. The rounds
+// are written out interleaved, not as four calls of round: that measured
+// 9.7 ms against 7.1 ms for a million positions (BenchmarkWindowPermPosRange).
 func (p *WindowPerm) PosRange(q int64, out []int64) {
 	if p.N <= 1 {
 		for i := range out {

@@ -29,7 +29,12 @@ func NewEpochRNG(seed uint64, epoch int) *SplitMix64 {
 // Next returns the next 64-bit value.
 func (s *SplitMix64) Next() uint64 {
 	s.state += 0x9E3779B97F4A7C15
-	z := s.state
+	return mix(s.state)
+}
+
+// mix is SplitMix64's output function (its finalizer); relayout-order-v2's
+// window permutations use it as their round function.
+func mix(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
 	return z ^ (z >> 31)

@@ -123,21 +123,14 @@ func grow[T any](b []T, n int64) []T {
 
 // recycle hands a window's buffers to the dataset's pool (ReadOptions.Reuse).
 func (d *Dataset) recycle(w *windowBuf) {
-	if w == nil {
-		return
+	if w != nil {
+		d.pool.Put(w)
 	}
-	d.mu.Lock()
-	d.pool = append(d.pool, w)
-	d.mu.Unlock()
 }
 
 // pooled takes a recycled window's buffers, or fresh ones.
 func (d *Dataset) pooled() *windowBuf {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if k := len(d.pool); k > 0 {
-		w := d.pool[k-1]
-		d.pool = d.pool[:k-1]
+	if w, ok := d.pool.Get(); ok {
 		return w
 	}
 	return &windowBuf{}

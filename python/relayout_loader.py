@@ -203,23 +203,24 @@ class WindowPerm:
                 out[a:a + step] = y
         return out
 
-    def _fwd(self, x):
+    def _rounds(self, x, order):
+        """The Feistel rounds in order: round i (0..3, keyed k[i]) updates
+        the left half from the right when i is even, else the right from the
+        left; the inverse runs them last first."""
         h, m, k = np.uint64(self.half), np.uint64((1 << self.half) - 1), self.keys
         l, r = x >> h, x & m
-        l ^= _mix(r ^ k[0]) & m
-        r ^= _mix(l ^ k[1]) & m
-        l ^= _mix(r ^ k[2]) & m
-        r ^= _mix(l ^ k[3]) & m
+        for i in order:
+            if i % 2 == 0:
+                l ^= _mix(r ^ k[i]) & m
+            else:
+                r ^= _mix(l ^ k[i]) & m
         return (l << h) | r
 
+    def _fwd(self, x):
+        return self._rounds(x, (0, 1, 2, 3))
+
     def _inv(self, y):
-        h, m, k = np.uint64(self.half), np.uint64((1 << self.half) - 1), self.keys
-        l, r = y >> h, y & m
-        r ^= _mix(l ^ k[3]) & m
-        l ^= _mix(r ^ k[2]) & m
-        r ^= _mix(l ^ k[1]) & m
-        l ^= _mix(r ^ k[0]) & m
-        return (l << h) | r
+        return self._rounds(y, (3, 2, 1, 0))
 
     def pos(self, q):
         return self._walk(q, self._fwd)
