@@ -273,7 +273,7 @@ func (o RunOptions) datasetDefaults() (RunOptions, error) {
 	v.Output = ""
 	// A part's id hashes the config it is laid out with, fixed before any
 	// part runs: its row groups are not lowered to fit the memory limit.
-	v.autoRowGroupBytes, v.autoMinRowGroupBytes = false, false
+	v.autoRowGroupBytes, v.autoMinRowGroupBytes, v.autoFileBytes = false, false, false
 	return v, err
 }
 

@@ -48,6 +48,7 @@ type keyPlan struct {
 	MaxItemsPerQuery int64 `json:"max_items_per_query,omitempty"`
 	FitRowGroups     bool  `json:"fit_row_groups,omitempty"`
 	FitMinRowGroups  bool  `json:"fit_min_row_groups,omitempty"`
+	FitFileBytes     bool  `json:"fit_file_bytes,omitempty"`
 	UnitRows         int64 `json:"unit_rows,omitempty"`
 	ForceFolders     bool  `json:"force_folders,omitempty"`
 	Staged           bool  `json:"staged,omitempty"`
@@ -83,7 +84,7 @@ func KeyPlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*KeyPlanR
 	r := pj.opts.resources()
 	kp := &keyPlan{Header: plan.NewHeader(keysFormat, pj.opts.layout(pj.tr), pj.tbl, pj.opts.Inputs), Rows: pj.tbl.Rows,
 		MemoryLimit: r.MemoryLimit, MapBytes: pj.mapBytes, MaxItemsPerQuery: pj.opts.MaxItemsPerQuery,
-		FitRowGroups: r.FitRowGroups, FitMinRowGroups: r.FitMinRowGroups, UnitRows: r.UnitRows,
+		FitRowGroups: r.FitRowGroups, FitMinRowGroups: r.FitMinRowGroups, FitFileBytes: r.FitFileBytes, UnitRows: r.UnitRows,
 		ForceFolders: pj.opts.ForceFolders, Staged: pj.staged}
 	for _, f := range pj.tbl.Files {
 		kp.InputRowGroups = append(kp.InputRowGroups, len(f.RowGroupRows))
@@ -150,7 +151,7 @@ func loadKeys(ctx context.Context, keysURL string, local RunOptions) (*loadedKey
 		return nil, errs.BadInputf("%s: the config does not hash to %s", out.URL(KeysFileName), kp.ConfigHash)
 	}
 	opts.MemoryLimit, opts.UnitRows, opts.ForceFolders = kp.MemoryLimit, kp.UnitRows, kp.ForceFolders
-	opts.autoRowGroupBytes, opts.autoMinRowGroupBytes = kp.FitRowGroups, kp.FitMinRowGroups
+	opts.autoRowGroupBytes, opts.autoMinRowGroupBytes, opts.autoFileBytes = kp.FitRowGroups, kp.FitMinRowGroups, kp.FitFileBytes
 	return &loadedKeys{keyPlan: &kp, out: out, opts: opts, tr: tr}, nil
 }
 

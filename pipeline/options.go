@@ -115,6 +115,9 @@ type RunOptions struct {
 	// autoRowGroupBytes and autoMinRowGroupBytes say the user set neither:
 	// the plan may lower them to fit MemoryLimit (plan.FitMemory).
 	autoRowGroupBytes, autoMinRowGroupBytes bool
+	// autoFileBytes says the user did not set FileBytes: the plan may lower
+	// it so that a file's footer fits MemoryLimit.
+	autoFileBytes bool
 	// Progress receives progress updates (may be nil).
 	Progress Progress
 	// ReportSlices is how many slices the report lists, largest first
@@ -248,7 +251,7 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 		o.RowGroupRows = DefaultRowGroupRows
 	}
 	if o.FileBytes == 0 {
-		o.FileBytes = DefaultFileBytes
+		o.FileBytes, o.autoFileBytes = DefaultFileBytes, true
 	}
 	switch {
 	case o.BoundaryKeys == 0:

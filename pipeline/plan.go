@@ -96,18 +96,23 @@ func (o RunOptions) layout(tr *tensorRun) plan.Options {
 // resources returns what the run may use.
 func (o RunOptions) resources() plan.Resources {
 	return plan.Resources{MemoryLimit: o.MemoryLimit, TmpDir: o.TmpDir, Parallel: o.Parallel, UnitRows: o.UnitRows,
-		FitRowGroups: o.autoRowGroupBytes, FitMinRowGroups: o.autoMinRowGroupBytes}
+		FitRowGroups: o.autoRowGroupBytes, FitMinRowGroups: o.autoMinRowGroupBytes, FitFileBytes: o.autoFileBytes}
 }
 
-// fitted takes the row-group targets the key pass laid out with (lowered
-// to fit --memory-limit when the user set none), logging the change.
+// fitted takes the row-group and file targets the key pass laid out with
+// (lowered to fit --memory-limit when the user set none), logging the
+// change.
 func (o *RunOptions) fitted(ks *plan.KeyPass) {
-	if ks.RowGroupBytes == o.RowGroupBytes {
-		return
+	if ks.RowGroupBytes != o.RowGroupBytes {
+		o.Log.Info("row groups made smaller to fit --memory-limit", "row_group_bytes", ks.RowGroupBytes,
+			"default", o.RowGroupBytes, "memory_limit", o.MemoryLimit)
+		o.RowGroupBytes, o.MinRowGroupBytes = ks.RowGroupBytes, ks.MinRowGroupBytes
 	}
-	o.Log.Info("row groups made smaller to fit --memory-limit", "row_group_bytes", ks.RowGroupBytes,
-		"default", o.RowGroupBytes, "memory_limit", o.MemoryLimit)
-	o.RowGroupBytes, o.MinRowGroupBytes = ks.RowGroupBytes, ks.MinRowGroupBytes
+	if ks.FileBytes > 0 && ks.FileBytes != o.FileBytes {
+		o.Log.Info("files made smaller so that a footer fits --memory-limit", "file_bytes", ks.FileBytes,
+			"default", o.FileBytes, "memory_limit", o.MemoryLimit)
+		o.FileBytes = ks.FileBytes
+	}
 }
 
 // hiveColumns are the columns that name the output's folders (nil: flat).

@@ -38,13 +38,22 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * in.RowBytes)
 	pending := min(in.Leaves*o.PageBytes, rowGroupBytes) // pages not yet cut
 	fixed := int64(RuntimeReserve) + pending + int64(float64(rowGroupBytes)*compRatio) + int64(max(r.Parallel, 2)+1)*chunkBytes
+	// A file's footer metadata, held until the file closes, beyond the
+	// FooterInReserve the runtime reserve already holds; a file the plan
+	// may still make smaller (FitMemory) counts as the most row groups it
+	// will hold.
+	footerRGs := mostRowGroups(layout)
+	if r.FitFileBytes {
+		footerRGs = min(footerRGs, maxFooterRowGroups(r.MemoryLimit, in.Leaves))
+	}
+	fixed += max(footerRGs*max(in.Leaves, 1)*FooterChunkBytes-FooterInReserve, 0)
 	if tensors { // one shard's tensors are buffered until it is written
 		fixed += min(o.Tensors.ShardBytes, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
 	}
 	avail := r.MemoryLimit - fixed
 	if avail < 8<<20 {
-		return Memory{}, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --page-bytes or --shard-bytes",
-			r.MemoryLimit>>20, (fixed+8<<20)>>20, in.Leaves, o.PageBytes>>10, layout.TargetRows)
+		return Memory{}, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, the footer of a %d-row-group file, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --file-bytes, --page-bytes or --shard-bytes",
+			r.MemoryLimit>>20, (fixed+8<<20)>>20, in.Leaves, o.PageBytes>>10, layout.TargetRows, footerRGs)
 	}
 	// A unit's rows are held twice while a column is concatenated and once
 	// more as gathered chunks, plus GC headroom that must hold up when the
@@ -83,6 +92,56 @@ const MinFitRowGroupBytes = 1 << 20
 // was made with: the run records them, so the output is what a run with
 // those explicit settings writes.
 func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
+	o, layout, mp, err := fitRowGroups(tbl, hist, in, memRowBytes, o, r)
+	if err != nil || !r.FitFileBytes {
+		return o, layout, mp, err
+	}
+	// Files: no more row groups than the footer budget (a sixteenth of
+	// the memory after the runtime) holds. The first target is the rows of
+	// that many average row groups; row groups vary with the slices they
+	// hold, so a file that still holds too many lowers it by a quarter, down
+	// to MinFitFileBytes. The memory plan then counts the footer of the
+	// largest file as laid out.
+	most := maxFooterRowGroups(r.MemoryLimit, in.Leaves)
+	for i := 0; i < 32 && mostRowGroups(layout) > most && o.FileBytes > MinFitFileBytes; i++ {
+		var rgs int
+		for _, f := range layout.Files {
+			rgs += len(f.RowGroups)
+		}
+		fb := int64(float64(most) * float64(tbl.Rows) / float64(max(rgs, 1)) * max(in.FileRowBytes, 1))
+		if i > 0 || fb >= o.FileBytes {
+			fb = min(fb, o.FileBytes*3/4)
+		}
+		o.FileBytes = max(fb&^(1<<20-1), MinFitFileBytes)
+		layout = Layout(hist, in, o)
+	}
+	r.FitFileBytes = false
+	mp, err = SizeMemory(tbl, in, layout, memRowBytes, o, r)
+	return o, layout, mp, err
+}
+
+// MinFitFileBytes is the smallest file target FitMemory lowers --file-bytes
+// to.
+const MinFitFileBytes = 1 << 20
+
+// maxFooterRowGroups is the most row groups a file may hold at this memory
+// limit when the plan sizes files: their footer metadata within a
+// sixteenth of the memory left after the runtime.
+func maxFooterRowGroups(limit, leaves int64) int64 {
+	return max((limit-RuntimeReserve)/16/(max(leaves, 1)*FooterChunkBytes), 4)
+}
+
+// mostRowGroups is the row groups of the layout's largest file.
+func mostRowGroups(l partition.Layout) int64 {
+	var n int
+	for _, f := range l.Files {
+		n = max(n, len(f.RowGroups))
+	}
+	return int64(n)
+}
+
+// fitRowGroups is FitMemory's row-group part.
+func fitRowGroups(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
 	layout := Layout(hist, in, o)
 	mp, err := SizeMemory(tbl, in, layout, memRowBytes, o, r)
 	if err == nil || !errs.Is(err, errs.Usage) || !r.FitRowGroups {

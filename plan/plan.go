@@ -258,6 +258,9 @@ type KeyPass struct {
 	// layout was made with (lower than the options' when FitMemory lowered
 	// them to fit the memory limit).
 	RowGroupBytes, MinRowGroupBytes int64
+	// FileBytes is the file target the layout was made with (lower than
+	// the options' when FitMemory lowered it).
+	FileBytes int64
 	// Tasks is set when the key pass ran as tasks (AnalyzeSummaries): the
 	// rows per slice of each map task's run and the queries, in place of
 	// Extra's per-row-group counts.
@@ -312,7 +315,7 @@ func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Option
 		return nil, err
 	}
 	kp.Layout, kp.Memory, kp.Sample, kp.Sizes = layout, mp, sample, in
-	kp.RowGroupBytes, kp.MinRowGroupBytes = o.RowGroupBytes, o.MinRowGroupBytes
+	kp.RowGroupBytes, kp.MinRowGroupBytes, kp.FileBytes = o.RowGroupBytes, o.MinRowGroupBytes, o.FileBytes
 	return kp, nil
 }
 

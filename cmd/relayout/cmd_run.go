@@ -40,7 +40,7 @@ func runFlags() []cli.Flag {
 		strFlag("row-group-bytes", sizeString(pipeline.DefaultRowGroupBytes), "target uncompressed row-group size (when not set, lowered as far as 1MiB to fit --memory-limit)"),
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
 		intFlag("row-group-rows", pipeline.DefaultRowGroupRows, "maximum rows per row group"),
-		strFlag("file-bytes", sizeString(pipeline.DefaultFileBytes), "target output file size"),
+		strFlag("file-bytes", sizeString(pipeline.DefaultFileBytes), "target output file size (when not set, lowered so that a file's footer metadata fits --memory-limit)"),
 		intFlag("boundary-keys", pipeline.DefaultBoundaryKeys, "row groups always end where one of the first N slice keys changes (0: off)"),
 		intFlag("zstd-level", pipeline.DefaultZstdLevel, "zstd compression level (1-22)"),
 		strFlag("page-bytes", sizeString(pipeline.DefaultPageBytes), "target data page size"),
@@ -169,7 +169,7 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		{"file-bytes", &opts.FileBytes, 64 << 10}, {"page-bytes", &opts.PageBytes, 4 << 10}, {"memory-limit", &opts.MemoryLimit, 16 << 20},
 		{"shard-bytes", &opts.ShardBytes, 16 << 10},
 	} {
-		if s.flag == "row-group-bytes" && !c.IsSet(s.flag) {
+		if (s.flag == "row-group-bytes" || s.flag == "file-bytes") && !c.IsSet(s.flag) {
 			continue // the library's default, which the plan may lower to fit --memory-limit
 		}
 		if *s.dst, err = parseSize(s.flag, c.String(s.flag)); err != nil {
