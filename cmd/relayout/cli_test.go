@@ -339,8 +339,22 @@ func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 	if peak > limit {
 		t.Fatalf("peak RSS %d MiB exceeds the %d MiB limit", peak>>20, limit>>20)
 	}
+	// The reference is told the targets the limited run lowered to fit
+	// (row groups, and files so that a footer fits), with room to spare.
+	var fitted struct {
+		Config struct {
+			RowGroupBytes int64 `json:"row_group_bytes"`
+			FileBytes     int64 `json:"file_bytes"`
+		} `json:"config"`
+	}
+	mb, _ := os.ReadFile(filepath.Join(podOut, "manifest.json"))
+	if err := json.Unmarshal(mb, &fitted); err != nil || fitted.Config.RowGroupBytes != 4<<20 || fitted.Config.FileBytes <= 0 {
+		t.Fatalf("the limited run's manifest config: %+v, %v: want row groups lowered to 4 MiB and a file target", fitted.Config, err)
+	}
+	t.Logf("fitted: row groups %d MiB, files %d MiB", fitted.Config.RowGroupBytes>>20, fitted.Config.FileBytes>>20)
 	ref := filepath.Join(t.TempDir(), "ref")
-	if r := relayout(t, nil, "run", "--quiet", "--input", in, "--output", ref, "--slice-keys", "country,date", "--row-group-bytes", "4MiB"); r.code != 0 {
+	if r := relayout(t, nil, "run", "--quiet", "--input", in, "--output", ref, "--slice-keys", "country,date", "--row-group-bytes", "4MiB",
+		"--file-bytes", fmt.Sprint(fitted.Config.FileBytes)); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
 	b, _ := os.ReadFile(filepath.Join(ref, "manifest.json"))
