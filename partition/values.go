@@ -3,6 +3,7 @@ package partition
 import (
 	"encoding/base64"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -42,10 +43,10 @@ func Value(arr arrow.Array, i int) any {
 		return floatValue(float64(a.Value(i)))
 	case *array.Float64:
 		return floatValue(a.Value(i))
-	case *array.String:
-		return a.Value(i)
+	case *array.String: // a copy: arrow's Value points into the array's buffer, which the result would pin
+		return strings.Clone(a.Value(i))
 	case *array.LargeString:
-		return a.Value(i)
+		return strings.Clone(a.Value(i))
 	case *array.Binary:
 		return base64.StdEncoding.EncodeToString(a.Value(i))
 	case *array.LargeBinary:

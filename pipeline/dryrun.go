@@ -130,8 +130,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if err != nil {
 		return nil, err
 	}
-	if fitted.RowGroupBytes != opts.RowGroupBytes || fitted.FileBytes != opts.FileBytes {
-		opts.RowGroupBytes, opts.MinRowGroupBytes, opts.FileBytes = fitted.RowGroupBytes, fitted.MinRowGroupBytes, fitted.FileBytes
+	if opts.takeFitted(plan.FittedOf(fitted)) {
 		_, rep.ConfigHash = configOf(opts, tr)
 	}
 

@@ -99,20 +99,29 @@ func (o RunOptions) resources() plan.Resources {
 		FitRowGroups: o.autoRowGroupBytes, FitMinRowGroups: o.autoMinRowGroupBytes, FitFileBytes: o.autoFileBytes}
 }
 
-// fitted takes the row-group and file targets the key pass laid out with
-// (lowered to fit --memory-limit when the user set none), logging the
-// change.
+// fitted takes the size targets the key pass laid out with (lowered to
+// fit --memory-limit where the user set none).
 func (o *RunOptions) fitted(ks *plan.KeyPass) {
-	if ks.RowGroupBytes != o.RowGroupBytes {
-		o.Log.Info("row groups made smaller to fit --memory-limit", "row_group_bytes", ks.RowGroupBytes,
+	if ks.Fitted != (plan.Fitted{}) { // a key pass that did not fit (plan.Scan) has none
+		o.takeFitted(ks.Fitted)
+	}
+}
+
+// takeFitted sets the size targets the plan fitted, logging each change,
+// and reports whether any changed (the config, and its hash, with it).
+func (o *RunOptions) takeFitted(f plan.Fitted) bool {
+	changed := false
+	if f.RowGroupBytes != o.RowGroupBytes {
+		o.Log.Info("row groups made smaller to fit --memory-limit", "row_group_bytes", f.RowGroupBytes,
 			"default", o.RowGroupBytes, "memory_limit", o.MemoryLimit)
-		o.RowGroupBytes, o.MinRowGroupBytes = ks.RowGroupBytes, ks.MinRowGroupBytes
+		o.RowGroupBytes, o.MinRowGroupBytes, changed = f.RowGroupBytes, f.MinRowGroupBytes, true
 	}
-	if ks.FileBytes > 0 && ks.FileBytes != o.FileBytes {
-		o.Log.Info("files made smaller so that a footer fits --memory-limit", "file_bytes", ks.FileBytes,
+	if f.FileBytes != o.FileBytes {
+		o.Log.Info("files made smaller so that a footer fits --memory-limit", "file_bytes", f.FileBytes,
 			"default", o.FileBytes, "memory_limit", o.MemoryLimit)
-		o.FileBytes = ks.FileBytes
+		o.FileBytes, changed = f.FileBytes, true
 	}
+	return changed
 }
 
 // hiveColumns are the columns that name the output's folders (nil: flat).

@@ -103,6 +103,9 @@ func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowByt
 	// to MinFitFileBytes. The memory plan then counts the footer of the
 	// largest file as laid out.
 	most := maxFooterRowGroups(r.MemoryLimit, in.Leaves)
+	if mostRowGroups(layout) <= most {
+		return o, layout, mp, nil // sized with this layout's footer already
+	}
 	for i := 0; i < 32 && mostRowGroups(layout) > most && o.FileBytes > MinFitFileBytes; i++ {
 		var rgs int
 		for _, f := range layout.Files {
@@ -118,6 +121,17 @@ func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowByt
 	r.FitFileBytes = false
 	mp, err = SizeMemory(tbl, in, layout, memRowBytes, o, r)
 	return o, layout, mp, err
+}
+
+// Fitted are the size targets FitMemory may lower: what a run records in
+// place of the ones it was given.
+type Fitted struct {
+	RowGroupBytes, MinRowGroupBytes, FileBytes int64
+}
+
+// FittedOf returns the size targets of o.
+func FittedOf(o Options) Fitted {
+	return Fitted{RowGroupBytes: o.RowGroupBytes, MinRowGroupBytes: o.MinRowGroupBytes, FileBytes: o.FileBytes}
 }
 
 // MinFitFileBytes is the smallest file target FitMemory lowers --file-bytes

@@ -254,13 +254,9 @@ type KeyPass struct {
 	// Sample is the first row group, trimmed: it chooses the encodings.
 	Sample arrow.RecordBatch
 	Sizes  Sizes
-	// RowGroupBytes and MinRowGroupBytes are the row-group targets the
-	// layout was made with (lower than the options' when FitMemory lowered
-	// them to fit the memory limit).
-	RowGroupBytes, MinRowGroupBytes int64
-	// FileBytes is the file target the layout was made with (lower than
-	// the options' when FitMemory lowered it).
-	FileBytes int64
+	// Fitted are the size targets the layout was made with (lower than
+	// the options' when FitMemory lowered them to fit the memory limit).
+	Fitted Fitted
 	// Tasks is set when the key pass ran as tasks (AnalyzeSummaries): the
 	// rows per slice of each map task's run and the queries, in place of
 	// Extra's per-row-group counts.
@@ -315,7 +311,7 @@ func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Option
 		return nil, err
 	}
 	kp.Layout, kp.Memory, kp.Sample, kp.Sizes = layout, mp, sample, in
-	kp.RowGroupBytes, kp.MinRowGroupBytes, kp.FileBytes = o.RowGroupBytes, o.MinRowGroupBytes, o.FileBytes
+	kp.Fitted = FittedOf(o)
 	return kp, nil
 }
 
