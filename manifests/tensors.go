@@ -1,5 +1,7 @@
 package manifests
 
+import "fmt"
+
 // Tensors describes an output's tensor shards (run with --tensors): dense,
 // memory-mappable safetensors files cut at sample boundaries in the output
 // order, their tensor schema, and the contract a loader follows to split
@@ -52,6 +54,14 @@ type Shard struct {
 	Items     int64        `json:"items,omitempty"`
 	FirstItem int64        `json:"first_item,omitempty"`
 	Slices    []ShardSlice `json:"slices"`
+	// HeaderBytes is the shard's safetensors prefix (length and JSON
+	// header) and HeaderXXHash64 its xxhash64: a remote reader fetches and
+	// checks the header alone, then only the blocks it reads, each checked
+	// against the header's block table (docs/loader.md, "Block ranges").
+	// Absent in outputs written before the table: readers then download
+	// whole shards.
+	HeaderBytes    int64  `json:"header_bytes,omitempty"`
+	HeaderXXHash64 string `json:"header_xxhash64,omitempty"`
 }
 
 // ShardSlice is the part of a slice inside one shard.
@@ -75,4 +85,61 @@ type TensorTotals struct {
 type Order struct {
 	Algorithm    string `json:"algorithm"` // "relayout-order-v1"
 	BlockSamples int64  `json:"block_samples"`
+}
+
+// BlockTableKey is the __metadata__ key of a shard's safetensors header
+// that holds its BlockTable, as a JSON string.
+const BlockTableKey = "blocks"
+
+// BlockTable cuts a shard at the output's canonical block boundaries (every
+// Order.BlockSamples samples, counted from the output's first) and says
+// where each block's samples lie in every tensor, so a reader can fetch and
+// check one block without the rest of the shard.
+type BlockTable struct {
+	// Rows are the block boundaries in samples from the shard's first:
+	// block k holds samples [Rows[k], Rows[k+1]).
+	Rows []int64 `json:"rows"`
+	// Ranges are, per block, a [begin, end) byte pair per schema tensor in
+	// schema order, counted from the start of the shard's data buffer (the
+	// byte after the header): the block's rows at the tensor's level, its
+	// values, or its offsets entries (one entry past the block's rows, so
+	// consecutive blocks share one).
+	Ranges [][]int64 `json:"ranges"`
+	// XXHash64 is, per block, the xxhash64 of its ranges' bytes
+	// concatenated in data order (ascending begin, the order the tensors
+	// lie in the shard, widest dtype first, so each range stays aligned to
+	// its dtype): a block fetched on its own is checked against it.
+	XXHash64 []string `json:"xxhash64"`
+}
+
+// Validate checks a block table against its shard: rows cover [0, rows)
+// in increasing order and every range lies within the data buffer.
+func (b *BlockTable) Validate(rows, dataBytes int64, tensors int) error {
+	n := len(b.Rows) - 1
+	if n < 1 || b.Rows[0] != 0 || b.Rows[n] != rows || len(b.Ranges) != n || len(b.XXHash64) != n {
+		return fmt.Errorf("block table: %d boundaries, %d ranges and %d hashes for %d rows", len(b.Rows), len(b.Ranges), len(b.XXHash64), rows)
+	}
+	for k := 0; k < n; k++ {
+		if b.Rows[k+1] <= b.Rows[k] {
+			return fmt.Errorf("block table: block %d is empty or out of order", k)
+		}
+		if len(b.Ranges[k]) != 2*tensors {
+			return fmt.Errorf("block table: block %d has %d range bounds, want %d", k, len(b.Ranges[k]), 2*tensors)
+		}
+		for j := 0; j < 2*tensors; j += 2 {
+			if a, e := b.Ranges[k][j], b.Ranges[k][j+1]; a < 0 || e < a || e > dataBytes {
+				return fmt.Errorf("block table: block %d range [%d, %d) is outside the %d data bytes", k, a, e, dataBytes)
+			}
+		}
+	}
+	return nil
+}
+
+// Bytes is block k's size: the sum of its ranges.
+func (b *BlockTable) Bytes(k int) int64 {
+	var n int64
+	for j := 0; j+1 < len(b.Ranges[k]); j += 2 {
+		n += b.Ranges[k][j+1] - b.Ranges[k][j]
+	}
+	return n
 }

@@ -509,6 +509,27 @@ func TestVerifyChecksShards(t *testing.T) {
 			t.Fatalf("flipped byte at %d of a shard not caught: %+v", off, res)
 		}
 	}
+	os.WriteFile(p, orig, 0o644)
+
+	// The manifest's header entry, what a remote reader checks the header
+	// it fetches alone against.
+	mp := filepath.Join(out, manifests.FileName)
+	mdata, _ := os.ReadFile(mp)
+	m, err := manifests.Decode(mdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Tensors.Shards[1].HeaderBytes == 0 || m.Tensors.Shards[1].HeaderXXHash64 == "" {
+		t.Fatalf("shard 1 has no header entry: %+v", m.Tensors.Shards[1])
+	}
+	m.Tensors.Shards[1].HeaderXXHash64 = "0123456789abcdef"
+	edited, _ := manifests.Marshal(m)
+	os.WriteFile(mp, edited, 0o644)
+	if res, _ := verify.Output(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "header xxhash64") {
+		t.Fatalf("a wrong header hash in the manifest not caught: %+v", res)
+	}
+	os.WriteFile(mp, mdata, 0o644)
+
 	os.Remove(p)
 	if res, _ := verify.Output(context.Background(), out, false, 1); res.OK || !strings.Contains(res.Problem, "missing") {
 		t.Fatalf("missing shard not caught: %+v", res)

@@ -63,9 +63,9 @@ func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arro
 		return nil, err
 	}
 	return writer.NewTensors(ctx, out, t.plan, writer.TensorOptions{
-		ShardBytes: opts.ShardBytes,
-		Metadata:   map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
-		FirstFile:  t.first.file, FirstRow: t.first.row, FirstItem: t.first.item,
+		ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples,
+		Metadata:  map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
+		FirstFile: t.first.file, FirstRow: t.first.row, FirstItem: t.first.item,
 	}), nil
 }
 

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -97,6 +98,27 @@ func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensor
 			return "", err
 		}
 		return fmt.Sprintf("%s: %v", url, err), nil
+	}
+	if s.HeaderXXHash64 != "" {
+		// What a remote reader fetches first: the header alone, and the
+		// block table in it.
+		if s.HeaderBytes != h.DataStart {
+			return fmt.Sprintf("%s: header of %d bytes, manifest says %d", url, h.DataStart, s.HeaderBytes), nil
+		}
+		hb := make([]byte, s.HeaderBytes)
+		if _, err := ra.ReadAt(hb, 0); err != nil {
+			return "", err
+		}
+		if got := fmt.Sprintf("%016x", xxhash.Sum64(hb)); got != s.HeaderXXHash64 {
+			return fmt.Sprintf("%s: header xxhash64 is %s, manifest says %s", url, got, s.HeaderXXHash64), nil
+		}
+		var bt manifests.BlockTable
+		if err := json.Unmarshal([]byte(h.Metadata[manifests.BlockTableKey]), &bt); err != nil {
+			return fmt.Sprintf("%s: block table: %v", url, err), nil
+		}
+		if err := bt.Validate(s.Rows, s.Bytes-s.HeaderBytes, len(mt.Schema)); err != nil {
+			return fmt.Sprintf("%s: %v", url, err), nil
+		}
 	}
 	readInt64s := func(ti loader.TensorInfo) ([]int64, error) {
 		b := make([]byte, ti.End-ti.Begin)

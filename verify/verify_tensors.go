@@ -95,16 +95,25 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 				return fmt.Sprintf("%s: is not the conversion of the Parquet rows it indexes (re-derived %s: %d bytes, xxhash64 %s; stored %d bytes, %s)",
 					out.URL(want.Path), s.Path, s.Bytes, got, want.Bytes, want.XXHash64)
 			}
+			if want.HeaderXXHash64 != "" && (s.HeaderBytes != want.HeaderBytes || s.HeaderXXHash64 != want.HeaderXXHash64) {
+				return fmt.Sprintf("%s: the manifest's header entry (%d bytes, xxhash64 %s) is not the shard's (%d bytes, %s)",
+					out.URL(want.Path), want.HeaderBytes, want.HeaderXXHash64, s.HeaderBytes, s.HeaderXXHash64)
+			}
 			_ = mem.Bucket.Delete(ctx, mem.Key(s.Path))
 			next++
 		}
 		return ""
 	}
+	// Outputs written before block tables have none in their headers.
+	var blockSamples int64
+	if len(m.Tensors.Shards) > 0 && m.Tensors.Shards[0].HeaderXXHash64 != "" {
+		blockSamples = cfg.Tensors.BlockSamples
+	}
 	for fi, f := range m.Files {
 		sink := writer.NewTensors(ctx, mem, tp, writer.TensorOptions{
-			ShardBytes: cfg.Tensors.ShardBytes,
-			Metadata:   map[string]string{"relayout_version": m.RelayoutVersion, "config_hash": m.ConfigHash},
-			FirstFile:  fi, FirstRow: f.FirstRow, FirstItem: item,
+			ShardBytes: cfg.Tensors.ShardBytes, BlockSamples: blockSamples,
+			Metadata:  map[string]string{"relayout_version": m.RelayoutVersion, "config_hash": m.ConfigHash},
+			FirstFile: fi, FirstRow: f.FirstRow, FirstItem: item,
 		})
 		seen := 0
 		for _, ref := range tbl.RowGroups() {

@@ -42,6 +42,11 @@ type TensorOptions struct {
 	ShardBytes int64
 	// Metadata is added to every shard's __metadata__.
 	Metadata map[string]string
+	// BlockSamples, when positive, is the output's canonical block size:
+	// every shard's header then holds its block table (manifests.BlockTable)
+	// and the manifest entry the header's size and hash, so a remote reader
+	// can fetch single blocks.
+	BlockSamples int64
 	// FirstFile is the Parquet file whose samples the sink converts (a
 	// shard never spans two files: each file's samples get their own
 	// sink); FirstRow and FirstItem number its first sample and item.
@@ -156,7 +161,15 @@ func (w *Tensors) flush() error {
 		meta[k] = v
 	}
 	w.buf.Seal()
-	header, order, err := encodeHeader(w.plan, w.buf, meta)
+	order, begin := layout(w.plan, w.buf)
+	if w.opts.BlockSamples > 0 {
+		bt, err := json.Marshal(blockTable(w.plan, w.buf, order, begin, w.rows, w.opts.BlockSamples))
+		if err != nil {
+			return err
+		}
+		meta[manifests.BlockTableKey] = string(bt)
+	}
+	header, err := encodeHeader(w.plan, w.buf, order, begin, meta)
 	if err != nil {
 		return err
 	}
@@ -188,10 +201,13 @@ func (w *Tensors) flush() error {
 	for i := range tb {
 		tb[i] = w.buf.Len(i)
 	}
-	w.shards = append(w.shards, Shard{
-		Shard: manifests.Shard{Path: name, Bytes: hw.n, XXHash64: fmt.Sprintf("%016x", hw.h.Sum64()),
-			Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items, Slices: []manifests.ShardSlice{}},
-		HeaderBytes: int64(len(header)), TensorBytes: tb})
+	ms := manifests.Shard{Path: name, Bytes: hw.n, XXHash64: fmt.Sprintf("%016x", hw.h.Sum64()),
+		Rows: w.buf.Rows, FirstRow: w.rows, Items: w.buf.Items, FirstItem: w.items, Slices: []manifests.ShardSlice{},
+		HeaderBytes: int64(len(header))}
+	if w.opts.BlockSamples > 0 {
+		ms.HeaderXXHash64 = fmt.Sprintf("%016x", xxhash.Sum64(header))
+	}
+	w.shards = append(w.shards, Shard{Shard: ms, TensorBytes: tb})
 	w.rows += w.buf.Rows
 	w.items += w.buf.Items
 	w.inFile++
@@ -205,10 +221,10 @@ func writeAll(w io.Writer, b []byte) error {
 	return err
 }
 
-// encodeHeader returns the safetensors prefix (length and padded JSON
-// header) and the order in which the tensors' bytes follow it: widest dtype
-// first, then schema order, so every tensor is aligned to its dtype.
-func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, meta map[string]string) ([]byte, []int, error) {
+// layout returns the order in which the tensors' bytes follow the header
+// (widest dtype first, then schema order, so every tensor is aligned to
+// its dtype) and each tensor's offset in the data buffer, in plan order.
+func layout(plan *tensors.Plan, b *tensors.Buffers) ([]int, []int64) {
 	ts := plan.Tensors()
 	order := make([]int, len(ts))
 	for i := range order {
@@ -217,6 +233,19 @@ func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, meta map[string]string
 	slices.SortStableFunc(order, func(x, y int) int {
 		return tensors.DType(ts[y].DType).Size() - tensors.DType(ts[x].DType).Size()
 	})
+	begin := make([]int64, len(ts))
+	var off int64
+	for _, i := range order {
+		begin[i] = off
+		off += b.Len(i)
+	}
+	return order, begin
+}
+
+// encodeHeader returns the safetensors prefix (length and padded JSON
+// header) for tensors laid out as layout says.
+func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, order []int, begin []int64, meta map[string]string) ([]byte, error) {
+	ts := plan.Tensors()
 	var h bytes.Buffer
 	h.WriteString(`{"__metadata__":`)
 	keys := make([]string, 0, len(meta))
@@ -236,15 +265,12 @@ func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, meta map[string]string
 		h.Write(vb)
 	}
 	h.WriteByte('}')
-	var off int64
 	for _, i := range order {
 		t := ts[i]
-		n := b.Len(i)
 		shape := plan.Shape(b, i)
 		nb, _ := json.Marshal(t.Name)
 		sb, _ := json.Marshal(shape)
-		fmt.Fprintf(&h, `,%s:{"dtype":%q,"shape":%s,"data_offsets":[%d,%d]}`, nb, t.DType, sb, off, off+n)
-		off += n
+		fmt.Fprintf(&h, `,%s:{"dtype":%q,"shape":%s,"data_offsets":[%d,%d]}`, nb, t.DType, sb, begin[i], begin[i]+b.Len(i))
 	}
 	h.WriteByte('}')
 	for (8+h.Len())%HeaderAlign != 0 {
@@ -252,5 +278,5 @@ func encodeHeader(plan *tensors.Plan, b *tensors.Buffers, meta map[string]string
 	}
 	out := make([]byte, 8, 8+h.Len())
 	binary.LittleEndian.PutUint64(out, uint64(h.Len()))
-	return append(out, h.Bytes()...), order, nil
+	return append(out, h.Bytes()...), nil
 }

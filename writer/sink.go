@@ -35,9 +35,8 @@ type Written struct {
 // breaks a shard into.
 type Shard struct {
 	manifests.Shard
-	// HeaderBytes is the length prefix and JSON header; TensorBytes each
-	// tensor's data bytes, in plan order.
-	HeaderBytes int64   `json:"header_bytes"`
+	// TensorBytes is each tensor's data bytes, in plan order (the header
+	// is the manifest entry's HeaderBytes).
 	TensorBytes []int64 `json:"tensor_bytes"`
 }
 
