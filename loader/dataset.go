@@ -88,6 +88,10 @@ type Dataset struct {
 	pool     par.FreeList[*windowBuf] // recycled window buffers (ReadOptions.Reuse)
 	// remote is a remote output's shard cache (nil: local files).
 	remote *remote
+	// blocked holds, per shard, the header of a remote output read by
+	// block (nil until fetched); blockMaps its mapped blocks.
+	blocked   []*blocked
+	blockMaps map[unit]*mapped
 }
 
 type mapped struct {
@@ -143,7 +147,14 @@ func Open(path string, opts Options) (*Dataset, error) {
 	if m.Tensors == nil {
 		return nil, fmt.Errorf("%s: this output has no tensor shards (run relayout with --tensors)", path)
 	}
-	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards)), remote: rc}
+	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards)), remote: rc,
+		blocked: make([]*blocked, len(m.Tensors.Shards)), blockMaps: map[unit]*mapped{}}
+	if rc != nil {
+		rc.byBlock = len(m.Tensors.Shards) > 0
+		for _, sh := range m.Tensors.Shards {
+			rc.byBlock = rc.byBlock && sh.HeaderBytes > 0 && sh.HeaderXXHash64 != ""
+		}
+	}
 	if opts.Slices != nil {
 		for _, i := range opts.Slices {
 			if i < 0 || i >= len(m.Slices) {
@@ -230,6 +241,12 @@ func (d *Dataset) Close() error {
 			d.shards[i] = nil
 		}
 	}
+	for u, s := range d.blockMaps {
+		if s.data != nil {
+			syscall.Munmap(s.data)
+		}
+		delete(d.blockMaps, u)
+	}
 	d.pool.Clear()
 	if rc := d.remote; rc != nil {
 		rc.mu.Lock()
@@ -247,7 +264,7 @@ func (d *Dataset) unmap(i int) {
 		syscall.Munmap(s.data)
 		d.shards[i] = nil
 		if d.remote != nil {
-			d.remote.setMapped(d.Manifest.Tensors.Shards[i], false)
+			d.remote.setMapped(shardObj(d.Manifest.Tensors.Shards[i]), false)
 		}
 	}
 }
@@ -298,10 +315,10 @@ func (d *Dataset) shard(i int) (*mapped, error) {
 		// Another reader sharing the cache may evict the file between the
 		// check and the open (once mapped, it stays readable): fetch again.
 		for attempt := 0; ; attempt++ {
-			if err := rc.ensure(context.Background(), ms, rc.current(), true); err != nil {
+			if err := rc.ensureAll(context.Background(), []cacheObj{shardObj(ms)}, rc.current(), true); err != nil {
 				return nil, err
 			}
-			p = rc.path(ms)
+			p = rc.path(shardObj(ms))
 			if f, err = os.Open(p); err == nil || !os.IsNotExist(err) || attempt == 5 {
 				break
 			}
@@ -366,7 +383,7 @@ func (d *Dataset) shard(i int) (*mapped, error) {
 	}
 	d.shards[i] = s
 	if d.remote != nil {
-		d.remote.setMapped(ms, true)
+		d.remote.setMapped(shardObj(ms), true)
 	}
 	return s, nil
 }
@@ -475,7 +492,12 @@ func (d *Dataset) Batch(ranges []Range) (*Batch, error) {
 }
 
 // segments cuts sample ranges at shard boundaries, mapping the shards.
-func (d *Dataset) segments(ranges []Range) ([]segment, error) {
+func (d *Dataset) segments(ranges []Range) ([]segment, error) { return d.segmentsOf(ranges, false) }
+
+// segmentsOf cuts sample ranges at shard boundaries, mapping the shards,
+// or, byBlock, at block boundaries, mapping the blocks (rows then count
+// from the block's first).
+func (d *Dataset) segmentsOf(ranges []Range, byBlock bool) ([]segment, error) {
 	mt := d.Manifest.Tensors
 	var out []segment
 	for _, r := range ranges {
@@ -483,6 +505,20 @@ func (d *Dataset) segments(ranges []Range) ([]segment, error) {
 			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
 			if i == len(mt.Shards) {
 				return nil, fmt.Errorf("sample %d is past the last shard", s)
+			}
+			if byBlock {
+				if err := d.loadHeaders(context.Background(), []int{i}); err != nil {
+					return nil, err
+				}
+				k, first, end := d.blockAt(i, s)
+				sh, err := d.block(i, k)
+				if err != nil {
+					return nil, err
+				}
+				e := min(r.End, end)
+				out = append(out, segment{sh: sh, lo: s - first, hi: e - first, first: s})
+				s = e
+				continue
 			}
 			sh, err := d.shard(i)
 			if err != nil {

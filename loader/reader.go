@@ -246,7 +246,10 @@ func (r *Reader) Next() (*Batch, error) {
 	if buf == nil || buf.index != wb.Window {
 		w := r.windows[wb.Stream][wb.Window]
 		if r.remote != nil {
-			r.opened(winRef{wb.Stream, wb.Window})
+			if err := r.opened(winRef{wb.Stream, wb.Window}); err != nil {
+				r.stop()
+				return nil, err
+			}
 		}
 		var into *windowBuf
 		if r.o.Reuse {
@@ -273,7 +276,7 @@ func (r *Reader) Next() (*Batch, error) {
 // kernel to read them ahead, piece by piece in order, and scatters the
 // window's samples into batch order (scatter).
 func (d *Dataset) openWindow(buf *windowBuf, w Window, batch int64, index bool) (*windowBuf, error) {
-	segs, err := d.segments(w.Pieces)
+	segs, err := d.segmentsOf(w.Pieces, d.byBlock())
 	if err != nil {
 		return nil, err
 	}

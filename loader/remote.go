@@ -69,7 +69,12 @@ type remote struct {
 	uses   map[string][]int
 	mapped map[string]bool
 	closed bool
-	cur    int // the reader's window now opening (never: none planned)
+	// requests bounds the ranged reads in flight (maxRequests).
+	requests chan struct{}
+	// byBlock: every shard's header is in the manifest, so the reader
+	// fetches blocks, not whole shards (blocks.go).
+	byBlock bool
+	cur     int // the reader's window now opening (never: none planned)
 }
 
 // current is the window the reader is opening.
@@ -127,7 +132,7 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 		return nil, nil, err
 	}
 	rc := &remote{loc: loc, url: url, dir: dir, limit: opts.CacheBytes, ahead: opts.PrefetchWindows,
-		uses: map[string][]int{}, mapped: map[string]bool{}, cur: never}
+		uses: map[string][]int{}, mapped: map[string]bool{}, cur: never, requests: make(chan struct{}, maxRequests)}
 	if rc.limit <= 0 {
 		rc.limit = DefaultCacheBytes
 	}
@@ -138,22 +143,76 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 	return m, rc, nil
 }
 
-// name is a shard's trusted file name in the cache.
-func name(sh manifests.Shard) string { return fmt.Sprintf("%s-%d.safetensors", sh.XXHash64, sh.Bytes) }
-
-func (rc *remote) path(sh manifests.Shard) string { return filepath.Join(rc.dir, name(sh)) }
-
-func (rc *remote) present(sh manifests.Shard) bool {
-	st, err := os.Stat(rc.path(sh))
-	return err == nil && st.Size() == sh.Bytes
+// cacheObj is what the cache holds as one file: a whole shard, a shard's
+// header, or one block of a shard (its byte ranges, concatenated).
+type cacheObj struct {
+	// name is the trusted file name in the cache: it names the content
+	// (the hash it was checked against), so a file of that name is trusted.
+	name  string
+	bytes int64
+	hash  string // xxhash64 of the content
+	key   string // the shard's path under the output
+	// ranges are the byte ranges of the shard fetched and concatenated, in
+	// order (nil: the whole shard).
+	ranges [][2]int64
+	what   string // for messages: "shard", "header" or "block k"
 }
 
-// ensure makes a shard present in the cache, downloading it (after
+// shardObj is a whole shard.
+func shardObj(sh manifests.Shard) cacheObj {
+	return cacheObj{name: fmt.Sprintf("%s-%d.safetensors", sh.XXHash64, sh.Bytes), bytes: sh.Bytes, hash: sh.XXHash64, key: sh.Path, what: "shard"}
+}
+
+// headerObj is a shard's safetensors prefix (length and JSON header).
+func headerObj(sh manifests.Shard) cacheObj {
+	return cacheObj{name: fmt.Sprintf("%s-%d.header", sh.XXHash64, sh.Bytes), bytes: sh.HeaderBytes, hash: sh.HeaderXXHash64,
+		key: sh.Path, ranges: [][2]int64{{0, sh.HeaderBytes}}, what: "header"}
+}
+
+// blockObj is block k of a shard whose data buffer starts at dataStart:
+// its ranges in data order.
+func blockObj(sh manifests.Shard, bt *manifests.BlockTable, dataStart int64, k int) cacheObj {
+	o := cacheObj{name: fmt.Sprintf("%s-%d-%d-%s.block", sh.XXHash64, sh.Bytes, k, bt.XXHash64[k]), hash: bt.XXHash64[k],
+		key: sh.Path, what: fmt.Sprintf("block %d", k)}
+	r := bt.Ranges[k]
+	for j := 0; j+1 < len(r); j += 2 {
+		if r[j+1] > r[j] {
+			o.ranges = append(o.ranges, [2]int64{dataStart + r[j], dataStart + r[j+1]})
+			o.bytes += r[j+1] - r[j]
+		}
+	}
+	sort.Slice(o.ranges, func(i, j int) bool { return o.ranges[i][0] < o.ranges[j][0] })
+	return o
+}
+
+// copyBufs are the buffers downloads copy through.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// lockName is the lock file a download of o holds: its own for a whole
+// shard, one of lockStripes shared ones for headers and blocks (so a
+// folder of many blocks does not gather as many lock files).
+func (o cacheObj) lockName() string {
+	if o.ranges == nil {
+		return o.name + ".lock"
+	}
+	return fmt.Sprintf("blocks-%02d.lock", xxhash.Sum64String(o.name)%lockStripes)
+}
+
+const lockStripes = 32
+
+func (rc *remote) path(o cacheObj) string { return filepath.Join(rc.dir, o.name) }
+
+func (rc *remote) present(o cacheObj) bool {
+	st, err := os.Stat(rc.path(o))
+	return err == nil && st.Size() == o.bytes
+}
+
+// ensure makes an object present in the cache, downloading it (after
 // reserving its space) unless it is there, for the window at position pos
 // of the reader's order. The reader (wait) evicts whatever is needed later
 // than pos; the prefetcher (!wait) gets errNoRoom rather than evict
 // something needed sooner than what it fetches.
-func (rc *remote) ensure(ctx context.Context, sh manifests.Shard, pos int, wait bool) error {
+func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) error {
 	if wait {
 		// The reader maps it next: no eviction may take it meanwhile.
 		rc.setMapped(sh, true)
@@ -161,11 +220,7 @@ func (rc *remote) ensure(ctx context.Context, sh manifests.Shard, pos int, wait 
 	if rc.present(sh) {
 		return nil
 	}
-	t0 := time.Now()
-	if wait {
-		defer func() { rc.waited.Add(int64(time.Since(t0))) }()
-	}
-	unlock, err := lockFile(filepath.Join(rc.dir, name(sh)+".lock"))
+	unlock, err := lockFile(filepath.Join(rc.dir, sh.lockName()))
 	if err != nil {
 		return err
 	}
@@ -173,7 +228,7 @@ func (rc *remote) ensure(ctx context.Context, sh manifests.Shard, pos int, wait 
 	if rc.present(sh) { // another reader downloaded it meanwhile
 		return nil
 	}
-	tmp, err := rc.reserve(ctx, sh.Bytes, pos, wait)
+	tmp, err := rc.reserve(ctx, sh.bytes, pos, wait)
 	if err != nil {
 		return err
 	}
@@ -191,45 +246,91 @@ func (rc *remote) ensure(ctx context.Context, sh manifests.Shard, pos int, wait 
 			break
 		}
 	}
-	return fmt.Errorf("shard %s of %s: %w", sh.Path, rc.url, last)
+	if sh.ranges == nil {
+		return fmt.Errorf("shard %s of %s: %w", sh.key, rc.url, last)
+	}
+	return fmt.Errorf("%s of shard %s of %s: %w", sh.what, sh.key, rc.url, last)
 }
 
-// download fetches one shard into its reserved temporary file (tmp, as
-// large as the shard, so the folder's usage counts it), checks it and
-// renames it to its trusted name.
-func (rc *remote) download(ctx context.Context, sh manifests.Shard, tmp string) error {
-	f, err := os.OpenFile(tmp, os.O_WRONLY, 0o644)
+// download fetches one object into its reserved temporary file (tmp, as
+// large as the object, so the folder's usage counts it), checks it and
+// renames it to its trusted name. A block's ranges are ranged reads into
+// their places in the file, each retried on its own (a block has one per
+// tensor, so retrying them all together would rarely succeed on a flaky
+// network); the file is hashed once written.
+func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
+	f, err := os.OpenFile(tmp, os.O_RDWR, 0o644)
 	if err != nil {
 		return err
 	}
 	h := xxhash.New()
-	err = storage.Retry(ctx, func() error {
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		h.Reset()
-		rd, err := rc.loc.Bucket.NewReader(ctx, rc.loc.Key(sh.Path), nil)
+	url := rc.loc.URL(sh.key)
+	// get reads n bytes at off (n < 0: the whole object) into w.
+	get := func(off, n int64, w io.Writer) error {
+		rd, err := rc.loc.Bucket.NewRangeReader(ctx, rc.loc.Key(sh.key), off, n, nil)
 		if err != nil {
-			return storage.Classify(fmt.Errorf("read %s: %w", rc.loc.URL(sh.Path), err))
+			return storage.Classify(fmt.Errorf("read %s: %w", url, err))
 		}
 		defer rd.Close()
-		n, err := io.Copy(io.MultiWriter(f, h), rd)
+		// Not rd's WriteTo: it allocates (and clears) a large buffer per
+		// call, which a block's many small ranges pay for over and over.
+		buf := copyBufs.Get().(*[]byte)
+		defer copyBufs.Put(buf)
+		got, err := io.CopyBuffer(w, struct{ io.Reader }{rd}, *buf)
 		if err != nil {
-			return errs.TransientErr(fmt.Errorf("read %s: %w", rc.loc.URL(sh.Path), err))
+			return errs.TransientErr(fmt.Errorf("read %s: %w", url, err))
 		}
-		if n != sh.Bytes {
-			return errs.TransientErr(fmt.Errorf("read %s: %d of %d bytes", rc.loc.URL(sh.Path), n, sh.Bytes))
+		want := n
+		if n < 0 {
+			want = sh.bytes
+		}
+		if got != want {
+			return errs.TransientErr(fmt.Errorf("read %s: %d of %d bytes at %d", url, got, want, off))
 		}
 		return nil
-	})
+	}
+	if sh.ranges == nil {
+		err = storage.Retry(ctx, func() error {
+			h.Reset()
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			return get(0, -1, io.MultiWriter(f, h))
+		})
+	} else {
+		// The ranges at once (the store serves many requests in parallel;
+		// one after another, a block would take a round trip per tensor),
+		// each into its place in the file.
+		pos := make([]int64, len(sh.ranges)+1)
+		for k, r := range sh.ranges {
+			pos[k+1] = pos[k] + r[1] - r[0]
+		}
+		err = parallelN(len(sh.ranges), rangeParallel, func(k int) error {
+			r := sh.ranges[k]
+			rc.requests <- struct{}{}
+			defer func() { <-rc.requests }()
+			return storage.Retry(ctx, func() error {
+				return get(r[0], r[1]-r[0], io.NewOffsetWriter(f, pos[k]))
+			})
+		})
+		if err == nil {
+			if _, err = f.Seek(0, io.SeekStart); err == nil {
+				_, err = io.Copy(h, f)
+			}
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	if got := fmt.Sprintf("%016x", h.Sum64()); got != sh.XXHash64 {
-		return fmt.Errorf("%s: xxhash64 %s, the manifest says %s (damaged on the store, or changed since the manifest)", rc.loc.URL(sh.Path), got, sh.XXHash64)
+	if got := fmt.Sprintf("%016x", h.Sum64()); got != sh.hash {
+		what := "the manifest says"
+		if sh.ranges != nil && sh.what != "header" {
+			what = "the shard's block table says"
+		}
+		return fmt.Errorf("%s (%s): xxhash64 %s, %s %s (damaged on the store, or changed since the manifest)", url, sh.what, got, what, sh.hash)
 	}
 	// Renamed under the folder's lock: a listing racing a rename may miss
 	// the file, and reserve would count too little.
@@ -242,7 +343,7 @@ func (rc *remote) download(ctx context.Context, sh manifests.Shard, tmp string) 
 	if err != nil {
 		return err
 	}
-	rc.bytes.Add(sh.Bytes)
+	rc.bytes.Add(sh.bytes)
 	rc.downloads.Add(1)
 	return nil
 }
@@ -379,40 +480,40 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
-// planUse records that the window at pos will need a shard.
-func (rc *remote) planUse(sh manifests.Shard, pos int) {
+// planUse records that the window at pos will need an object.
+func (rc *remote) planUse(o cacheObj, pos int) {
 	rc.mu.Lock()
-	rc.uses[name(sh)] = append(rc.uses[name(sh)], pos)
+	rc.uses[o.name] = append(rc.uses[o.name], pos)
 	rc.mu.Unlock()
 }
 
 // opening marks the window at pos as the one the reader opens now and
-// drops it from its shards' uses.
-func (rc *remote) opening(pos int, shards []manifests.Shard) {
+// drops it from its objects' uses.
+func (rc *remote) opening(pos int, objs []cacheObj) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.cur = pos
-	for _, sh := range shards {
-		rc.mapped[name(sh)] = true // the window maps them next
-		u := rc.uses[name(sh)]
+	for _, o := range objs {
+		rc.mapped[o.name] = true // the window maps them next
+		u := rc.uses[o.name]
 		for len(u) > 0 && u[0] <= pos {
 			u = u[1:]
 		}
 		if len(u) == 0 {
-			delete(rc.uses, name(sh))
+			delete(rc.uses, o.name)
 		} else {
-			rc.uses[name(sh)] = u
+			rc.uses[o.name] = u
 		}
 	}
 }
 
-// setMapped marks a shard mapped or not.
-func (rc *remote) setMapped(sh manifests.Shard, on bool) {
+// setMapped marks an object mapped or not.
+func (rc *remote) setMapped(o cacheObj, on bool) {
 	rc.mu.Lock()
 	if on {
-		rc.mapped[name(sh)] = true
+		rc.mapped[o.name] = true
 	} else {
-		delete(rc.mapped, name(sh))
+		delete(rc.mapped, o.name)
 	}
 	rc.mu.Unlock()
 }

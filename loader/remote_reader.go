@@ -5,20 +5,18 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"time"
-
-	"github.com/relayout/relayout/manifests"
 )
 
 // remotePlan is a reader's epoch as the cache sees it: the windows in the
-// order the reader opens them and the shards each needs.
+// order the reader opens them and the units (blocks, or whole shards) each
+// needs.
 type remotePlan struct {
-	order  []winRef
-	shards map[winRef][]int
-	mu     sync.Mutex
-	pos    int // windows opened so far
-	// openCount counts, per shard, the reader's open windows that hold it.
-	openCount map[int]int
+	order []winRef
+	units map[winRef][]unit
+	mu    sync.Mutex
+	pos   int // windows opened so far
+	// openCount counts, per unit, the reader's open windows that hold it.
+	openCount map[unit]int
 	cond      *sync.Cond
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -44,13 +42,13 @@ func (d *Dataset) shardsOf(pieces []Piece) []int {
 	return out
 }
 
-// planRemote plans a remote reader's downloads: it refuses an epoch whose
-// open windows need more shards at once than the cache holds, marks every
-// window's shards as needed, and starts the prefetcher.
+// planRemote plans a remote reader's downloads: it fetches the headers of
+// the shards it reads (by block), refuses an epoch whose windows need more
+// at once than the cache holds, marks every window's units as needed, and
+// starts the prefetcher.
 func (r *Reader) planRemote() error {
 	rc := r.d.remote
-	mt := r.d.Manifest.Tensors
-	p := &remotePlan{shards: map[winRef][]int{}, done: make(chan struct{})}
+	p := &remotePlan{units: map[winRef][]unit{}, done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	seen := map[winRef]bool{}
 	for _, wb := range r.batches {
@@ -58,29 +56,50 @@ func (r *Reader) planRemote() error {
 		if !seen[w] {
 			seen[w] = true
 			p.order = append(p.order, w)
-			p.shards[w] = r.d.shardsOf(r.windows[wb.Stream][wb.Window].Pieces)
 		}
 	}
-	// A window holds its shards only while it is scattered into batch
+	if r.d.byBlock() {
+		need := map[int]bool{}
+		var shards []int
+		for _, w := range p.order {
+			for _, i := range r.d.shardsOf(r.windows[w.stream][w.window].Pieces) {
+				if !need[i] {
+					need[i] = true
+					shards = append(shards, i)
+				}
+			}
+		}
+		if err := r.d.loadHeaders(context.Background(), shards); err != nil {
+			return err
+		}
+	}
+	for _, w := range p.order {
+		p.units[w] = r.d.unitsOf(r.windows[w.stream][w.window].Pieces)
+	}
+	// A window holds its units only while it is scattered into batch
 	// order, one window at a time: the most held at once is the largest
-	// window's shards.
+	// window's units.
 	var peak int64
+	what := "blocks"
+	if !r.d.byBlock() {
+		what = "shards"
+	}
 	for _, w := range p.order {
 		var bytes int64
-		for _, i := range p.shards[w] {
-			bytes += mt.Shards[i].Bytes
+		for _, u := range p.units[w] {
+			bytes += r.d.obj(u).bytes
 		}
 		peak = max(peak, bytes)
 	}
 	if peak > rc.limit {
-		return fmt.Errorf("cache %s: %d bytes (CacheBytes) cannot hold the %d bytes of shards this reader's open windows need at once; raise CacheBytes or lower WindowBytes", rc.dir, rc.limit, peak)
+		return fmt.Errorf("cache %s: %d bytes (CacheBytes) cannot hold the %d bytes of %s this reader's open windows need at once; raise CacheBytes or lower WindowBytes", rc.dir, rc.limit, peak, what)
 	}
 	for k, w := range p.order {
-		for _, i := range p.shards[w] {
-			rc.planUse(mt.Shards[i], k)
+		for _, u := range p.units[w] {
+			rc.planUse(r.d.obj(u), k)
 		}
 	}
-	p.openCount = map[int]int{}
+	p.openCount = map[unit]int{}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	r.remote = p
@@ -88,10 +107,20 @@ func (r *Reader) planRemote() error {
 	return nil
 }
 
-// prefetch downloads the shards of the next windows, in the order the
+// objs returns a window's cache objects.
+func (r *Reader) objs(w winRef) []cacheObj {
+	us := r.remote.units[w]
+	out := make([]cacheObj, len(us))
+	for k, u := range us {
+		out[k] = r.d.obj(u)
+	}
+	return out
+}
+
+// prefetch downloads the units of the next windows, in the order the
 // reader opens them, at most PrefetchWindows windows ahead.
 func (r *Reader) prefetch(ctx context.Context) {
-	p, rc, mt := r.remote, r.d.remote, r.d.Manifest.Tensors
+	p, rc := r.remote, r.d.remote
 	defer close(p.done)
 	for k, w := range p.order {
 		p.mu.Lock()
@@ -102,45 +131,37 @@ func (r *Reader) prefetch(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		for _, i := range p.shards[w] {
-			for {
-				err := rc.ensure(ctx, mt.Shards[i], k, false)
-				if err == nil {
-					break
-				}
-				if err != errNoRoom || ctx.Err() != nil {
-					return // the reader will ask again and report it
-				}
-				time.Sleep(10 * time.Millisecond) // until the reader closes a window
-			}
+		if rc.ensureAll(ctx, r.objs(w), k, false) != nil {
+			return // the reader will ask again and report it
 		}
 	}
 }
 
-// opened tells the cache and the prefetcher the reader opens window w.
-func (r *Reader) opened(w winRef) {
-	p, mt := r.remote, r.d.Manifest.Tensors
-	var shs []manifests.Shard
-	for _, i := range p.shards[w] {
-		shs = append(shs, mt.Shards[i])
-		p.openCount[i]++
+// opened tells the cache and the prefetcher the reader opens window w,
+// and fetches what of it is not in the cache yet.
+func (r *Reader) opened(w winRef) error {
+	p := r.remote
+	objs := r.objs(w)
+	for _, u := range p.units[w] {
+		p.openCount[u]++
 	}
 	p.mu.Lock()
 	k := p.pos
 	p.pos++
 	p.cond.Broadcast()
 	p.mu.Unlock()
-	r.d.remote.opening(k, shs)
+	r.d.remote.opening(k, objs)
+	return r.d.remote.ensureAll(context.Background(), objs, k, true)
 }
 
-// windowDone releases a window's shards: each no other window ahead needs
+// windowDone releases a window's units: each no other window ahead needs
 // is unmapped, and its file becomes evictable.
 func (r *Reader) windowDone(w winRef) {
 	p := r.remote
-	for _, i := range p.shards[w] {
-		if p.openCount[i]--; p.openCount[i] <= 0 {
-			delete(p.openCount, i)
-			r.d.unmap(i)
+	for _, u := range p.units[w] {
+		if p.openCount[u]--; p.openCount[u] <= 0 {
+			delete(p.openCount, u)
+			r.d.unmapUnit(u)
 		}
 	}
 }

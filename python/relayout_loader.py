@@ -479,6 +479,47 @@ class _Shard:
         return a
 
 
+class _Block:
+    """One block of a shard, as the cache holds it (its ranges of every
+    tensor, in data order), with the _Shard interface: array(name) is the
+    block's part of the tensor, rows counted from the block's first and
+    offsets rebased to start at 0."""
+
+    def __init__(self, path, expect_bytes, schema, ranges):
+        self.path = path
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != expect_bytes:
+                raise ValueError(f"{path}: {size} bytes, the block table says {expect_bytes}")
+            self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        order = sorted(range(len(schema)), key=lambda j: ranges[2 * j])
+        self._where, pos = {}, 0
+        for j in order:
+            n = ranges[2 * j + 1] - ranges[2 * j]
+            self._where[schema[j]["name"]] = (schema[j], pos, n)
+            pos += n
+        self._arrays = {}
+
+    def array(self, name):
+        a = self._arrays.get(name)
+        if a is None:
+            t, pos, n = self._where[name]
+            d = DTYPES[t["dtype"]]
+            a = np.frombuffer(self.mm, dtype=d, count=n // d.itemsize, offset=pos) if n else np.zeros(0, d)
+            if t["kind"] == "offsets" and len(a):
+                a = a - a[0]
+            self._arrays[name] = a
+        return a
+
+    def close(self):
+        self._arrays.clear()
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:
+                pass
+
+
 # --- remote outputs: a shard cache (the Go loader's, same folder format) ------
 
 DEFAULT_CACHE_BYTES = 8 << 30
@@ -543,6 +584,7 @@ class _Remote:
         self.ahead = prefetch_windows or 2
         self.lock = threading.Lock()
         self.uses, self.pinned = {}, set()
+        self._pool = None
         self.stats = RemoteStats(bytes_downloaded=0, downloads=0, retries=0, waited_seconds=0.0)
 
     def get(self, rel):
@@ -572,18 +614,81 @@ class _Remote:
         except FileNotFoundError:
             return []
 
+    # Cache objects (the Go loader's cacheObj): a whole shard, a shard's
+    # header, or one block (its byte ranges of every tensor, in data order).
     @staticmethod
-    def name(info):
-        return f"{info['xxhash64']}-{info['bytes']}.safetensors"
+    def shard_obj(info):
+        return {"name": f"{info['xxhash64']}-{info['bytes']}.safetensors", "bytes": info["bytes"],
+                "hash": info["xxhash64"], "key": info["path"], "ranges": None, "what": "shard"}
 
-    def path(self, info):
-        return os.path.join(self.dir, self.name(info))
+    @staticmethod
+    def header_obj(info):
+        return {"name": f"{info['xxhash64']}-{info['bytes']}.header", "bytes": info["header_bytes"],
+                "hash": info["header_xxhash64"], "key": info["path"], "ranges": [(0, info["header_bytes"])], "what": "header"}
 
-    def present(self, info):
+    @staticmethod
+    def block_obj(info, table, data_start, k):
+        r = table["ranges"][k]
+        ranges = sorted((data_start + r[j], data_start + r[j + 1]) for j in range(0, len(r), 2) if r[j + 1] > r[j])
+        return {"name": f"{info['xxhash64']}-{info['bytes']}-{k}-{table['xxhash64'][k]}.block",
+                "bytes": sum(e - a for a, e in ranges), "hash": table["xxhash64"][k], "key": info["path"],
+                "ranges": ranges, "what": f"block {k}"}
+
+    @staticmethod
+    def lock_name(obj):
+        if obj["ranges"] is None:
+            return obj["name"] + ".lock"
+        import xxhash
+        return "blocks-%02d.lock" % (xxhash.xxh64(obj["name"].encode()).intdigest() % 32)
+
+    def path(self, obj):
+        return os.path.join(self.dir, obj["name"])
+
+    def present(self, obj):
         try:
-            return os.stat(self.path(info)).st_size == info["bytes"]
+            return os.stat(self.path(obj)).st_size == obj["bytes"]
         except FileNotFoundError:
             return False
+
+    def get_range(self, rel, start, end):
+        """Bytes [start, end) of an object under the output."""
+        key = self.prefix + rel
+        if self._s3 is not None:
+            return self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+        return self._fs.cat_file(f"{self.bucket}/{key}", start=start, end=end)
+
+    def _fetch(self, obj):
+        """An object's bytes from the store (ranges fetched in parallel,
+        each retried on its own), or raises."""
+        import time
+        if obj["ranges"] is None:
+            return self.get(obj["key"])
+
+        def one(r):
+            last = None
+            for attempt in range(5):
+                if attempt:
+                    time.sleep(0.05 * (1 << (attempt - 1)))
+                try:
+                    data = self.get_range(obj["key"], r[0], r[1])
+                except Exception as e:  # botocore retried already; try again
+                    last = e
+                    continue
+                if len(data) == r[1] - r[0]:
+                    return data
+                last = ValueError(f"{len(data)} of {r[1] - r[0]} bytes at {r[0]}")
+            raise last
+        if len(obj["ranges"]) == 1:
+            return one(obj["ranges"][0])
+        return b"".join(self.pool().map(one, obj["ranges"]))
+
+    def pool(self):
+        """The threads ranged reads run on (the store serves many requests
+        at once; one after another, a block takes a round trip per tensor)."""
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(16)
+        return self._pool
 
     def _flock(self, path):
         import fcntl
@@ -636,22 +741,21 @@ class _Remote:
                 raise RuntimeError(f"cache {self.dir}: {self.limit} bytes (cache_bytes) stayed full of shards still needed for 2 minutes; raise cache_bytes")
             time.sleep(0.02)
 
-    def ensure(self, info, pos, wait):
-        """Make a shard present for the window at pos; False when a prefetch
-        found no room."""
+    def ensure(self, obj, pos, wait):
+        """Make a cache object present for the window at pos; False when a
+        prefetch found no room."""
         import time
         import xxhash
         if wait:
             with self.lock:
-                self.pinned.add(self.name(info))
-        if self.present(info):
+                self.pinned.add(obj["name"])
+        if self.present(obj):
             return True
-        t0 = time.time()
-        lk = self._flock(self.path(info) + ".lock")
+        lk = self._flock(os.path.join(self.dir, self.lock_name(obj)))
         try:
-            if self.present(info):
+            if self.present(obj):
                 return True
-            tmp = self._reserve(info["bytes"], pos, wait)
+            tmp = self._reserve(obj["bytes"], pos, wait)
             if tmp is None:
                 return False
             try:
@@ -661,28 +765,30 @@ class _Remote:
                         self.stats["retries"] += 1
                         time.sleep(0.1 * attempt * attempt)
                     try:
-                        data = self.get(info["path"])
-                    except Exception as e:  # botocore retried already; try again
+                        data = self._fetch(obj)
+                    except Exception as e:  # retried already; try again
                         last = e
                         continue
-                    if len(data) != info["bytes"]:
-                        last = ValueError(f"{len(data)} of {info['bytes']} bytes")
+                    if len(data) != obj["bytes"]:
+                        last = ValueError(f"{len(data)} of {obj['bytes']} bytes")
                         continue
                     got = xxhash.xxh64(data).hexdigest()
-                    if got != info["xxhash64"]:
-                        last = ValueError(f"xxhash64 {got}, the manifest says {info['xxhash64']} (damaged on the store, or changed since the manifest)")
+                    if got != obj["hash"]:
+                        says = "the shard's block table says" if obj["what"].startswith("block") else "the manifest says"
+                        last = ValueError(f"xxhash64 {got}, {says} {obj['hash']} (damaged on the store, or changed since the manifest)")
                         continue
                     with open(tmp, "r+b") as f:
                         f.write(data)
                     folder = self._flock(os.path.join(self.dir, "cache.lock"))
                     try:
-                        os.replace(tmp, self.path(info))
+                        os.replace(tmp, self.path(obj))
                     finally:
                         folder.close()
                     self.stats["bytes_downloaded"] += len(data)
                     self.stats["downloads"] += 1
                     return True
-                raise RuntimeError(f"shard {info['path']} of {self.url}: {last}")
+                what = "" if obj["what"] == "shard" else obj["what"] + " of "
+                raise RuntimeError(f"{what}shard {obj['key']} of {self.url}: {last}")
             finally:
                 try:
                     os.remove(tmp)
@@ -690,12 +796,46 @@ class _Remote:
                     pass
         finally:
             lk.close()
+
+    def ensure_all(self, objs, pos, wait, stop=None):
+        """ensure for several objects, 8 at a time; a prefetch (not wait)
+        retries what found no room until stop() says so. The reader (wait)
+        counts the time it waited."""
+        import time
+        if wait:
+            with self.lock:
+                self.pinned.update(o["name"] for o in objs)
+        if all(self.present(o) for o in objs):
+            return
+        t0 = time.time()
+        try:
+            self._ensure_all(objs, pos, wait, stop)
+        finally:
             if wait:
                 self.stats["waited_seconds"] += time.time() - t0
 
-    def unpin(self, info):
+    def _ensure_all(self, objs, pos, wait, stop):
+        import time
+
+        def one(o):
+            while True:
+                if self.ensure(o, pos, wait):
+                    return
+                if stop is not None and stop():
+                    return
+                time.sleep(0.01)
+        if len(objs) <= 1:
+            for o in objs:
+                one(o)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(8, len(objs))) as ex:
+            for f in [ex.submit(one, o) for o in objs]:
+                f.result()
+
+    def unpin(self, obj):
         with self.lock:
-            self.pinned.discard(self.name(info))
+            self.pinned.discard(obj["name"])
 
 
 # --- dataset roots (docs/datasets.md) ------------------------------------------
@@ -841,6 +981,8 @@ class Dataset:
         self._firsts = [s["first_row"] for s in shards]
         self._ends = [s["first_row"] + s["rows"] for s in shards]
         self._shards = [None] * len(shards)
+        self._blocked = [None] * len(shards)  # by block: each shard's header
+        self._blocks = {}  # by block: the window's mapped blocks
         self.selection = self._select(slices)
         if shuffle is True:
             shuffle = "window"
@@ -937,10 +1079,11 @@ class Dataset:
         if s is None:
             info = self.tensors_info["shards"][i]
             if self._remote is not None:
+                obj = self._remote.shard_obj(info)
                 for attempt in range(6):  # a reader sharing the cache may evict it first
-                    self._remote.ensure(info, self._pos, True)
+                    self._remote.ensure_all([obj], self._pos, True)
                     try:
-                        s = _Shard(self._remote.path(info), info["bytes"], None)
+                        s = _Shard(self._remote.path(obj), info["bytes"], None)
                         break
                     except FileNotFoundError:
                         if attempt == 5:
@@ -968,12 +1111,12 @@ class Dataset:
                 s = e
         return out
 
-    def batch(self, ranges, bufs=None):
+    def batch(self, ranges, bufs=None, by_block=False):
         """Materialize the samples in ranges: dict of tensor name -> array.
         With bufs (a dict the caller keeps), arrays joined from several
         pieces are written into its buffers, grown as needed, instead of
         fresh memory: they are then valid until the next call with bufs."""
-        pieces = self._pieces(ranges)
+        pieces = self._block_pieces(ranges) if by_block else self._pieces(ranges)
 
         def join(name, parts):
             if bufs is None:
@@ -1080,71 +1223,188 @@ class Dataset:
                 i += 1
         return sorted(out)
 
+    def _by_block(self):
+        """A remote output whose manifest gives every shard's header is read
+        by block (the Go loader's blocks.go): the headers of the shards read,
+        then only the blocks the windows draw from."""
+        shards = self.tensors_info["shards"]
+        return self._remote is not None and bool(shards) and all(
+            sh.get("header_bytes") and sh.get("header_xxhash64") for sh in shards)
+
+    def _load_headers(self, idx):
+        """Fetch, check and parse the headers of shards idx (8 at a time,
+        each released once read)."""
+        rc, shards = self._remote, self.tensors_info["shards"]
+        todo = [i for i in idx if self._blocked[i] is None]
+
+        def one(i):
+            info = shards[i]
+            obj = rc.header_obj(info)
+            try:
+                rc.ensure_all([obj], 0, True)
+                with open(rc.path(obj), "rb") as f:
+                    hb = f.read()
+            finally:
+                rc.unpin(obj)
+            self._blocked[i] = self._parse_blocked(info, hb)
+        if len(todo) <= 1:
+            for i in todo:
+                one(i)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(8) as ex:
+            for f in [ex.submit(one, i) for i in todo]:
+                f.result()
+
+    def _parse_blocked(self, info, hb):
+        where = f"{self._remote.url.split('?')[0].rstrip('/')}/{info['path']}"
+        if len(hb) != info["header_bytes"] or len(hb) < 8 or 8 + struct.unpack_from("<Q", hb)[0] != len(hb):
+            raise ValueError(f"{where}: header of {len(hb)} bytes, the manifest says {info['header_bytes']}")
+        meta, tensors, data_start = read_header(hb, info["bytes"])
+        for t in self.schema:
+            if t["name"] not in tensors or tensors[t["name"]][0] != t["dtype"]:
+                raise ValueError(f"{where}: tensor {t['name']} ({t['dtype']}) is missing or has another dtype")
+        raw = (meta or {}).get("blocks")
+        if raw is None:
+            raise ValueError(f"{where}: the header has no block table, though the manifest gives its hash")
+        table = json.loads(raw)
+        rows, ranges, hashes = table.get("rows"), table.get("ranges"), table.get("xxhash64")
+        n = len(rows) - 1 if rows else 0
+        data_len = info["bytes"] - info["header_bytes"]
+        if n < 1 or rows[0] != 0 or rows[-1] != info["rows"] or len(ranges) != n or len(hashes) != n:
+            raise ValueError(f"{where}: block table does not cover the shard's {info['rows']} samples")
+        for k in range(n):
+            if rows[k + 1] <= rows[k] or len(ranges[k]) != 2 * len(self.schema):
+                raise ValueError(f"{where}: block table: block {k} is malformed")
+            for j, t in enumerate(self.schema):
+                a, e = ranges[k][2 * j], ranges[k][2 * j + 1]
+                _, _, b0, e0 = tensors[t["name"]]
+                if e < a or (e > a and (a < b0 or e > e0)) or e > data_len:
+                    raise ValueError(f"{where}: block table: block {k}'s range of {t['name']} is outside the tensor")
+        return {"table": table, "data_start": data_start}
+
+    def _block_at(self, i, s):
+        """Block of shard i holding global sample s: (k, global first, end)."""
+        import bisect
+        rows = self._blocked[i]["table"]["rows"]
+        r = s - self._firsts[i]
+        k = bisect.bisect_right(rows, r) - 1
+        return k, self._firsts[i] + rows[k], self._firsts[i] + rows[k + 1]
+
+    def _units_of(self, pieces):
+        """The units (shard, block; block -1: the whole shard) the pieces
+        draw from, sorted."""
+        if not self._by_block():
+            return [(i, -1) for i in self._shards_of(pieces)]
+        import bisect
+        out = set()
+        for start, end in pieces:
+            s = start
+            while s < end:
+                i = bisect.bisect_right(self._ends, s)
+                if i >= len(self._ends):
+                    break
+                k, _, e = self._block_at(i, s)
+                out.add((i, k))
+                s = min(e, end)
+        return sorted(out)
+
+    def _obj(self, u):
+        info = self.tensors_info["shards"][u[0]]
+        if u[1] < 0:
+            return self._remote.shard_obj(info)
+        b = self._blocked[u[0]]
+        return self._remote.block_obj(info, b["table"], b["data_start"], u[1])
+
+    def _block_pieces(self, ranges):
+        """Like _pieces, cut at block boundaries: (block, lo, hi) with rows
+        counted from the block's first."""
+        import bisect
+        out = []
+        for start, end in ranges:
+            s = start
+            while s < end:
+                i = bisect.bisect_right(self._ends, s)
+                if i >= len(self._ends):
+                    raise IndexError(f"sample {s} is past the last shard")
+                k, first, e = self._block_at(i, s)
+                e = min(end, e)
+                blk = self._blocks.get((i, k))
+                if blk is None:
+                    obj = self._obj((i, k))
+                    self._remote.ensure_all([obj], self._pos, True)
+                    blk = self._blocks[(i, k)] = _Block(self._remote.path(obj), obj["bytes"], self.schema,
+                                                        self._blocked[i]["table"]["ranges"][k])
+                out.append((blk, s - first, e - first))
+                s = e
+        return out
+
     def _plan_remote(self, plan, wins):
-        """The windows in opening order and their shards: the cache's uses,
-        the up-front size check, and a prefetch thread."""
+        """The windows in opening order and their units (blocks, or whole
+        shards): the cache's uses, the up-front size check, and a prefetch
+        thread."""
         import threading
         import time
-        rc, shards = self._remote, self.tensors_info["shards"]
+        rc = self._remote
         order, seen = [], set()
         for _, s, w, _, _ in plan:
             if (s, w) not in seen:
                 seen.add((s, w))
-                order.append(self._shards_of(wins[s][w][0]))
-        # The window is read into memory whole, so its shards are needed
-        # only while it is read: one window's shards at a time.
-        peak = max((sum(shards[i]["bytes"] for i in sh) for sh in order), default=0)
+                order.append(wins[s][w][0])
+        if self._by_block():
+            need = sorted({i for pieces in order for i in self._shards_of(pieces)})
+            self._load_headers(need)
+        order = [[self._obj(u) for u in self._units_of(pieces)] for pieces in order]
+        # The window is read into memory whole, so its units are needed
+        # only while it is read: one window's at a time.
+        peak = max((sum(o["bytes"] for o in objs) for objs in order), default=0)
         if peak > rc.limit:
-            raise ValueError(f"cache {rc.dir}: {rc.limit} bytes (cache_bytes) cannot hold the {peak} bytes of shards one window needs; raise cache_bytes or lower window_bytes")
+            what = "blocks" if self._by_block() else "shards"
+            raise ValueError(f"cache {rc.dir}: {rc.limit} bytes (cache_bytes) cannot hold the {peak} bytes of {what} one window needs; raise cache_bytes or lower window_bytes")
         with rc.lock:
-            for k, sh in enumerate(order):
-                for i in sh:
-                    rc.uses.setdefault(rc.name(shards[i]), []).append(k)
+            for k, objs in enumerate(order):
+                for o in objs:
+                    rc.uses.setdefault(o["name"], []).append(k)
         fetch = {"order": order, "pos": 0, "stop": False}
         self._pos = 0
 
         def prefetch():
-            for k, sh in enumerate(order):
+            for k, objs in enumerate(order):
                 while k > fetch["pos"] + rc.ahead and not fetch["stop"]:
                     time.sleep(0.005)
-                for i in sh:
-                    while not fetch["stop"]:
-                        try:
-                            if rc.ensure(shards[i], k, False):
-                                break
-                        except Exception:
-                            return  # the reader asks again and reports it
-                        time.sleep(0.01)
                 if fetch["stop"]:
                     return
+                try:
+                    rc.ensure_all(objs, k, False, stop=lambda: fetch["stop"])
+                except Exception:
+                    return  # the reader asks again and reports it
         threading.Thread(target=prefetch, daemon=True).start()
         return fetch
 
     def _read_window(self, pieces, fetch, bufs=None):
-        """A window's data (copies): remote shards are released after. A
+        """A window's data (copies): remote units are released after. A
         local window is joined into bufs, the stream's buffers from its last
         window: batches are gathered copies, so nothing a caller holds
         points into them."""
         if fetch is None:
             return self.batch(pieces, bufs)
-        rc, shards = self._remote, self.tensors_info["shards"]
+        rc = self._remote
         k = fetch["pos"]
         self._pos = k
-        sh = fetch["order"][k]
+        objs = fetch["order"][k]
         with rc.lock:
-            for i in sh:
-                name = rc.name(shards[i])
-                rc.pinned.add(name)
-                u = rc.uses.get(name, [])
+            for o in objs:
+                rc.pinned.add(o["name"])
+                u = rc.uses.get(o["name"], [])
                 while u and u[0] <= k:
                     u.pop(0)
         fetch["pos"] = k + 1
-        data = self.batch(pieces)
+        rc.ensure_all(objs, k, True)
+        data = self.batch(pieces, by_block=self._by_block())
         # Not views of the maps (those go below); a window of several pieces
         # is concatenated already, so only a one-piece view is copied.
         data = {name: (np.array(a, copy=True) if a.base is not None else a) for name, a in data.items()}
-        for i in sh:
-            sd = self._shards[i]
+        for i, sd in enumerate(self._shards):
             if sd is not None:
                 sd._arrays.clear()
                 try:
@@ -1152,7 +1412,11 @@ class Dataset:
                 except BufferError:
                     pass
                 self._shards[i] = None
-            rc.unpin(shards[i])
+        for blk in self._blocks.values():
+            blk.close()
+        self._blocks.clear()
+        for o in objs:
+            rc.unpin(o)
         return data
 
     def _gather(self, data, idx):

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/johannesboyne/gofakes3"
@@ -27,7 +30,14 @@ func remoteBench(dir string, reps int, res map[string]any) {
 	}
 	backend := s3mem.New()
 	backend.CreateBucket("bench")
-	ts := httptest.NewServer(gofakes3.New(backend).Server())
+	inner := gofakes3.New(backend).Server()
+	var gets atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
+			gets.Add(1)
+		}
+		inner.ServeHTTP(w, r)
+	}))
 	defer ts.Close()
 	os.Setenv("AWS_ACCESS_KEY_ID", "test")
 	os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
@@ -85,10 +95,13 @@ func remoteBench(dir string, reps int, res map[string]any) {
 		var st loader.RemoteStats
 		var batches int
 		var refused error
+		var requests int64
 		for i := 0; i < reps && refused == nil; i++ {
 			l, _, _, _ := epoch(out, loader.Options{}, c.window)
 			cacheDir, _ := os.MkdirTemp(dir, "cache-")
+			g0 := gets.Load()
 			r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache}, c.window)
+			requests = gets.Load() - g0
 			os.RemoveAll(cacheDir)
 			refused = err
 			loc, rem, st, batches = append(loc, l), append(rem, r), s, n
@@ -99,12 +112,12 @@ func remoteBench(dir string, reps int, res map[string]any) {
 			continue
 		}
 		l, r := medianDur(loc), medianDur(rem)
-		fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.2fx the tensors; waited %.2f ms per batch\n",
+		fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.4fx the tensors in %d GETs; waited %.2f ms per batch\n",
 			c.name, float64(c.cache)/1e6, c.window>>20, l.Seconds(), r.Seconds(), l.Seconds()/r.Seconds(), float64(st.BytesDownloaded)/float64(tensorBytes),
-			float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
+			requests, float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
 		results[c.name] = map[string]any{"cache_bytes": c.cache, "window_bytes": c.window, "local_seconds": l.Seconds(), "s3_seconds": r.Seconds(),
 			"throughput_ratio": l.Seconds() / r.Seconds(), "downloaded_over_tensor_bytes": float64(st.BytesDownloaded) / float64(tensorBytes),
-			"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1))}
+			"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1)), "get_requests": requests}
 	}
 	res["remote_loader"] = results
 }

@@ -1,7 +1,8 @@
 """The NumPy loader on a remote output (boto3 against the Go test's
 loopback S3 server): batches equal the local output's, byte for byte and in
 order (window and block order, 2 ranks x 2 workers); the cache folder never
-exceeds cache_bytes (sampled all epoch); with a cache larger than the
+exceeds cache_bytes (sampled all epoch) and, read by block, one epoch
+downloads at most 1.05x the tensor bytes; with a cache larger than the
 output the second epoch downloads nothing. Prints a JSON summary.
 
     remote_check.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES"""
@@ -62,6 +63,12 @@ t.join()
 res.update(peak=peak[0], limit=cache_bytes, stats=dict(ds._remote.stats))
 if peak[0] > cache_bytes:
     sys.exit(f"the cache folder reached {peak[0]} bytes, cache_bytes is {cache_bytes}")
+# Read by block: one epoch downloads its tensor bytes once (and the headers).
+with open(os.path.join(local, "manifest.json")) as f:
+    tensor_bytes = json.load(f)["tensors"]["totals"]["bytes"]
+res["amplification"] = round(ds._remote.stats["bytes_downloaded"] / tensor_bytes, 4)
+if not ds._by_block() or res["amplification"] > 1.05:
+    sys.exit(f"by block {ds._by_block()}: downloaded {res['amplification']}x the {tensor_bytes} tensor bytes with cache_bytes a quarter of them (want <= 1.05x)")
 
 # A big cache: the second epoch downloads nothing.
 big = tempfile.mkdtemp(dir=cache_dir)

@@ -1,0 +1,378 @@
+package loader
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/manifests"
+)
+
+// A remote output whose manifest gives every shard's header size and hash
+// is read by block: the reader fetches the headers of the shards it reads
+// (each checked against the manifest), then only the canonical blocks its
+// windows draw from, each as the block's byte ranges of every tensor
+// (ranged reads), checked against the header's block table
+// (manifests.BlockTable) and kept in the cache as one file. A reader's
+// downloads then add up to its share of the tensor bytes, whatever the
+// cache size, instead of whole shards fetched again whenever a small cache
+// evicted them.
+
+// unit is what a window maps: block k of shard i, or the whole shard
+// (block -1).
+type unit struct{ shard, block int }
+
+// blocked is a shard's header, read by block.
+type blocked struct {
+	table     *manifests.BlockTable
+	dataStart int64
+}
+
+// fetchParallel is how many objects (blocks, headers) a reader downloads
+// at once, rangeParallel how many ranges of one block, and maxRequests
+// bounds the ranged reads a dataset has in flight.
+const (
+	fetchParallel = 8
+	rangeParallel = 16
+	maxRequests   = 32
+)
+
+// byBlock reports whether the dataset reads its shards by block.
+func (d *Dataset) byBlock() bool { return d.remote != nil && d.remote.byBlock }
+
+// loadHeaders fetches, checks and parses the headers of shards idx not
+// loaded yet, fetchParallel at a time (each is read and released as soon
+// as it arrives, so a small cache need hold only a few).
+func (d *Dataset) loadHeaders(ctx context.Context, idx []int) error {
+	mt := d.Manifest.Tensors
+	var todo []int
+	d.mu.Lock()
+	for _, i := range idx {
+		if d.blocked[i] == nil {
+			todo = append(todo, i)
+		}
+	}
+	d.mu.Unlock()
+	return parallel(len(todo), func(k int) error {
+		i := todo[k]
+		o := headerObj(mt.Shards[i])
+		err := d.remote.ensureAll(ctx, []cacheObj{o}, 0, true)
+		var hb []byte
+		if err == nil {
+			hb, err = os.ReadFile(d.remote.path(o))
+		}
+		d.remote.setMapped(o, false)
+		if err != nil {
+			return err
+		}
+		b, err := d.parseBlocked(mt.Shards[i], hb)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.remote.loc.URL(mt.Shards[i].Path), err)
+		}
+		d.mu.Lock()
+		d.blocked[i] = b
+		d.mu.Unlock()
+		return nil
+	})
+}
+
+// parallel runs fn(0..n-1), fetchParallel at a time, and returns the
+// first error (the rest are not started once one failed).
+func parallel(n int, fn func(k int) error) error { return parallelN(n, fetchParallel, fn) }
+
+// parallelN runs fn(0..n-1), p at a time, and returns the first error.
+func parallelN(n, p int, fn func(k int) error) error {
+	var next atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < min(p, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
+				if err := fn(k); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					next.Store(int64(n)) // start no more
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// parseBlocked checks a shard's header (its safetensors prefix, hb) and
+// block table against the manifest's schema.
+func (d *Dataset) parseBlocked(ms manifests.Shard, hb []byte) (*blocked, error) {
+	if int64(len(hb)) != ms.HeaderBytes || len(hb) < 8 || 8+binary.LittleEndian.Uint64(hb) != uint64(len(hb)) {
+		return nil, fmt.Errorf("header: %d bytes, the manifest says %d", len(hb), ms.HeaderBytes)
+	}
+	dataLen := ms.Bytes - ms.HeaderBytes
+	h, err := parseHeader(hb[8:], dataLen)
+	if err != nil {
+		return nil, err
+	}
+	schema := d.Manifest.Tensors.Schema
+	infos := make([]TensorInfo, len(schema))
+	for j, t := range schema {
+		ti, ok := h.Find(t.Name)
+		if !ok || ti.DType != t.DType {
+			return nil, fmt.Errorf("tensor %s (%s) is missing or has another dtype", t.Name, t.DType)
+		}
+		infos[j] = ti
+	}
+	raw, ok := h.Metadata[manifests.BlockTableKey]
+	if !ok {
+		return nil, fmt.Errorf("the header has no block table (%q), though the manifest gives its hash", manifests.BlockTableKey)
+	}
+	var bt manifests.BlockTable
+	if err := json.Unmarshal([]byte(raw), &bt); err != nil {
+		return nil, fmt.Errorf("block table: %w", err)
+	}
+	if err := bt.Validate(ms.Rows, dataLen, len(schema)); err != nil {
+		return nil, err
+	}
+	for k, r := range bt.Ranges {
+		for j, ti := range infos {
+			if a, e := r[2*j], r[2*j+1]; e > a && (a < ti.Begin || e > ti.End) {
+				return nil, fmt.Errorf("block table: block %d's range [%d, %d) of %s is outside the tensor [%d, %d)", k, a, e, ti.Name, ti.Begin, ti.End)
+			}
+		}
+	}
+	return &blocked{table: &bt, dataStart: h.DataStart}, nil
+}
+
+// unitsOf lists the units (sorted) holding any sample of the pieces: the
+// blocks they draw from when reading by block, else whole shards.
+func (d *Dataset) unitsOf(pieces []Piece) []unit {
+	shards := d.shardsOf(pieces)
+	if !d.byBlock() {
+		out := make([]unit, len(shards))
+		for k, i := range shards {
+			out[k] = unit{i, -1}
+		}
+		return out
+	}
+	mt := d.Manifest.Tensors
+	seen := map[unit]bool{}
+	var out []unit
+	for _, p := range pieces {
+		for s := p.Start; s < p.End; {
+			i := sort.Search(len(mt.Shards), func(i int) bool { return mt.Shards[i].FirstRow+mt.Shards[i].Rows > s })
+			if i == len(mt.Shards) {
+				break
+			}
+			k, _, end := d.blockAt(i, s)
+			if u := (unit{i, k}); !seen[u] {
+				seen[u] = true
+				out = append(out, u)
+			}
+			s = min(end, p.End)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].shard != out[b].shard {
+			return out[a].shard < out[b].shard
+		}
+		return out[a].block < out[b].block
+	})
+	return out
+}
+
+// blockAt returns the block of shard i (header loaded) holding global
+// sample s and that block's global first sample and end.
+func (d *Dataset) blockAt(i int, s int64) (int, int64, int64) {
+	ms := d.Manifest.Tensors.Shards[i]
+	d.mu.Lock()
+	bt := d.blocked[i].table
+	d.mu.Unlock()
+	r := s - ms.FirstRow
+	k := sort.Search(len(bt.Rows)-1, func(k int) bool { return bt.Rows[k+1] > r })
+	return k, ms.FirstRow + bt.Rows[k], ms.FirstRow + bt.Rows[k+1]
+}
+
+// obj is the cache object of a unit.
+func (d *Dataset) obj(u unit) cacheObj {
+	ms := d.Manifest.Tensors.Shards[u.shard]
+	if u.block < 0 {
+		return shardObj(ms)
+	}
+	d.mu.Lock()
+	b := d.blocked[u.shard]
+	d.mu.Unlock()
+	return blockObj(ms, b.table, b.dataStart, u.block)
+}
+
+// block maps block k of shard i (fetching it if another reader sharing the
+// cache evicted it) as a mapped whose views hold the block's rows alone:
+// row, item and value indices count from the block's first, and offsets
+// are rebased to start at 0.
+func (d *Dataset) block(i, k int) (*mapped, error) {
+	u := unit{i, k}
+	d.mu.Lock()
+	if s := d.blockMaps[u]; s != nil {
+		d.mu.Unlock()
+		return s, nil
+	}
+	d.mu.Unlock()
+	o := d.obj(u)
+	rc := d.remote
+	var f *os.File
+	var err error
+	for attempt := 0; ; attempt++ {
+		if err := rc.ensureAll(context.Background(), []cacheObj{o}, rc.current(), true); err != nil {
+			return nil, err
+		}
+		if f, err = os.Open(rc.path(o)); err == nil || !os.IsNotExist(err) || attempt == 5 {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() != o.bytes {
+		return nil, fmt.Errorf("%s: %d bytes, the block table says %d", rc.path(o), st.Size(), o.bytes)
+	}
+	var data []byte
+	if o.bytes > 0 {
+		if data, err = syscall.Mmap(int(f.Fd()), 0, int(o.bytes), syscall.PROT_READ, syscall.MAP_SHARED); err != nil {
+			return nil, fmt.Errorf("map %s: %w", rc.path(o), err)
+		}
+	}
+	if d.opts.VerifyChecksums {
+		if got := fmt.Sprintf("%016x", xxhash.Sum64(data)); got != o.hash {
+			if data != nil {
+				syscall.Munmap(data)
+			}
+			return nil, fmt.Errorf("%s: xxhash64 %s, the block table says %s", rc.path(o), got, o.hash)
+		}
+	}
+	s := d.blockViews(i, k, data)
+	d.mu.Lock()
+	d.blockMaps[u] = s
+	d.mu.Unlock()
+	return s, nil
+}
+
+// blockViews cuts a block file (its ranges in data order) into the
+// schema's tensors.
+func (d *Dataset) blockViews(i, k int, data []byte) *mapped {
+	schema := d.Manifest.Tensors.Schema
+	d.mu.Lock()
+	r := d.blocked[i].table.Ranges[k]
+	d.mu.Unlock()
+	order := make([]int, len(schema))
+	for j := range order {
+		order[j] = j
+	}
+	sort.SliceStable(order, func(a, b int) bool { return r[2*order[a]] < r[2*order[b]] })
+	local := make([][]byte, len(schema))
+	var pos int64
+	for _, j := range order {
+		n := r[2*j+1] - r[2*j]
+		local[j] = data[pos : pos+n : pos+n]
+		pos += n
+	}
+	rebased := func(b []byte) []int64 {
+		out := make([]int64, len(b)/8)
+		if len(out) == 0 {
+			return out
+		}
+		base := int64(binary.LittleEndian.Uint64(b))
+		for x := range out {
+			out[x] = int64(binary.LittleEndian.Uint64(b[8*x:])) - base
+		}
+		return out
+	}
+	offs := map[string][]int64{}
+	level := map[string]string{}
+	for j, t := range schema {
+		level[t.Name] = t.Level
+		if t.Kind == "offsets" {
+			offs[t.Name] = rebased(local[j])
+		}
+	}
+	s := &mapped{data: data, items: offs["query.item_offsets"]}
+	for j, t := range schema {
+		v := tensorView{data: local[j], per: rowSizeOf(t), item: t.Level == "item", kind: t.Kind}
+		switch t.Kind {
+		case "offsets":
+			v.offs, v.offsItem = offs[t.Name], t.Level == "item"
+		case "values":
+			v.per = dtypeSize[t.DType]
+			v.offs, v.offsItem = offs[t.Offsets], level[t.Offsets] == "item"
+		}
+		s.views = append(s.views, v)
+	}
+	return s
+}
+
+// unmapUnit drops a unit's mapping (a remote reader done with it).
+func (d *Dataset) unmapUnit(u unit) {
+	if u.block < 0 {
+		d.unmap(u.shard)
+		return
+	}
+	d.mu.Lock()
+	s := d.blockMaps[u]
+	delete(d.blockMaps, u)
+	d.mu.Unlock()
+	if s != nil {
+		if s.data != nil {
+			syscall.Munmap(s.data)
+		}
+		d.remote.setMapped(d.obj(u), false)
+	}
+}
+
+// ensureAll makes objs present, fetchParallel downloads at a time, and
+// returns the first error. The reader (wait) counts the time it waited;
+// the prefetcher (!wait) retries what found no room until ctx ends.
+func (rc *remote) ensureAll(ctx context.Context, objs []cacheObj, pos int, wait bool) error {
+	t0 := time.Now()
+	missing := false
+	for _, o := range objs {
+		if wait {
+			rc.setMapped(o, true) // mapped next: no eviction may take it
+		}
+		missing = missing || !rc.present(o)
+	}
+	if !missing {
+		return nil
+	}
+	if wait {
+		defer func() { rc.waited.Add(int64(time.Since(t0))) }()
+	}
+	return parallel(len(objs), func(k int) error {
+		for {
+			err := rc.ensure(ctx, objs[k], pos, wait)
+			if err != errNoRoom || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond) // until the reader closes a window
+		}
+	})
+}
