@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,8 @@ type remote struct {
 	uses   map[string][]int
 	mapped map[string]bool
 	closed bool
+	// lastScan is when reserve last listed the folder (under its lock).
+	lastScan atomic.Int64 // unix nanoseconds
 	// requests bounds the ranged reads in flight (maxRequests).
 	requests chan struct{}
 	// byBlock: every shard's header is in the manifest, so the reader
@@ -232,7 +235,7 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp) // after the rename, a no-op
+	defer rc.release(tmp, sh.bytes) // after the rename, a no-op
 	var last error
 	for attempt := 0; attempt < 4; attempt++ {
 		if attempt > 0 {
@@ -348,36 +351,61 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 	return nil
 }
 
+// The cache folder's usage is kept in its lock file, cache.lock, as a
+// decimal byte count (the ledger): a reservation that fits the ledger
+// takes the fast path, without listing the folder, which holds a file per
+// block and would cost a directory scan per download. Only a reservation
+// that does not fit lists the folder, takes its true usage (files removed
+// by hand, a killed reader's leftovers), evicts, and rewrites the ledger.
+// Every change of the folder's usage (a reservation, a failed download's
+// temporary file, an eviction) happens under the lock and updates the
+// ledger; a rename keeps the size. Go and Python readers keep the same
+// ledger. A reader lists the folder at its first reservation and every
+// rescanEvery after, so files put there by other means (by hand, by an
+// older reader) are counted soon. ledgerSlack counts the ledger's own
+// bytes.
+const (
+	ledgerSlack = 32
+	rescanEvery = 30 * time.Second
+)
+
 // reserve makes room for n more bytes under the cache folder's lock and
-// returns a temporary file of that size holding it: it evicts first the
-// files this reader will not read again this epoch (shards of other
-// outputs, leftovers of killed downloads), oldest first; when the folder is
-// full of shards still to be read it waits for the reader to finish a
-// window (or another reader to free space). A budget too small for what
-// must be open at once is refused before the epoch (Reader).
+// returns a temporary file of that size holding it. When the ledger says
+// the folder is full it evicts first the files this reader will not read
+// again this epoch (blocks and shards of other outputs, leftovers of
+// killed downloads), oldest first; when the folder is full of files still
+// to be read it waits for the reader to finish a window (or another reader
+// to free space). A budget too small for what must be open at once is
+// refused before the epoch (Reader).
 func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (string, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		unlock, err := lockFile(filepath.Join(rc.dir, "cache.lock"))
+		lf, unlock, err := lockLedger(filepath.Join(rc.dir, "cache.lock"))
 		if err != nil {
 			return "", err
 		}
-		used, files := rc.usage()
-		rc.mu.Lock()
-		sort.SliceStable(files, func(i, j int) bool { return rc.nextUse(files[i].name) > rc.nextUse(files[j].name) })
-		for _, f := range files {
-			if used+n <= rc.limit {
-				break
+		used, known := readLedger(lf)
+		ok := known && used+n+ledgerSlack <= rc.limit && time.Since(time.Unix(0, rc.lastScan.Load())) < rescanEvery
+		if !ok {
+			var files []cacheFile
+			used, files = rc.usage()
+			rc.lastScan.Store(time.Now().UnixNano())
+			rc.mu.Lock()
+			sort.SliceStable(files, func(i, j int) bool { return rc.nextUse(files[i].name) > rc.nextUse(files[j].name) })
+			for _, f := range files {
+				if used+n+ledgerSlack <= rc.limit {
+					break
+				}
+				if rc.spared(f, pos) {
+					continue
+				}
+				if os.Remove(filepath.Join(rc.dir, f.name)) == nil {
+					used -= f.size
+				}
 			}
-			if rc.spared(f, pos) {
-				continue
-			}
-			if os.Remove(filepath.Join(rc.dir, f.name)) == nil {
-				used -= f.size
-			}
+			ok = used+n+ledgerSlack <= rc.limit
+			rc.mu.Unlock()
 		}
-		ok := used+n <= rc.limit
-		rc.mu.Unlock()
 		if ok {
 			var suffix [6]byte
 			rand.Read(suffix[:])
@@ -387,6 +415,11 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 				err = f.Truncate(n) // counted by the folder's usage from now on
 				f.Close()
 			}
+			if err == nil {
+				err = writeLedger(lf, used+n)
+			} else {
+				writeLedger(lf, used)
+			}
 			unlock()
 			if err != nil {
 				os.Remove(tmp)
@@ -394,6 +427,7 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 			}
 			return tmp, nil
 		}
+		writeLedger(lf, used)
 		unlock()
 		if !wait {
 			return "", errNoRoom
@@ -402,10 +436,60 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 			return "", err
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("cache %s: %d bytes (CacheBytes) stayed full of shards still needed for 2 minutes (other readers share it?); raise CacheBytes", rc.dir, rc.limit)
+			return "", fmt.Errorf("cache %s: %d bytes (CacheBytes) stayed full of files still needed for 2 minutes (other readers share it?); raise CacheBytes", rc.dir, rc.limit)
 		}
 		time.Sleep(20 * time.Millisecond) // another reader frees space
 	}
+}
+
+// release removes a reservation's temporary file that did not become a
+// cache file (a failed download), and takes it off the ledger.
+func (rc *remote) release(tmp string, n int64) {
+	lf, unlock, err := lockLedger(filepath.Join(rc.dir, "cache.lock"))
+	if err != nil {
+		os.Remove(tmp)
+		return
+	}
+	defer unlock()
+	if os.Remove(tmp) == nil {
+		if used, ok := readLedger(lf); ok {
+			writeLedger(lf, max(used-n, 0))
+		}
+	}
+}
+
+// lockLedger locks the cache folder's lock file and returns it open for
+// reading and writing the ledger.
+func lockLedger(path string) (*os.File, func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// readLedger reads the usage the ledger records (false: none yet).
+func readLedger(f *os.File) (int64, bool) {
+	var b [24]byte
+	n, _ := f.ReadAt(b[:], 0)
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b[:n])), 10, 64)
+	return v, err == nil && v >= 0
+}
+
+// writeLedger records the folder's usage.
+func writeLedger(f *os.File, used int64) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(strconv.FormatInt(used, 10)), 0)
+	return err
 }
 
 type cacheFile struct {

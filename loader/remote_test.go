@@ -200,6 +200,13 @@ func TestRemoteCacheStaysInItsBudget(t *testing.T) {
 			}
 		}
 	}()
+	// The folder starts with another output's files, half the budget, and
+	// a ledger (cache.lock) that does not count them: the reader lists
+	// the folder at its first reservation and evicts them as it needs.
+	for i := 0; i < 8; i++ {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("%016x-%d.safetensors", i, limit/16)), make([]byte, limit/16), 0o644)
+	}
+	os.WriteFile(filepath.Join(dir, "cache.lock"), []byte("0"), 0o644)
 	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 48 << 10, Index: true}
 	got, st := epochOf(t, s3.url, loader.Options{CacheDir: dir, CacheBytes: limit}, ro)
 	close(stop)

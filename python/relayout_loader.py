@@ -525,6 +525,8 @@ class _Block:
 DEFAULT_CACHE_BYTES = 8 << 30
 _NEVER = 1 << 62
 _STALE_TMP = 600.0
+_LEDGER_SLACK = 32  # the ledger's own bytes, in cache.lock
+_RESCAN_EVERY = 30.0  # a reader lists the folder at its first reservation and this often after
 
 
 def is_remote(path):
@@ -585,6 +587,7 @@ class _Remote:
         self.lock = threading.Lock()
         self.uses, self.pinned = {}, set()
         self._pool = None
+        self._last_scan = 0.0
         self.stats = RemoteStats(bytes_downloaded=0, downloads=0, retries=0, waited_seconds=0.0)
 
     def get(self, rel):
@@ -700,46 +703,97 @@ class _Remote:
         u = self.uses.get(name)
         return u[0] if u else _NEVER
 
+    def _lock_ledger(self):
+        """Lock the folder's cache.lock and return it open for its ledger:
+        the folder's usage as a decimal byte count, kept as the Go loader
+        keeps it (a reservation that fits it needs no listing of the
+        folder)."""
+        import fcntl
+        f = os.fdopen(os.open(os.path.join(self.dir, "cache.lock"), os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return f
+
+    @staticmethod
+    def _read_ledger(f):
+        f.seek(0)
+        try:
+            v = int(f.read(24).decode().strip())
+            return v if v >= 0 else None
+        except ValueError:
+            return None
+
+    @staticmethod
+    def _write_ledger(f, used):
+        f.seek(0)
+        f.truncate(0)
+        f.write(str(used).encode())
+        f.flush()
+
     def _reserve(self, n, pos, wait):
         import secrets
         import time
         deadline = time.time() + 120
         while True:
-            lk = self._flock(os.path.join(self.dir, "cache.lock"))
+            lk = self._lock_ledger()
             try:
-                files = []
-                for e in os.scandir(self.dir):
-                    if e.is_file() and not e.name.endswith(".lock"):
-                        st = e.stat()
-                        files.append((e.name, st.st_size, st.st_mtime))
-                used = sum(f[1] for f in files)
-                with self.lock:
-                    files.sort(key=lambda f: (-self._next_use(f[0]), f[2]))
-                    for fname, size, mtime in files:
-                        if used + n <= self.limit:
-                            break
-                        if fname.startswith(".tmp-"):
-                            if time.time() - mtime < _STALE_TMP:
+                used = self._read_ledger(lk)
+                ok = (used is not None and used + n + _LEDGER_SLACK <= self.limit
+                      and time.time() - self._last_scan < _RESCAN_EVERY)
+                if not ok:  # list the folder: its true usage, and evict
+                    self._last_scan = time.time()
+                    files = []
+                    for e in os.scandir(self.dir):
+                        if e.is_file() and not e.name.endswith(".lock"):
+                            try:
+                                st = e.stat()
+                            except FileNotFoundError:
                                 continue
-                        elif fname in self.pinned or self._next_use(fname) <= pos:
-                            continue
-                        try:
-                            os.remove(os.path.join(self.dir, fname))
-                            used -= size
-                        except FileNotFoundError:
-                            pass
-                if used + n <= self.limit:
+                            files.append((e.name, st.st_size, st.st_mtime))
+                    used = sum(f[1] for f in files)
+                    with self.lock:
+                        files.sort(key=lambda f: (-self._next_use(f[0]), f[2]))
+                        for fname, size, mtime in files:
+                            if used + n + _LEDGER_SLACK <= self.limit:
+                                break
+                            if fname.startswith(".tmp-"):
+                                if time.time() - mtime < _STALE_TMP:
+                                    continue
+                            elif fname in self.pinned or self._next_use(fname) <= pos:
+                                continue
+                            try:
+                                os.remove(os.path.join(self.dir, fname))
+                                used -= size
+                            except FileNotFoundError:
+                                pass
+                    ok = used + n + _LEDGER_SLACK <= self.limit
+                if ok:
                     tmp = os.path.join(self.dir, f".tmp-{os.getpid()}-{secrets.token_hex(6)}")
                     with open(tmp, "wb") as f:
                         f.truncate(n)  # counted by the folder's usage from now on
+                    self._write_ledger(lk, used + n)
                     return tmp
+                self._write_ledger(lk, used)
             finally:
                 lk.close()
             if not wait:
                 return None
             if time.time() > deadline:
-                raise RuntimeError(f"cache {self.dir}: {self.limit} bytes (cache_bytes) stayed full of shards still needed for 2 minutes; raise cache_bytes")
+                raise RuntimeError(f"cache {self.dir}: {self.limit} bytes (cache_bytes) stayed full of files still needed for 2 minutes; raise cache_bytes")
             time.sleep(0.02)
+
+    def _release(self, tmp, n):
+        """Remove a reservation that did not become a cache file (a failed
+        download) and take it off the ledger."""
+        lk = self._lock_ledger()
+        try:
+            os.remove(tmp)
+            used = self._read_ledger(lk)
+            if used is not None:
+                self._write_ledger(lk, max(used - n, 0))
+        except FileNotFoundError:
+            pass  # renamed: a cache file now, of the same size
+        finally:
+            lk.close()
 
     def ensure(self, obj, pos, wait):
         """Make a cache object present for the window at pos; False when a
@@ -790,10 +844,7 @@ class _Remote:
                 what = "" if obj["what"] == "shard" else obj["what"] + " of "
                 raise RuntimeError(f"{what}shard {obj['key']} of {self.url}: {last}")
             finally:
-                try:
-                    os.remove(tmp)
-                except FileNotFoundError:
-                    pass
+                self._release(tmp, obj["bytes"])
         finally:
             lk.close()
 
