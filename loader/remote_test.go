@@ -356,6 +356,55 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 		}
 	}
 
+	// Two processes on one cache folder, at once: this one (a Go reader,
+	// rank 0) and a Python reader (rank 1), within one budget.
+	if err := exec.Command("/usr/bin/python3", "-c", "import boto3, xxhash, numpy").Run(); err != nil {
+		testutil.Missing(t, "python3-boto3, python3-xxhash or python3-numpy not installed (make deps)")
+	} else {
+		shared := t.TempDir()
+		budget := s3.tensorBytes / 2
+		py := exec.Command("/usr/bin/python3", filepath.Join(testutil.Root(), "python", "tests", "remote_shared.py"),
+			local, s3.url, shared, fmt.Sprint(budget), "1", "2")
+		py.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(testutil.Root(), "python"), "PYTHONDONTWRITEBYTECODE=1")
+		var pyOut, pyErr strings.Builder
+		py.Stdout, py.Stderr = &pyOut, &pyErr
+		if err := py.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var peak atomic.Int64
+		stop := make(chan struct{})
+		var sw sync.WaitGroup
+		sw.Add(1)
+		go func() {
+			defer sw.Done()
+			for {
+				peak.Store(max(peak.Load(), dirBytes(shared)))
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		o := ro
+		o.Rank, o.World = 0, 2
+		goGot, _ := epochOf(t, s3.url, loader.Options{CacheDir: shared, CacheBytes: budget}, o)
+		pyErrRun := py.Wait()
+		close(stop)
+		sw.Wait()
+		if pyErrRun != nil {
+			t.Fatalf("the Python reader sharing the folder: %v\n%s", pyErrRun, pyErr.String())
+		}
+		goWant, _ := epochOf(t, local, loader.Options{}, o)
+		if strings.Join(goGot, "\n") != strings.Join(goWant, "\n") {
+			t.Fatal("the Go reader sharing the folder with a Python process read other batches")
+		}
+		if peak.Load() > budget {
+			t.Fatalf("the shared folder reached %d bytes, the budget is %d", peak.Load(), budget)
+		}
+		t.Logf("Go and Python processes sharing one folder: peak %d of %d bytes; python %s", peak.Load(), budget, strings.TrimSpace(pyOut.String()))
+	}
+
 	// Damage a shard on the server: in its data (a block's hash catches
 	// it), then in its header (the manifest's header hash catches it).
 	for _, c := range []struct {
