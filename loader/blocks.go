@@ -9,7 +9,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -39,11 +38,13 @@ type blocked struct {
 
 // fetchParallel is how many objects (blocks, headers) a reader downloads
 // at once, rangeParallel how many ranges of one block, and maxRequests
-// bounds the ranged reads a dataset has in flight.
+// bounds the ranged reads a dataset has in flight (the S3 client keeps 10
+// idle connections per host: more requests at once would open and close
+// connections all along).
 const (
 	fetchParallel = 8
 	rangeParallel = 16
-	maxRequests   = 32
+	maxRequests   = 10
 )
 
 // byBlock reports whether the dataset reads its shards by block.
@@ -221,8 +222,8 @@ func (d *Dataset) obj(u unit) cacheObj {
 	return blockObj(ms, b.table, b.dataStart, u.block)
 }
 
-// block maps block k of shard i (fetching it if another reader sharing the
-// cache evicted it) as a mapped whose views hold the block's rows alone:
+// block reads block k of shard i (fetching it if another reader sharing
+// the cache evicted it) as a mapped whose views hold the block's rows alone:
 // row, item and value indices count from the block's first, and offsets
 // are rebased to start at 0.
 func (d *Dataset) block(i, k int) (*mapped, error) {
@@ -235,38 +236,27 @@ func (d *Dataset) block(i, k int) (*mapped, error) {
 	d.mu.Unlock()
 	o := d.obj(u)
 	rc := d.remote
-	var f *os.File
+	// Read into memory, not mapped: a block is small, and a map costs a
+	// mmap, page faults and a munmap per block. The window fetched it
+	// already; a reader sharing the cache may have evicted it since.
+	var data []byte
 	var err error
 	for attempt := 0; ; attempt++ {
+		if data, err = os.ReadFile(rc.path(o)); err == nil || !os.IsNotExist(err) || attempt == 5 {
+			break
+		}
 		if err := rc.ensureAll(context.Background(), []cacheObj{o}, rc.current(), true); err != nil {
 			return nil, err
 		}
-		if f, err = os.Open(rc.path(o)); err == nil || !os.IsNotExist(err) || attempt == 5 {
-			break
-		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() != o.bytes {
-		return nil, fmt.Errorf("%s: %d bytes, the block table says %d", rc.path(o), st.Size(), o.bytes)
-	}
-	var data []byte
-	if o.bytes > 0 {
-		if data, err = syscall.Mmap(int(f.Fd()), 0, int(o.bytes), syscall.PROT_READ, syscall.MAP_SHARED); err != nil {
-			return nil, fmt.Errorf("map %s: %w", rc.path(o), err)
-		}
+	if int64(len(data)) != o.bytes {
+		return nil, fmt.Errorf("%s: %d bytes, the block table says %d", rc.path(o), len(data), o.bytes)
 	}
 	if d.opts.VerifyChecksums {
 		if got := fmt.Sprintf("%016x", xxhash.Sum64(data)); got != o.hash {
-			if data != nil {
-				syscall.Munmap(data)
-			}
 			return nil, fmt.Errorf("%s: xxhash64 %s, the block table says %s", rc.path(o), got, o.hash)
 		}
 	}
@@ -341,9 +331,6 @@ func (d *Dataset) unmapUnit(u unit) {
 	delete(d.blockMaps, u)
 	d.mu.Unlock()
 	if s != nil {
-		if s.data != nil {
-			syscall.Munmap(s.data)
-		}
 		d.remote.setMapped(d.obj(u), false)
 	}
 }

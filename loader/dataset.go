@@ -89,7 +89,8 @@ type Dataset struct {
 	// remote is a remote output's shard cache (nil: local files).
 	remote *remote
 	// blocked holds, per shard, the header of a remote output read by
-	// block (nil until fetched); blockMaps its mapped blocks.
+	// block (nil until fetched); blockMaps the blocks read for the open
+	// windows (in memory).
 	blocked   []*blocked
 	blockMaps map[unit]*mapped
 }
@@ -241,12 +242,7 @@ func (d *Dataset) Close() error {
 			d.shards[i] = nil
 		}
 	}
-	for u, s := range d.blockMaps {
-		if s.data != nil {
-			syscall.Munmap(s.data)
-		}
-		delete(d.blockMaps, u)
-	}
+	clear(d.blockMaps) // in memory, not mapped
 	d.pool.Clear()
 	if rc := d.remote; rc != nil {
 		rc.mu.Lock()

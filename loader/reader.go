@@ -285,7 +285,9 @@ func (d *Dataset) openWindow(buf *windowBuf, w Window, batch int64, index bool) 
 	}
 	buf.index, buf.perm, buf.segs = w.Index, w.Perm, segs
 	for _, sg := range segs {
-		willNeed(sg.sh, sg.lo, sg.hi)
+		if sg.sh.header != nil { // a mapped shard, not a block read into memory
+			willNeed(sg.sh, sg.lo, sg.hi)
+		}
 	}
 	d.scatter(buf, batch, index)
 	buf.segs = nil // the window's samples are copied: no shard is needed

@@ -562,7 +562,7 @@ class _Remote:
             endpoint = q.get("endpoint")
             if endpoint and "://" not in endpoint:
                 endpoint = ("http://" if q.get("disable_https") == "true" else "https://") + endpoint
-            kw = dict(retries={"max_attempts": 8, "mode": "standard"},
+            kw = dict(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16,
                       s3={"addressing_style": "path" if q.get("use_path_style") == "true" else "auto"})
             try:  # newer botocore checksums every request unless told; older ones know neither option
                 cfg = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required", **kw)
