@@ -26,16 +26,18 @@ import (
 )
 
 // A remote output (s3://, gs://, azblob://, mem://, with the CLI's query
-// parameters) is read through a local cache of whole shards: a shard is
-// downloaded under a temporary name, checked against the manifest's size
-// and xxhash64, then renamed to <xxhash64>-<bytes>.safetensors, the only
-// name a reader trusts (a killed download leaves a .tmp file no reader
-// uses, removed by the next one that needs the space). Several readers
-// (workers, ranks, processes) may share one cache folder: a shard's
-// download holds a lock file, and space is reserved under the folder's
-// lock. A reader knows its whole epoch (the order is a pure function of the
-// manifest and the seed), so it prefetches the shards its next windows
-// need, in order, and evicts first what it will not read again this epoch.
+// parameters) is read through a local cache: by block when the manifest
+// gives every shard's header (blocks.go), else by whole shard. Every file
+// is downloaded under a temporary name, checked against its hash (the
+// manifest's, or the shard's block table's), then renamed to a name that
+// carries that hash, the only name a reader trusts (a killed download
+// leaves a .tmp file no reader uses, removed by the next one that needs the
+// space). Several readers (workers, ranks, processes) may share one cache
+// folder: a download holds a lock file, and space is reserved under the
+// folder's lock (and its ledger). A reader knows its whole epoch (the order
+// is a pure function of the manifest and the seed), so it prefetches what
+// its next windows need, in order, and evicts first what it will not read
+// again this epoch.
 
 // DefaultCacheBytes bounds a remote dataset's cache when Options do not.
 const DefaultCacheBytes = 8 << 30

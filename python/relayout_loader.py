@@ -539,12 +539,14 @@ class RemoteStats(dict):
 
 
 class _Remote:
-    """A remote output's shards, downloaded into cache_dir: each under a
-    temporary name, checked against the manifest's size and xxhash64, then
-    renamed to <xxhash64>-<bytes>.safetensors (the only name trusted); never
-    more than cache_bytes in the folder (space reserved under its lock;
-    eviction by next use in the reader's known order). The folder format and
-    locks are the Go loader's, so Go and Python readers can share one."""
+    """A remote output's blocks (or whole shards, for outputs without header
+    entries in their manifest), downloaded into cache_dir: each under a
+    temporary name, checked against its hash (the shard's block table's, or
+    the manifest's), then renamed to a name carrying it (the only names
+    trusted); never more than cache_bytes in the folder (space reserved
+    under its lock and ledger; eviction by next use in the reader's known
+    order). The folder format, ledger and locks are the Go loader's, so Go
+    and Python readers can share one."""
 
     def __init__(self, url, cache_dir, cache_bytes, prefetch_windows):
         import threading
