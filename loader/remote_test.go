@@ -123,6 +123,37 @@ func epochOf(t *testing.T, path string, opts loader.Options, o loader.ReadOption
 	return out, d.RemoteStats()
 }
 
+// peakSampler records the most a folder held, sampled every millisecond.
+type peakSampler struct {
+	peak atomic.Int64
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// samplePeak samples dir until Stop.
+func samplePeak(dir string) *peakSampler {
+	p := &peakSampler{stop: make(chan struct{})}
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		for {
+			p.peak.Store(max(p.peak.Load(), dirBytes(dir)))
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+// Stop ends the sampling.
+func (p *peakSampler) Stop() { close(p.stop); p.done.Wait() }
+
+// Load is the most the folder held so far.
+func (p *peakSampler) Load() int64 { return p.peak.Load() }
+
 // dirBytes is a cache folder's bytes on disk (apparent sizes).
 func dirBytes(dir string) int64 {
 	ents, _ := os.ReadDir(dir)
@@ -185,21 +216,7 @@ func TestRemoteCacheStaysInItsBudget(t *testing.T) {
 	s3 := uploadS3(t, local, "budget")
 	dir := t.TempDir()
 	limit := s3.tensorBytes / 4
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			peak.Store(max(peak.Load(), dirBytes(dir)))
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
+	peak := samplePeak(dir)
 	// The folder starts with another output's files, half the budget, and
 	// a ledger (cache.lock) that does not count them: the reader lists
 	// the folder at its first reservation and evicts them as it needs.
@@ -209,8 +226,7 @@ func TestRemoteCacheStaysInItsBudget(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "cache.lock"), []byte("0"), 0o644)
 	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 48 << 10, Index: true}
 	got, st := epochOf(t, s3.url, loader.Options{CacheDir: dir, CacheBytes: limit}, ro)
-	close(stop)
-	wg.Wait()
+	peak.Stop()
 	if len(got) == 0 {
 		t.Fatal("no batches")
 	}
@@ -371,27 +387,12 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 		if err := py.Start(); err != nil {
 			t.Fatal(err)
 		}
-		var peak atomic.Int64
-		stop := make(chan struct{})
-		var sw sync.WaitGroup
-		sw.Add(1)
-		go func() {
-			defer sw.Done()
-			for {
-				peak.Store(max(peak.Load(), dirBytes(shared)))
-				select {
-				case <-stop:
-					return
-				case <-time.After(time.Millisecond):
-				}
-			}
-		}()
+		peak := samplePeak(shared)
 		o := ro
 		o.Rank, o.World = 0, 2
 		goGot, _ := epochOf(t, s3.url, loader.Options{CacheDir: shared, CacheBytes: budget}, o)
 		pyErrRun := py.Wait()
-		close(stop)
-		sw.Wait()
+		peak.Stop()
 		if pyErrRun != nil {
 			t.Fatalf("the Python reader sharing the folder: %v\n%s", pyErrRun, pyErr.String())
 		}

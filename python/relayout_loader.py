@@ -1150,7 +1150,10 @@ class Dataset:
             self._shards[i] = s
         return s
 
-    def _pieces(self, ranges):
+    def _pieces(self, ranges, by_block=False):
+        """The ranges cut at shard boundaries: (shard, lo, hi) with rows
+        counted from the shard's first; by_block, cut at block boundaries
+        too: (block, lo, hi) with rows counted from the block's first."""
         import bisect
         out = []
         for start, end in ranges:
@@ -1159,8 +1162,13 @@ class Dataset:
                 i = bisect.bisect_right(self._ends, s)
                 if i >= len(self._ends):
                     raise IndexError(f"sample {s} is past the last shard")
-                e = min(end, self._ends[i])
-                out.append((self._shard(i), s - self._firsts[i], e - self._firsts[i]))
+                if by_block:
+                    k, first, e = self._block_at(i, s)
+                    e = min(end, e)
+                    out.append((self._block(i, k), s - first, e - first))
+                else:
+                    e = min(end, self._ends[i])
+                    out.append((self._shard(i), s - self._firsts[i], e - self._firsts[i]))
                 s = e
         return out
 
@@ -1169,7 +1177,7 @@ class Dataset:
         With bufs (a dict the caller keeps), arrays joined from several
         pieces are written into its buffers, grown as needed, instead of
         fresh memory: they are then valid until the next call with bufs."""
-        pieces = self._block_pieces(ranges) if by_block else self._pieces(ranges)
+        pieces = self._pieces(ranges, by_block)
 
         def join(name, parts):
             if bufs is None:
@@ -1369,28 +1377,16 @@ class Dataset:
         b = self._blocked[u[0]]
         return self._remote.block_obj(info, b["table"], b["data_start"], u[1])
 
-    def _block_pieces(self, ranges):
-        """Like _pieces, cut at block boundaries: (block, lo, hi) with rows
-        counted from the block's first."""
-        import bisect
-        out = []
-        for start, end in ranges:
-            s = start
-            while s < end:
-                i = bisect.bisect_right(self._ends, s)
-                if i >= len(self._ends):
-                    raise IndexError(f"sample {s} is past the last shard")
-                k, first, e = self._block_at(i, s)
-                e = min(end, e)
-                blk = self._blocks.get((i, k))
-                if blk is None:
-                    obj = self._obj((i, k))
-                    self._remote.ensure_all([obj], self._pos, True)
-                    blk = self._blocks[(i, k)] = _Block(self._remote.path(obj), obj["bytes"], self.schema,
-                                                        self._blocked[i]["table"]["ranges"][k])
-                out.append((blk, s - first, e - first))
-                s = e
-        return out
+    def _block(self, i, k):
+        """Block k of shard i, read from the cache (fetched again if a
+        reader sharing the folder evicted it)."""
+        blk = self._blocks.get((i, k))
+        if blk is None:
+            obj = self._obj((i, k))
+            self._remote.ensure_all([obj], self._pos, True)
+            blk = self._blocks[(i, k)] = _Block(self._remote.path(obj), obj["bytes"], self.schema,
+                                                self._blocked[i]["table"]["ranges"][k])
+        return blk
 
     def _plan_remote(self, plan, wins):
         """The windows in opening order and their units (blocks, or whole
