@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,7 +17,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/manifests"
+	"github.com/relayout/relayout/storage"
 )
 
 // A remote output whose manifest gives every shard's header size and hash
@@ -353,13 +359,201 @@ func (rc *remote) ensureAll(ctx context.Context, objs []cacheObj, pos int, wait 
 	if wait {
 		defer func() { rc.waited.Add(int64(time.Since(t0))) }()
 	}
-	return parallel(len(objs), func(k int) error {
+	runs := rc.runs(objs)
+	// again retries what found no room until the reader closes a window.
+	again := func(fetch func() error) error {
 		for {
-			err := rc.ensure(ctx, objs[k], pos, wait)
+			err := fetch()
 			if err != errNoRoom || ctx.Err() != nil {
 				return err
 			}
-			time.Sleep(10 * time.Millisecond) // until the reader closes a window
+			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	return parallel(len(runs), func(k int) error {
+		run := runs[k]
+		if len(run) > 1 {
+			err := again(func() error { return rc.ensureRun(ctx, run, pos, wait) })
+			if err != errRunSplit {
+				return err
+			}
+		}
+		for _, o := range run {
+			if err := again(func() error { return rc.ensure(ctx, o, pos, wait) }); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
+}
+
+// Consecutive blocks of one shard that are all missing are fetched
+// together: one ranged read per tensor spanning them (consecutive blocks'
+// ranges of a tensor are adjacent, or share one offsets entry), split into
+// the blocks' files, each checked against its own hash. A window, and the
+// windows prefetched together, often draw neighbouring blocks; every
+// request saved is a round trip on a real store.
+const (
+	maxRun      = 32
+	maxRunBytes = 16 << 20
+)
+
+// runs groups objs into runs of consecutive missing blocks of one shard
+// (at most maxRun blocks, maxRunBytes bytes); everything else is a run of
+// one.
+func (rc *remote) runs(objs []cacheObj) [][]cacheObj {
+	sorted := slices.Clone(objs)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		if sorted[i].key != sorted[j].key {
+			return sorted[i].key < sorted[j].key
+		}
+		return sorted[i].block < sorted[j].block
+	})
+	var out [][]cacheObj
+	var bytes int64
+	for _, o := range sorted {
+		if n := len(out); n > 0 && o.tensors != nil && !rc.present(o) {
+			run := out[n-1]
+			last := run[len(run)-1]
+			if last.tensors != nil && last.key == o.key && last.block+1 == o.block && len(run) < maxRun &&
+				bytes+o.bytes <= maxRunBytes && adjacent(last, o) && (len(run) > 1 || !rc.present(last)) {
+				out[n-1] = append(run, o)
+				bytes += o.bytes
+				continue
+			}
+		}
+		out = append(out, []cacheObj{o})
+		bytes = o.bytes
+	}
+	return out
+}
+
+// adjacent reports whether block b's ranges continue block a's, tensor by
+// tensor.
+func adjacent(a, b cacheObj) bool {
+	if !slices.Equal(a.tensors, b.tensors) {
+		return false
+	}
+	for i := range a.ranges {
+		if b.ranges[i][0] < a.ranges[i][0] || b.ranges[i][0] > a.ranges[i][1] || b.ranges[i][1] < a.ranges[i][1] {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureRun downloads a run of consecutive blocks with one ranged read per
+// tensor, under their lock files (taken in name order, so readers taking
+// several cannot deadlock), each block into its reserved temporary file,
+// checked and renamed as ensure does. A block that appeared meanwhile (another
+// reader's) sends the run back to one block at a time.
+func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait bool) error {
+	var names []string
+	for _, o := range run {
+		names = append(names, o.lockName())
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for _, n := range names {
+		unlock, err := lockFile(filepath.Join(rc.dir, n))
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	for _, o := range run {
+		if rc.present(o) {
+			return errRunSplit // the deferred unlocks run first
+		}
+	}
+	tmps := make([]string, 0, len(run))
+	defer func() {
+		for k, tmp := range tmps {
+			rc.release(tmp, run[k].bytes) // after the rename, a no-op
+		}
+	}()
+	for _, o := range run {
+		tmp, err := rc.reserve(ctx, o.bytes, pos, wait)
+		if err != nil {
+			return err
+		}
+		tmps = append(tmps, tmp)
+	}
+	var last error
+	for attempt := 0; attempt < 4; attempt++ {
+		if attempt > 0 {
+			rc.retries.Add(1)
+			time.Sleep(time.Duration(attempt*attempt) * 100 * time.Millisecond)
+		}
+		if last = rc.downloadRun(ctx, run, tmps); last == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("blocks %d-%d of shard %s of %s: %w", run[0].block, run[len(run)-1].block, run[0].key, rc.url, last)
+}
+
+// errRunSplit asks ensureAll's loop to fetch a run's blocks one by one.
+var errRunSplit = errors.New("a block of the run is present")
+
+// downloadRun fetches a run's spans (one ranged read per tensor, in
+// parallel, each retried on its own), then writes, checks and renames
+// each block's file; blocks already renamed stay on a later attempt.
+func (rc *remote) downloadRun(ctx context.Context, run []cacheObj, tmps []string) error {
+	first, lastB := run[0], run[len(run)-1]
+	url := rc.loc.URL(first.key)
+	spans := make([][]byte, len(first.ranges))
+	err := parallelN(len(spans), rangeParallel, func(i int) error {
+		lo, hi := first.ranges[i][0], lastB.ranges[i][1]
+		rc.requests <- struct{}{}
+		defer func() { <-rc.requests }()
+		return storage.Retry(ctx, func() error {
+			rd, err := rc.loc.Bucket.NewRangeReader(ctx, rc.loc.Key(first.key), lo, hi-lo, nil)
+			if err != nil {
+				return storage.Classify(fmt.Errorf("read %s: %w", url, err))
+			}
+			defer rd.Close()
+			b := make([]byte, hi-lo)
+			if _, err := io.ReadFull(rd, b); err != nil {
+				return errs.TransientErr(fmt.Errorf("read %s: %d bytes at %d: %w", url, hi-lo, lo, err))
+			}
+			spans[i] = b
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for k, o := range run {
+		if rc.present(o) {
+			continue // renamed on an earlier attempt
+		}
+		h := xxhash.New()
+		f, err := os.OpenFile(tmps[k], os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		for i, r := range o.ranges {
+			part := spans[i][r[0]-first.ranges[i][0] : r[1]-first.ranges[i][0]]
+			h.Write(part)
+			if _, err = f.Write(part); err != nil {
+				break
+			}
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if got := fmt.Sprintf("%016x", h.Sum64()); got != o.hash {
+			return fmt.Errorf("%s (%s): xxhash64 %s, the shard's block table says %s (damaged on the store, or changed since the manifest)", url, o.what, got, o.hash)
+		}
+		if err := rc.commit(tmps[k], o); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -161,6 +161,10 @@ type cacheObj struct {
 	// order (nil: the whole shard).
 	ranges [][2]int64
 	what   string // for messages: "shard", "header" or "block k"
+	// block is a block's index in its shard (else 0) and tensors the
+	// schema tensor of each of its ranges.
+	block   int
+	tensors []int
 }
 
 // shardObj is a whole shard.
@@ -183,11 +187,23 @@ func blockObj(sh manifests.Shard, bt *manifests.BlockTable, dataStart int64, k i
 	for j := 0; j+1 < len(r); j += 2 {
 		if r[j+1] > r[j] {
 			o.ranges = append(o.ranges, [2]int64{dataStart + r[j], dataStart + r[j+1]})
+			o.tensors = append(o.tensors, j/2)
 			o.bytes += r[j+1] - r[j]
 		}
 	}
-	sort.Slice(o.ranges, func(i, j int) bool { return o.ranges[i][0] < o.ranges[j][0] })
+	sort.Sort(byBegin{&o})
+	o.block = k
 	return o
+}
+
+// byBegin sorts a block's ranges (and their tensors) by offset.
+type byBegin struct{ o *cacheObj }
+
+func (b byBegin) Len() int           { return len(b.o.ranges) }
+func (b byBegin) Less(i, j int) bool { return b.o.ranges[i][0] < b.o.ranges[j][0] }
+func (b byBegin) Swap(i, j int) {
+	b.o.ranges[i], b.o.ranges[j] = b.o.ranges[j], b.o.ranges[i]
+	b.o.tensors[i], b.o.tensors[j] = b.o.tensors[j], b.o.tensors[i]
 }
 
 // copyBufs are the buffers downloads copy through.
@@ -337,18 +353,23 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 		}
 		return fmt.Errorf("%s (%s): xxhash64 %s, %s %s (damaged on the store, or changed since the manifest)", url, sh.what, got, what, sh.hash)
 	}
-	// Renamed under the folder's lock: a listing racing a rename may miss
-	// the file, and reserve would count too little.
+	return rc.commit(tmp, sh)
+}
+
+// commit renames a checked download to its trusted name, under the
+// folder's lock (a listing racing a rename may miss the file, and reserve
+// would count too little), and counts it.
+func (rc *remote) commit(tmp string, o cacheObj) error {
 	unlock, err := lockFile(filepath.Join(rc.dir, "cache.lock"))
 	if err != nil {
 		return err
 	}
-	err = os.Rename(tmp, rc.path(sh))
+	err = os.Rename(tmp, rc.path(o))
 	unlock()
 	if err != nil {
 		return err
 	}
-	rc.bytes.Add(sh.bytes)
+	rc.bytes.Add(o.bytes)
 	rc.downloads.Add(1)
 	return nil
 }

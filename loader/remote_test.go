@@ -35,6 +35,7 @@ type s3Out struct {
 	backend     *s3mem.Backend
 	proxy       *faultproxy.Proxy
 	getBytes    atomic.Int64
+	gets        atomic.Int64 // GET requests for tensors/
 	tensorBytes int64
 }
 
@@ -59,6 +60,7 @@ func uploadS3(t *testing.T, local, bucket string) *s3Out {
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
 			w = countWriter{w, &o.getBytes}
+			o.gets.Add(1)
 		}
 		inner.ServeHTTP(w, r)
 	})
@@ -276,6 +278,40 @@ func TestRemoteCacheStaysInItsBudget(t *testing.T) {
 	defer d.Close()
 	if _, err := d.NewReader(loader.ReadOptions{Assignment: ro.Assignment, Batch: 256, WindowBytes: 8 << 20}); err == nil || !strings.Contains(err.Error(), "CacheBytes") {
 		t.Fatalf("a window larger than the cache: %v", err)
+	}
+}
+
+// TestRemoteRunsOfBlocks: when a window draws consecutive blocks of a
+// shard, they are fetched as one ranged read per tensor spanning them, not
+// one per block and tensor, and each block is still checked on its own:
+// one window holding the whole output reads it in a few requests a shard,
+// the batches equal the local ones, and each byte is downloaded once.
+func TestRemoteRunsOfBlocks(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 1, Seed: 136})
+	local := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 2 << 20, BlockSamples: 250})
+	s3 := uploadS3(t, local, "runs")
+	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 8, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 1 << 30, Index: true}
+	want, _ := epochOf(t, local, loader.Options{}, ro)
+	got, st := epochOf(t, s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: 4 * s3.tensorBytes}, ro)
+	if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatal("batches read in runs of blocks differ from the local ones")
+	}
+	data, _ := os.ReadFile(filepath.Join(local, manifests.FileName))
+	m, err := manifests.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	for _, sh := range m.Tensors.Shards {
+		blocks += int((sh.FirstRow+sh.Rows+249)/250 - sh.FirstRow/250)
+	}
+	tensors := len(m.Tensors.Schema)
+	gets := s3.gets.Load()
+	amp := float64(s3.getBytes.Load()) / float64(s3.tensorBytes)
+	t.Logf("%d blocks in %d shards, %d tensors: %d GETs (one per block and tensor: %d), %d files downloaded, %.4fx the tensor bytes",
+		blocks, len(m.Tensors.Shards), tensors, gets, blocks*tensors, st.Downloads, amp)
+	if gets*4 > int64(blocks*tensors) || amp > 1.05 || st.Downloads < int64(blocks) {
+		t.Fatalf("%d GETs for %d blocks of %d tensors (%.4fx the bytes, %d files): blocks were not fetched in runs", gets, blocks, tensors, amp, st.Downloads)
 	}
 }
 
