@@ -526,6 +526,7 @@ DEFAULT_CACHE_BYTES = 8 << 30
 _NEVER = 1 << 62
 _STALE_TMP = 600.0
 _LEDGER_SLACK = 32  # the ledger's own bytes, in cache.lock
+_MAX_RUN, _MAX_RUN_BYTES = 32, 16 << 20  # consecutive blocks fetched together
 _RESCAN_EVERY = 30.0  # a reader lists the folder at its first reservation and this often after
 
 
@@ -634,10 +635,11 @@ class _Remote:
     @staticmethod
     def block_obj(info, table, data_start, k):
         r = table["ranges"][k]
-        ranges = sorted((data_start + r[j], data_start + r[j + 1]) for j in range(0, len(r), 2) if r[j + 1] > r[j])
+        parts = sorted((data_start + r[j], data_start + r[j + 1], j // 2) for j in range(0, len(r), 2) if r[j + 1] > r[j])
+        ranges = [(a, e) for a, e, _ in parts]
         return {"name": f"{info['xxhash64']}-{info['bytes']}-{k}-{table['xxhash64'][k]}.block",
                 "bytes": sum(e - a for a, e in ranges), "hash": table["xxhash64"][k], "key": info["path"],
-                "ranges": ranges, "what": f"block {k}"}
+                "ranges": ranges, "tensors": [t for _, _, t in parts], "block": k, "what": f"block {k}"}
 
     @staticmethod
     def lock_name(obj):
@@ -662,30 +664,110 @@ class _Remote:
             return self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
         return self._fs.cat_file(f"{self.bucket}/{key}", start=start, end=end)
 
+    def _range_retried(self, key, start, end):
+        """Bytes [start, end) of an object, retried on its own."""
+        import time
+        last = None
+        for attempt in range(5):
+            if attempt:
+                time.sleep(0.05 * (1 << (attempt - 1)))
+            try:
+                data = self.get_range(key, start, end)
+            except Exception as e:  # botocore retried already; try again
+                last = e
+                continue
+            if len(data) == end - start:
+                return data
+            last = ValueError(f"{len(data)} of {end - start} bytes at {start}")
+        raise last
+
     def _fetch(self, obj):
         """An object's bytes from the store (ranges fetched in parallel,
         each retried on its own), or raises."""
-        import time
         if obj["ranges"] is None:
             return self.get(obj["key"])
-
-        def one(r):
-            last = None
-            for attempt in range(5):
-                if attempt:
-                    time.sleep(0.05 * (1 << (attempt - 1)))
-                try:
-                    data = self.get_range(obj["key"], r[0], r[1])
-                except Exception as e:  # botocore retried already; try again
-                    last = e
-                    continue
-                if len(data) == r[1] - r[0]:
-                    return data
-                last = ValueError(f"{len(data)} of {r[1] - r[0]} bytes at {r[0]}")
-            raise last
         if len(obj["ranges"]) == 1:
-            return one(obj["ranges"][0])
-        return b"".join(self.pool().map(one, obj["ranges"]))
+            return self._range_retried(obj["key"], *obj["ranges"][0])
+        return b"".join(self.pool().map(lambda r: self._range_retried(obj["key"], *r), obj["ranges"]))
+
+    def _runs(self, objs):
+        """objs grouped into runs of consecutive missing blocks of one shard
+        (at most 32 blocks, 16 MiB), fetched together (the Go loader's
+        runs); everything else a run of one."""
+        out, nbytes = [], 0
+        for o in sorted(objs, key=lambda o: (o["key"], o.get("block", -1))):
+            if out and o.get("tensors") is not None and not self.present(o):
+                run = out[-1]
+                last = run[-1]
+                if (last.get("tensors") == o["tensors"] and last["key"] == o["key"] and last["block"] + 1 == o["block"]
+                        and len(run) < _MAX_RUN and nbytes + o["bytes"] <= _MAX_RUN_BYTES
+                        and all(a0 <= b0 <= a1 <= b1 for (a0, a1), (b0, b1) in zip(last["ranges"], o["ranges"]))
+                        and (len(run) > 1 or not self.present(last))):
+                    run.append(o)
+                    nbytes += o["bytes"]
+                    continue
+            out.append([o])
+            nbytes = o["bytes"]
+        return out
+
+    def ensure_run(self, run, pos, wait):
+        """Fetch a run of consecutive blocks with one ranged read per tensor
+        spanning them, each block checked and renamed on its own, under
+        their locks (taken in name order). True when done, False when a
+        prefetch found no room, "split" when a block appeared meanwhile."""
+        import time
+        import xxhash
+        locks = [self._flock(os.path.join(self.dir, n)) for n in sorted({self.lock_name(o) for o in run})]
+        try:
+            if any(self.present(o) for o in run):
+                return "split"
+            tmps = []
+            try:
+                for o in run:
+                    tmp = self._reserve(o["bytes"], pos, wait)
+                    if tmp is None:
+                        return False
+                    tmps.append(tmp)
+                first, lastb = run[0], run[-1]
+                last = None
+                for attempt in range(4):
+                    if attempt:
+                        self.stats["retries"] += 1
+                        time.sleep(0.1 * attempt * attempt)
+                    try:
+                        spans = list(self.pool().map(lambda i: self._range_retried(first["key"], first["ranges"][i][0], lastb["ranges"][i][1]),
+                                                     range(len(first["ranges"]))))
+                    except Exception as e:
+                        last = e
+                        continue
+                    bad = None
+                    for k, o in enumerate(run):
+                        if self.present(o):
+                            continue
+                        data = b"".join(spans[i][a - first["ranges"][i][0]:e - first["ranges"][i][0]] for i, (a, e) in enumerate(o["ranges"]))
+                        got = xxhash.xxh64(data).hexdigest()
+                        if got != o["hash"]:
+                            bad = ValueError(f"{o['what']}: xxhash64 {got}, the shard's block table says {o['hash']} (damaged on the store, or changed since the manifest)")
+                            break
+                        with open(tmps[k], "r+b") as f:
+                            f.write(data)
+                        folder = self._flock(os.path.join(self.dir, "cache.lock"))
+                        try:
+                            os.replace(tmps[k], self.path(o))
+                        finally:
+                            folder.close()
+                        self.stats["bytes_downloaded"] += len(data)
+                        self.stats["downloads"] += 1
+                    if bad is None:
+                        return True
+                    last = bad
+                raise RuntimeError(f"blocks {first['block']}-{lastb['block']} of shard {first['key']} of {self.url}: {last}")
+            finally:
+                for k, tmp in enumerate(tmps):
+                    self._release(tmp, run[k]["bytes"])
+        finally:
+            for lk in reversed(locks):
+                lk.close()
 
     def pool(self):
         """The threads ranged reads run on (the store serves many requests
@@ -870,20 +952,28 @@ class _Remote:
     def _ensure_all(self, objs, pos, wait, stop):
         import time
 
-        def one(o):
-            while True:
-                if self.ensure(o, pos, wait):
-                    return
-                if stop is not None and stop():
-                    return
-                time.sleep(0.01)
-        if len(objs) <= 1:
-            for o in objs:
-                one(o)
+        def one_run(run):
+            if len(run) > 1:
+                while True:
+                    r = self.ensure_run(run, pos, wait)
+                    if r is True or (stop is not None and stop()):
+                        return
+                    if r == "split":
+                        break
+                    time.sleep(0.01)
+            for o in run:
+                while not self.ensure(o, pos, wait):
+                    if stop is not None and stop():
+                        return
+                    time.sleep(0.01)
+        runs = self._runs(objs)
+        if len(runs) <= 1:
+            for run in runs:
+                one_run(run)
             return
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(min(8, len(objs))) as ex:
-            for f in [ex.submit(one, o) for o in objs]:
+        with ThreadPoolExecutor(min(8, len(runs))) as ex:
+            for f in [ex.submit(one_run, run) for run in runs]:
                 f.result()
 
     def unpin(self, obj):

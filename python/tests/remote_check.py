@@ -3,7 +3,9 @@ loopback S3 server): batches equal the local output's, byte for byte and in
 order (window and block order, 2 ranks x 2 workers); the cache folder never
 exceeds cache_bytes (sampled all epoch) and, read by block, one epoch
 downloads at most 1.05x the tensor bytes; with a cache larger than the
-output the second epoch downloads nothing. Prints a JSON summary.
+output the second epoch downloads nothing; one window holding the whole
+output fetches consecutive blocks in runs (one ranged read per tensor
+spanning them). Prints a JSON summary.
 
     remote_check.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES"""
 import json
@@ -29,7 +31,14 @@ def epoch(path, **kw):
 
 
 def dir_bytes(d):
-    return sum(e.stat().st_size for e in os.scandir(d) if e.is_file())
+    n = 0
+    for e in os.scandir(d):
+        try:
+            if e.is_file():
+                n += e.stat().st_size
+        except FileNotFoundError:
+            pass  # renamed or evicted since the listing
+    return n
 
 
 res = {"configs": 0}
@@ -69,6 +78,31 @@ with open(os.path.join(local, "manifest.json")) as f:
 res["amplification"] = round(ds._remote.stats["bytes_downloaded"] / tensor_bytes, 4)
 if not ds._by_block() or res["amplification"] > 1.05:
     sys.exit(f"by block {ds._by_block()}: downloaded {res['amplification']}x the {tensor_bytes} tensor bytes with cache_bytes a quarter of them (want <= 1.05x)")
+
+# One window holding the whole output: consecutive blocks of a shard are
+# fetched as one ranged read per tensor spanning them, not one per block.
+calls = [0]
+plain = rl._Remote.get_range
+
+
+def counted(self, rel, start, end):
+    calls[0] += 1
+    return plain(self, rel, start, end)
+
+
+rl._Remote.get_range = counted
+want, _ = epoch(local, window_bytes=1 << 30)
+got, ds = epoch(url, cache_dir=tempfile.mkdtemp(dir=cache_dir), cache_bytes=64 * cache_bytes, window_bytes=1 << 30)
+rl._Remote.get_range = plain
+blocks = sum(len(b["table"]["rows"]) - 1 for b in ds._blocked if b is not None)
+per_block = blocks * len(ds.schema)
+shards = sum(1 for b in ds._blocked if b is not None)
+# At best one run per shard: a read per tensor and shard (and its header).
+res["runs"] = {"blocks": blocks, "shards": shards, "ranged_reads": calls[0], "one_per_block_and_tensor": per_block}
+if got != want or not got:
+    sys.exit(f"a whole-output window: {len(got)} batches from S3 differ from the {len(want)} local ones")
+if calls[0] > 2 * shards * (len(ds.schema) + 1) or calls[0] >= per_block:
+    sys.exit(f"{calls[0]} ranged reads for {blocks} blocks of {len(ds.schema)} tensors in {shards} shards: not fetched in runs")
 
 # A big cache: the second epoch downloads nothing.
 big = tempfile.mkdtemp(dir=cache_dir)
