@@ -118,20 +118,33 @@ func (r *Reader) objs(w winRef) []cacheObj {
 }
 
 // prefetch downloads the units of the next windows, in the order the
-// reader opens them, at most PrefetchWindows windows ahead.
+// reader opens them, at most PrefetchWindows windows ahead: every window
+// that may be fetched now goes in one batch, so consecutive blocks that
+// neighbouring windows draw are fetched in runs.
 func (r *Reader) prefetch(ctx context.Context) {
 	p, rc := r.remote, r.d.remote
 	defer close(p.done)
-	for k, w := range p.order {
+	for k := 0; k < len(p.order); {
 		p.mu.Lock()
 		for k > p.pos+rc.ahead && ctx.Err() == nil {
 			p.cond.Wait()
 		}
+		upTo := min(p.pos+rc.ahead, len(p.order)-1)
 		p.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
-		if rc.ensureAll(ctx, r.objs(w), k, false) != nil {
+		var objs []cacheObj
+		seen := map[string]bool{}
+		for ; k <= upTo; k++ {
+			for _, o := range r.objs(p.order[k]) {
+				if !seen[o.name] {
+					seen[o.name] = true
+					objs = append(objs, o)
+				}
+			}
+		}
+		if rc.ensureAll(ctx, objs, upTo, false) != nil {
 			return // the reader will ask again and report it
 		}
 	}
