@@ -479,18 +479,9 @@ func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait b
 		}
 		tmps = append(tmps, tmp)
 	}
-	var last error
-	for attempt := 0; attempt < 4; attempt++ {
-		if attempt > 0 {
-			rc.retries.Add(1)
-			time.Sleep(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-		}
-		if last = rc.downloadRun(ctx, run, tmps); last == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	last := rc.attempts(ctx, func() error { return rc.downloadRun(ctx, run, tmps) })
+	if last == nil {
+		return nil
 	}
 	return fmt.Errorf("blocks %d-%d of shard %s of %s: %w", run[0].block, run[len(run)-1].block, run[0].key, rc.url, last)
 }

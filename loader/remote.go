@@ -254,23 +254,30 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 		return err
 	}
 	defer rc.release(tmp, sh.bytes) // after the rename, a no-op
+	last := rc.attempts(ctx, func() error { return rc.download(ctx, sh, tmp) })
+	if last == nil {
+		return nil
+	}
+	if sh.ranges == nil {
+		return fmt.Errorf("shard %s of %s: %w", sh.key, rc.url, last)
+	}
+	return fmt.Errorf("%s of shard %s of %s: %w", sh.what, sh.key, rc.url, last)
+}
+
+// attempts runs a download up to 4 times (each failed check or read
+// counted as a retry, with a growing pause) and returns the last error.
+func (rc *remote) attempts(ctx context.Context, download func() error) error {
 	var last error
 	for attempt := 0; attempt < 4; attempt++ {
 		if attempt > 0 {
 			rc.retries.Add(1)
 			time.Sleep(time.Duration(attempt*attempt) * 100 * time.Millisecond)
 		}
-		if last = rc.download(ctx, sh, tmp); last == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
+		if last = download(); last == nil || ctx.Err() != nil {
 			break
 		}
 	}
-	if sh.ranges == nil {
-		return fmt.Errorf("shard %s of %s: %w", sh.key, rc.url, last)
-	}
-	return fmt.Errorf("%s of shard %s of %s: %w", sh.what, sh.key, rc.url, last)
+	return last
 }
 
 // download fetches one object into its reserved temporary file (tmp, as
