@@ -11,13 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/storage"
 )
@@ -69,7 +68,7 @@ func (d *Dataset) loadHeaders(ctx context.Context, idx []int) error {
 		}
 	}
 	d.mu.Unlock()
-	return parallel(len(todo), func(k int) error {
+	return par.ForEach(ctx, len(todo), fetchParallel, func(k int) error {
 		i := todo[k]
 		o := headerObj(mt.Shards[i])
 		err := d.remote.ensureAll(ctx, []cacheObj{o}, 0, true)
@@ -90,40 +89,6 @@ func (d *Dataset) loadHeaders(ctx context.Context, idx []int) error {
 		d.mu.Unlock()
 		return nil
 	})
-}
-
-// parallel runs fn(0..n-1), fetchParallel at a time, and returns the
-// first error (the rest are not started once one failed).
-func parallel(n int, fn func(k int) error) error { return parallelN(n, fetchParallel, fn) }
-
-// parallelN runs fn(0..n-1), p at a time, and returns the first error.
-func parallelN(n, p int, fn func(k int) error) error {
-	var next atomic.Int64
-	var first error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for w := 0; w < min(p, n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= n {
-					return
-				}
-				if err := fn(k); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					next.Store(int64(n)) // start no more
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
 }
 
 // parseBlocked checks a shard's header (its safetensors prefix, hb) and
@@ -216,16 +181,24 @@ func (d *Dataset) blockAt(i int, s int64) (int, int64, int64) {
 	return k, ms.FirstRow + bt.Rows[k], ms.FirstRow + bt.Rows[k+1]
 }
 
-// obj is the cache object of a unit.
+// obj is the cache object of a unit, made once (its name, hash and
+// ranges are asked for on every window that needs it).
 func (d *Dataset) obj(u unit) cacheObj {
-	ms := d.Manifest.Tensors.Shards[u.shard]
-	if u.block < 0 {
-		return shardObj(ms)
-	}
 	d.mu.Lock()
-	b := d.blocked[u.shard]
-	d.mu.Unlock()
-	return blockObj(ms, b.table, b.dataStart, u.block)
+	defer d.mu.Unlock()
+	if o, ok := d.objs[u]; ok {
+		return o
+	}
+	ms := d.Manifest.Tensors.Shards[u.shard]
+	var o cacheObj
+	if u.block < 0 {
+		o = shardObj(ms)
+	} else {
+		b := d.blocked[u.shard]
+		o = blockObj(ms, b.table, b.dataStart, u.block)
+	}
+	d.objs[u] = o
+	return o
 }
 
 // block reads block k of shard i (fetching it if another reader sharing
@@ -266,30 +239,22 @@ func (d *Dataset) block(i, k int) (*mapped, error) {
 			return nil, fmt.Errorf("%s: xxhash64 %s, the block table says %s", rc.path(o), got, o.hash)
 		}
 	}
-	s := d.blockViews(i, k, data)
+	s := d.blockViews(o, data)
 	d.mu.Lock()
 	d.blockMaps[u] = s
 	d.mu.Unlock()
 	return s, nil
 }
 
-// blockViews cuts a block file (its ranges in data order) into the
+// blockViews cuts a block file (o's ranges, in data order) into the
 // schema's tensors.
-func (d *Dataset) blockViews(i, k int, data []byte) *mapped {
+func (d *Dataset) blockViews(o cacheObj, data []byte) *mapped {
 	schema := d.Manifest.Tensors.Schema
-	d.mu.Lock()
-	r := d.blocked[i].table.Ranges[k]
-	d.mu.Unlock()
-	order := make([]int, len(schema))
-	for j := range order {
-		order[j] = j
-	}
-	sort.SliceStable(order, func(a, b int) bool { return r[2*order[a]] < r[2*order[b]] })
-	local := make([][]byte, len(schema))
+	local := make([][]byte, len(schema)) // nil where the block has no bytes
 	var pos int64
-	for _, j := range order {
-		n := r[2*j+1] - r[2*j]
-		local[j] = data[pos : pos+n : pos+n]
+	for i, r := range o.ranges {
+		n := r[1] - r[0]
+		local[o.tensors[i]] = data[pos : pos+n : pos+n]
 		pos += n
 	}
 	rebased := func(b []byte) []int64 {
@@ -346,20 +311,22 @@ func (d *Dataset) unmapUnit(u unit) {
 // the prefetcher (!wait) retries what found no room until ctx ends.
 func (rc *remote) ensureAll(ctx context.Context, objs []cacheObj, pos int, wait bool) error {
 	t0 := time.Now()
-	missing := false
+	var missing []cacheObj
 	for _, o := range objs {
 		if wait {
 			rc.setMapped(o, true) // mapped next: no eviction may take it
 		}
-		missing = missing || !rc.present(o)
+		if !rc.present(o) {
+			missing = append(missing, o)
+		}
 	}
-	if !missing {
+	if len(missing) == 0 {
 		return nil
 	}
 	if wait {
 		defer func() { rc.waited.Add(int64(time.Since(t0))) }()
 	}
-	runs := rc.runs(objs)
+	runs := runsOf(missing)
 	// again retries what found no room until the reader closes a window.
 	again := func(fetch func() error) error {
 		for {
@@ -370,7 +337,7 @@ func (rc *remote) ensureAll(ctx context.Context, objs []cacheObj, pos int, wait 
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	return parallel(len(runs), func(k int) error {
+	return par.ForEach(ctx, len(runs), fetchParallel, func(k int) error {
 		run := runs[k]
 		if len(run) > 1 {
 			err := again(func() error { return rc.ensureRun(ctx, run, pos, wait) })
@@ -398,10 +365,10 @@ const (
 	maxRunBytes = 16 << 20
 )
 
-// runs groups objs into runs of consecutive missing blocks of one shard
-// (at most maxRun blocks, maxRunBytes bytes); everything else is a run of
-// one.
-func (rc *remote) runs(objs []cacheObj) [][]cacheObj {
+// runsOf groups missing objects into runs of consecutive blocks of one
+// shard (at most maxRun blocks, maxRunBytes bytes); everything else is a
+// run of one.
+func runsOf(objs []cacheObj) [][]cacheObj {
 	sorted := slices.Clone(objs)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		if sorted[i].key != sorted[j].key {
@@ -412,11 +379,11 @@ func (rc *remote) runs(objs []cacheObj) [][]cacheObj {
 	var out [][]cacheObj
 	var bytes int64
 	for _, o := range sorted {
-		if n := len(out); n > 0 && o.tensors != nil && !rc.present(o) {
+		if n := len(out); n > 0 && o.tensors != nil {
 			run := out[n-1]
 			last := run[len(run)-1]
 			if last.tensors != nil && last.key == o.key && last.block+1 == o.block && len(run) < maxRun &&
-				bytes+o.bytes <= maxRunBytes && adjacent(last, o) && (len(run) > 1 || !rc.present(last)) {
+				bytes+o.bytes <= maxRunBytes && adjacent(last, o) {
 				out[n-1] = append(run, o)
 				bytes += o.bytes
 				continue
@@ -496,7 +463,7 @@ func (rc *remote) downloadRun(ctx context.Context, run []cacheObj, tmps []string
 	first, lastB := run[0], run[len(run)-1]
 	url := rc.loc.URL(first.key)
 	spans := make([][]byte, len(first.ranges))
-	err := parallelN(len(spans), rangeParallel, func(i int) error {
+	err := par.ForEach(ctx, len(spans), rangeParallel, func(i int) error {
 		lo, hi := first.ranges[i][0], lastB.ranges[i][1]
 		rc.requests <- struct{}{}
 		defer func() { <-rc.requests }()

@@ -93,6 +93,7 @@ type Dataset struct {
 	// windows (in memory).
 	blocked   []*blocked
 	blockMaps map[unit]*mapped
+	objs      map[unit]cacheObj // each unit's cache object, made once
 }
 
 type mapped struct {
@@ -149,7 +150,7 @@ func Open(path string, opts Options) (*Dataset, error) {
 		return nil, fmt.Errorf("%s: this output has no tensor shards (run relayout with --tensors)", path)
 	}
 	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards)), remote: rc,
-		blocked: make([]*blocked, len(m.Tensors.Shards)), blockMaps: map[unit]*mapped{}}
+		blocked: make([]*blocked, len(m.Tensors.Shards)), blockMaps: map[unit]*mapped{}, objs: map[unit]cacheObj{}}
 	if rc != nil {
 		rc.byBlock = len(m.Tensors.Shards) > 0
 		for _, sh := range m.Tensors.Shards {

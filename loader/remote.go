@@ -21,6 +21,7 @@ import (
 
 	"github.com/relayout/relayout/dataset"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/storage"
 )
@@ -333,7 +334,7 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 		for k, r := range sh.ranges {
 			pos[k+1] = pos[k] + r[1] - r[0]
 		}
-		err = parallelN(len(sh.ranges), rangeParallel, func(k int) error {
+		err = par.ForEach(ctx, len(sh.ranges), rangeParallel, func(k int) error {
 			r := sh.ranges[k]
 			rc.requests <- struct{}{}
 			defer func() { <-rc.requests }()

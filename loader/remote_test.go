@@ -296,11 +296,7 @@ func TestRemoteRunsOfBlocks(t *testing.T) {
 	if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatal("batches read in runs of blocks differ from the local ones")
 	}
-	data, _ := os.ReadFile(filepath.Join(local, manifests.FileName))
-	m, err := manifests.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := manifestOf(t, local)
 	blocks := 0
 	for _, sh := range m.Tensors.Shards {
 		blocks += int((sh.FirstRow+sh.Rows+249)/250 - sh.FirstRow/250)
@@ -316,18 +312,7 @@ func TestRemoteRunsOfBlocks(t *testing.T) {
 }
 
 // countShards is the shards an output's manifest lists.
-func countShards(t *testing.T, out string) int {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(out, manifests.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manifests.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(m.Tensors.Shards)
-}
+func countShards(t *testing.T, out string) int { return len(manifestOf(t, out).Tensors.Shards) }
 
 // stripHeaders copies an output with its manifest's header entries removed,
 // as an output written before block tables has them.

@@ -691,18 +691,17 @@ class _Remote:
         return b"".join(self.pool().map(lambda r: self._range_retried(obj["key"], *r), obj["ranges"]))
 
     def _runs(self, objs):
-        """objs grouped into runs of consecutive missing blocks of one shard
+        """Missing objs grouped into runs of consecutive blocks of one shard
         (at most 32 blocks, 16 MiB), fetched together (the Go loader's
         runs); everything else a run of one."""
         out, nbytes = [], 0
         for o in sorted(objs, key=lambda o: (o["key"], o.get("block", -1))):
-            if out and o.get("tensors") is not None and not self.present(o):
+            if out and o.get("tensors") is not None:
                 run = out[-1]
                 last = run[-1]
                 if (last.get("tensors") == o["tensors"] and last["key"] == o["key"] and last["block"] + 1 == o["block"]
                         and len(run) < _MAX_RUN and nbytes + o["bytes"] <= _MAX_RUN_BYTES
-                        and all(a0 <= b0 <= a1 <= b1 for (a0, a1), (b0, b1) in zip(last["ranges"], o["ranges"]))
-                        and (len(run) > 1 or not self.present(last))):
+                        and all(a0 <= b0 <= a1 <= b1 for (a0, a1), (b0, b1) in zip(last["ranges"], o["ranges"]))):
                     run.append(o)
                     nbytes += o["bytes"]
                     continue
@@ -710,13 +709,38 @@ class _Remote:
             nbytes = o["bytes"]
         return out
 
+    @staticmethod
+    def _check(obj, data):
+        """None when data is obj's content (size and xxhash64), else the
+        error."""
+        import xxhash
+        if len(data) != obj["bytes"]:
+            return ValueError(f"{obj['what']}: {len(data)} of {obj['bytes']} bytes")
+        got = xxhash.xxh64(data).hexdigest()
+        if got != obj["hash"]:
+            says = "the shard's block table says" if obj["what"].startswith("block") else "the manifest says"
+            return ValueError(f"{obj['what']}: xxhash64 {got}, {says} {obj['hash']} (damaged on the store, or changed since the manifest)")
+        return None
+
+    def _commit(self, tmp, obj, data):
+        """Write checked data into its reserved file and rename it to its
+        trusted name under the folder's lock; count it."""
+        with open(tmp, "r+b") as f:
+            f.write(data)
+        folder = self._flock(os.path.join(self.dir, "cache.lock"))
+        try:
+            os.replace(tmp, self.path(obj))
+        finally:
+            folder.close()
+        self.stats["bytes_downloaded"] += len(data)
+        self.stats["downloads"] += 1
+
     def ensure_run(self, run, pos, wait):
         """Fetch a run of consecutive blocks with one ranged read per tensor
         spanning them, each block checked and renamed on its own, under
         their locks (taken in name order). True when done, False when a
         prefetch found no room, "split" when a block appeared meanwhile."""
         import time
-        import xxhash
         locks = [self._flock(os.path.join(self.dir, n)) for n in sorted({self.lock_name(o) for o in run})]
         try:
             if any(self.present(o) for o in run):
@@ -745,19 +769,10 @@ class _Remote:
                         if self.present(o):
                             continue
                         data = b"".join(spans[i][a - first["ranges"][i][0]:e - first["ranges"][i][0]] for i, (a, e) in enumerate(o["ranges"]))
-                        got = xxhash.xxh64(data).hexdigest()
-                        if got != o["hash"]:
-                            bad = ValueError(f"{o['what']}: xxhash64 {got}, the shard's block table says {o['hash']} (damaged on the store, or changed since the manifest)")
+                        bad = self._check(o, data)
+                        if bad is not None:
                             break
-                        with open(tmps[k], "r+b") as f:
-                            f.write(data)
-                        folder = self._flock(os.path.join(self.dir, "cache.lock"))
-                        try:
-                            os.replace(tmps[k], self.path(o))
-                        finally:
-                            folder.close()
-                        self.stats["bytes_downloaded"] += len(data)
-                        self.stats["downloads"] += 1
+                        self._commit(tmps[k], o, data)
                     if bad is None:
                         return True
                     last = bad
@@ -883,7 +898,6 @@ class _Remote:
         """Make a cache object present for the window at pos; False when a
         prefetch found no room."""
         import time
-        import xxhash
         if wait:
             with self.lock:
                 self.pinned.add(obj["name"])
@@ -907,23 +921,10 @@ class _Remote:
                     except Exception as e:  # retried already; try again
                         last = e
                         continue
-                    if len(data) != obj["bytes"]:
-                        last = ValueError(f"{len(data)} of {obj['bytes']} bytes")
+                    last = self._check(obj, data)
+                    if last is not None:
                         continue
-                    got = xxhash.xxh64(data).hexdigest()
-                    if got != obj["hash"]:
-                        says = "the shard's block table says" if obj["what"].startswith("block") else "the manifest says"
-                        last = ValueError(f"xxhash64 {got}, {says} {obj['hash']} (damaged on the store, or changed since the manifest)")
-                        continue
-                    with open(tmp, "r+b") as f:
-                        f.write(data)
-                    folder = self._flock(os.path.join(self.dir, "cache.lock"))
-                    try:
-                        os.replace(tmp, self.path(obj))
-                    finally:
-                        folder.close()
-                    self.stats["bytes_downloaded"] += len(data)
-                    self.stats["downloads"] += 1
+                    self._commit(tmp, obj, data)
                     return True
                 what = "" if obj["what"] == "shard" else obj["what"] + " of "
                 raise RuntimeError(f"{what}shard {obj['key']} of {self.url}: {last}")
@@ -940,11 +941,12 @@ class _Remote:
         if wait:
             with self.lock:
                 self.pinned.update(o["name"] for o in objs)
-        if all(self.present(o) for o in objs):
+        missing = [o for o in objs if not self.present(o)]
+        if not missing:
             return
         t0 = time.time()
         try:
-            self._ensure_all(objs, pos, wait, stop)
+            self._ensure_all(missing, pos, wait, stop)
         finally:
             if wait:
                 self.stats["waited_seconds"] += time.time() - t0
