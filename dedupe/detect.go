@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -46,35 +47,60 @@ func NewDetector(schema *arrow.Schema, keyCols []int) *Detector {
 // Add checks rows of rec, in the order given by ord (nil: every row, as
 // stored; else only the rows ord names).
 func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
-	n := int(rec.NumRows())
+	return d.AddBatches([]arrow.RecordBatch{rec}, ord)
+}
+
+// AddBatches checks rows held in recs (one schema), numbered across them in
+// order, in the order given by ord (nil: every row, as stored).
+func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
+	starts := make([]int64, len(recs)+1)
+	for k, r := range recs {
+		starts[k+1] = starts[k] + r.NumRows()
+	}
+	n := int(starts[len(recs)])
 	if ord != nil {
 		n = len(ord)
 	}
 	if n == 0 {
 		return nil
 	}
-	hashes := make([][]uint64, rec.NumCols())
-	err := par.ForEach(context.Background(), len(hashes), runtime.GOMAXPROCS(0), func(c int) error {
-		h, err := fingerprint.ValueHashes(rec.Column(c))
+	ncols := d.schema.NumFields()
+	hashes := make([][]uint64, ncols)
+	err := par.ForEach(context.Background(), ncols, runtime.GOMAXPROCS(0), func(c int) error {
+		h := make([]uint64, 0, starts[len(recs)])
+		for _, r := range recs {
+			hc, err := fingerprint.ValueHashes(r.Column(c))
+			if err != nil {
+				return err
+			}
+			h = append(h, hc...)
+		}
 		hashes[c] = h
-		return err
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	row := func(j int) int {
-		if ord != nil {
-			return int(ord[j])
+	// at returns the batch holding row i, and i's row in it.
+	k := 0
+	at := func(i int64) (arrow.RecordBatch, int) {
+		if i < starts[k] || i >= starts[k+1] {
+			k = sort.Search(len(recs), func(j int) bool { return starts[j+1] > i })
 		}
-		return j
+		return recs[k], int(i - starts[k])
 	}
 	var key []byte
-	prev := -1 // previous row of this batch, or -1: the last row of the previous batch
+	var prevRec arrow.RecordBatch // previous row of this call, or nil: the last row of the previous call
+	prev := 0
 	for j := 0; j < n; j++ {
-		i := row(j)
+		i := int64(j)
+		if ord != nil {
+			i = ord[j]
+		}
+		rec, ri := at(i)
 		key = key[:0]
 		for _, c := range d.keyCols {
-			key = partition.AppendKey(key, rec.Column(c), i)
+			key = partition.AppendKey(key, rec.Column(c), ri)
 		}
 		same := d.have && bytes.Equal(key, d.lastKey)
 		for c := range hashes {
@@ -83,30 +109,30 @@ func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
 				d.varying[c] = true
 				q := make([]any, len(d.keyCols))
 				for k, kc := range d.keyCols {
-					q[k] = partition.Value(rec.Column(kc), i)
+					q[k] = partition.Value(rec.Column(kc), ri)
 				}
 				var a any
-				if prev >= 0 {
-					a = partition.Value(rec.Column(c), prev)
+				if prevRec != nil {
+					a = partition.Value(prevRec.Column(c), prev)
 				} else {
 					a = d.lastVals[c]
 				}
-				d.conflicts[c] = Conflict{Column: d.schema.Field(c).Name, Query: q, A: a, B: partition.Value(rec.Column(c), i)}
+				d.conflicts[c] = Conflict{Column: d.schema.Field(c).Name, Query: q, A: a, B: partition.Value(rec.Column(c), ri)}
 			}
 			d.lastHash[c] = h
 		}
 		d.lastKey = append(d.lastKey[:0], key...)
 		d.have = true
-		prev = i
+		prevRec, prev = rec, ri
 	}
-	// Keep the last row's values (not the batch) for a report that spans
-	// batches.
+	// Keep the last row's values (not the batches) for a report that
+	// spans calls.
 	if d.lastVals == nil {
-		d.lastVals = make([]any, rec.NumCols())
+		d.lastVals = make([]any, ncols)
 	}
 	for c := range d.lastVals {
 		if !d.varying[c] {
-			d.lastVals[c] = partition.Value(rec.Column(c), prev)
+			d.lastVals[c] = partition.Value(prevRec.Column(c), prev)
 		}
 	}
 	return nil

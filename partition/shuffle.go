@@ -421,7 +421,7 @@ func (pr *Reader) Each(ctx context.Context, fn func(src *UnitRows, un Unit) erro
 		if pr.Rows == 0 {
 			return nil
 		}
-		view := &UnitRows{Cols: pr.Sorted.Cols, Ord: pr.Sorted.Ord[pr.Start : pr.Start+pr.Rows]}
+		view := pr.Sorted.View(pr.Sorted.Ord[pr.Start : pr.Start+pr.Rows])
 		un := Unit{Start: pr.Start, Rows: pr.Rows}
 		for _, u := range pr.Units {
 			un.Chunks = append(un.Chunks, u.Chunks...)

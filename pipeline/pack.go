@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/compute"
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
@@ -14,17 +13,7 @@ import (
 
 // detectUnit feeds a sorted unit to the detector.
 func detectUnit(det *dedupe.Detector, src *partition.UnitRows, schema *arrow.Schema) error {
-	arrs := make([]arrow.Array, len(src.Cols))
-	for i, c := range src.Cols {
-		arrs[i] = c.(*compute.ArrayDatum).MakeArray()
-	}
-	n := int64(0)
-	if len(arrs) > 0 {
-		n = int64(arrs[0].Len())
-	}
-	rec := partition.NewRecord(schema, arrs, n)
-	defer rec.Release()
-	return det.Add(rec, src.Ord)
+	return det.AddBatches(src.Batches(), src.Ord)
 }
 
 // decidePacking fixes the packed layout from the detection over all rows.
