@@ -123,7 +123,7 @@ func (u *UnitRows) concatenated(c int, schema *arrow.Schema) (compute.Datum, err
 
 // Take gathers the rows numbered idx (across the batches) into a record.
 func (u *UnitRows) Take(ctx context.Context, schema *arrow.Schema, idx []int64) (arrow.RecordBatch, error) {
-	locs, err := locate(u.starts, idx, make([]loc, 0, len(idx)))
+	locs, err := spansOf(u.starts, idx, make([]span, 0, len(idx)))
 	if err != nil {
 		return nil, err
 	}

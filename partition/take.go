@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
@@ -11,13 +12,17 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// A loc is a row's place in a column held as chunks: the chunk, and the
-// row's logical index in it.
-type loc struct{ c, r int32 }
+// A span is a run of consecutive rows in one chunk of a column held as
+// chunks: chunk c, logical rows [s, e).
+type span struct {
+	c    int32
+	s, e int64
+}
 
-// locate maps rows numbered across chunks (starts[k] is chunk k's first
-// row; the last entry is the total) to their chunks.
-func locate(starts []int64, idx []int64, out []loc) ([]loc, error) {
+// spansOf maps rows numbered across chunks (starts[k] is chunk k's first
+// row; the last entry is the total) to runs of consecutive rows in one
+// chunk, appended to out.
+func spansOf(starts []int64, idx []int64, out []span) ([]span, error) {
 	out = out[:0]
 	n := starts[len(starts)-1]
 	k := 0
@@ -25,13 +30,27 @@ func locate(starts []int64, idx []int64, out []loc) ([]loc, error) {
 		if i < 0 || i >= n {
 			return nil, fmt.Errorf("internal: row %d of %d", i, n)
 		}
-		// Rows come in runs from one chunk far more often than not.
+		// Rows come from the chunk of the row before far more often than not.
 		if i < starts[k] || i >= starts[k+1] {
 			k = sort.Search(len(starts)-1, func(j int) bool { return starts[j+1] > i })
 		}
-		out = append(out, loc{int32(k), int32(i - starts[k])})
+		r := i - starts[k]
+		if m := len(out) - 1; m >= 0 && out[m].c == int32(k) && out[m].e == r {
+			out[m].e++
+			continue
+		}
+		out = append(out, span{int32(k), r, r + 1})
 	}
 	return out, nil
+}
+
+// spanRows is the number of rows the spans cover.
+func spanRows(spans []span) int {
+	n := int64(0)
+	for _, p := range spans {
+		n += p.e - p.s
+	}
+	return int(n)
 }
 
 // gatherable reports whether gather handles the type: fixed-width values,
@@ -58,40 +77,46 @@ func gatherable(t arrow.DataType) bool {
 	return false
 }
 
-// gather copies the rows at locs out of chunks (arrays of one gatherable
-// type) into one new array. It is arrow's Take over a chunked column,
-// without concatenating the chunks first: one pass per buffer, values
-// copied by their width.
-func gather(t arrow.DataType, chunks []arrow.ArrayData, locs []loc) (arrow.ArrayData, error) {
-	n := len(locs)
-	validity, nulls := gatherValidity(chunks, locs)
+// gather copies the rows of spans out of chunks (arrays of one
+// gatherable type) into one new array. It is arrow's Take over a chunked
+// column, without concatenating the chunks first: one pass per buffer,
+// runs of rows copied at once, a list's elements as one run per list.
+func gather(t arrow.DataType, chunks []arrow.ArrayData, spans []span) (arrow.ArrayData, error) {
+	n := spanRows(spans)
+	validity, nulls := gatherValidity(chunks, spans, n)
 	switch t.ID() {
 	case arrow.BOOL:
 		out := make([]byte, bitutil.BytesForBits(int64(n)))
-		for i, l := range locs {
-			d := chunks[l.c]
-			if bitutil.BitIsSet(d.Buffers()[1].Bytes(), d.Offset()+int(l.r)) {
-				bitutil.SetBit(out, i)
-			}
+		i := 0
+		for _, p := range spans {
+			d := chunks[p.c]
+			bitutil.CopyBitmap(d.Buffers()[1].Bytes(), d.Offset()+int(p.s), int(p.e-p.s), out, i)
+			i += int(p.e - p.s)
 		}
 		return array.NewData(t, n, []*memory.Buffer{validity, memory.NewBufferBytes(out)}, nil, nulls, 0), nil
-	case arrow.STRING, arrow.BINARY:
-		offs, data, err := gatherBinary32(chunks, locs)
+	case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
+		large := t.ID() == arrow.LARGE_STRING || t.ID() == arrow.LARGE_BINARY
+		offs, vals, err := gatherOffsets(chunks, spans, n, large)
 		if err != nil {
 			return nil, err
 		}
-		return array.NewData(t, n, []*memory.Buffer{validity, offs, data}, nil, nulls, 0), nil
-	case arrow.LARGE_STRING, arrow.LARGE_BINARY:
-		offs, data := gatherBinary64(chunks, locs)
-		return array.NewData(t, n, []*memory.Buffer{validity, offs, data}, nil, nulls, 0), nil
+		data := make([]byte, spanRows(vals))
+		o := 0
+		for _, p := range vals {
+			if p.e > p.s {
+				o += copy(data[o:], chunks[p.c].Buffers()[2].Bytes()[p.s:p.e])
+			}
+		}
+		return array.NewData(t, n, []*memory.Buffer{validity, offs, memory.NewBufferBytes(data)}, nil, nulls, 0), nil
 	case arrow.LIST, arrow.LARGE_LIST:
 		var elem arrow.DataType
-		if t.ID() == arrow.LIST {
-			elem = t.(*arrow.ListType).Elem()
-		} else {
+		large := t.ID() == arrow.LARGE_LIST
+		if large {
 			elem = t.(*arrow.LargeListType).Elem()
+		} else {
+			elem = t.(*arrow.ListType).Elem()
 		}
-		offs, child, err := gatherLists(chunks, locs, t.ID() == arrow.LARGE_LIST)
+		offs, child, err := gatherOffsets(chunks, spans, n, large)
 		if err != nil {
 			return nil, err
 		}
@@ -108,13 +133,13 @@ func gather(t arrow.DataType, chunks []arrow.ArrayData, locs []loc) (arrow.Array
 	}
 	w := t.(arrow.FixedWidthDataType).BitWidth() / 8
 	out := make([]byte, n*w)
-	gatherFixed(out, w, chunks, locs)
+	gatherFixed(out, w, chunks, spans)
 	return array.NewData(t, n, []*memory.Buffer{validity, memory.NewBufferBytes(out)}, nil, nulls, 0), nil
 }
 
-// gatherValidity builds the validity bitmap of the gathered rows, or nil
+// gatherValidity builds the validity bitmap of the n gathered rows, or nil
 // when none of them is null.
-func gatherValidity(chunks []arrow.ArrayData, locs []loc) (*memory.Buffer, int) {
+func gatherValidity(chunks []arrow.ArrayData, spans []span, n int) (*memory.Buffer, int) {
 	any := false
 	for _, d := range chunks {
 		if d.NullN() != 0 { // -1: unknown (a slice)
@@ -125,186 +150,117 @@ func gatherValidity(chunks []arrow.ArrayData, locs []loc) (*memory.Buffer, int) 
 	if !any {
 		return nil, 0
 	}
-	out := make([]byte, bitutil.BytesForBits(int64(len(locs))))
-	nulls := 0
-	for i, l := range locs {
-		d := chunks[l.c]
-		bm := d.Buffers()[0]
-		if d.NullN() == 0 || bm == nil || bitutil.BitIsSet(bm.Bytes(), d.Offset()+int(l.r)) {
-			bitutil.SetBit(out, i)
+	out := make([]byte, bitutil.BytesForBits(int64(n)))
+	i := 0
+	for _, p := range spans {
+		d := chunks[p.c]
+		m := int(p.e - p.s)
+		if bm := d.Buffers()[0]; d.NullN() != 0 && bm != nil {
+			bitutil.CopyBitmap(bm.Bytes(), d.Offset()+int(p.s), m, out, i)
 		} else {
-			nulls++
+			bitutil.SetBitsTo(out, int64(i), int64(m), true)
 		}
+		i += m
 	}
+	nulls := n - bitutil.CountSetBits(out, 0, n)
 	if nulls == 0 {
 		return nil, 0
 	}
 	return memory.NewBufferBytes(out), nulls
 }
 
-// gatherFixed copies values of w bytes each.
-func gatherFixed(out []byte, w int, chunks []arrow.ArrayData, locs []loc) {
+// gatherFixed copies values of w bytes each: a single row by its width, a
+// run as one copy.
+func gatherFixed(out []byte, w int, chunks []arrow.ArrayData, spans []span) {
 	src := make([][]byte, len(chunks))
 	for k, d := range chunks {
 		if b := d.Buffers()[1]; b != nil {
 			src[k] = b.Bytes()[d.Offset()*w:]
 		}
 	}
-	switch w {
-	case 8:
-		o := arrow.Uint64Traits.CastFromBytes(out)
-		s := make([][]uint64, len(src))
-		for k, b := range src {
-			s[k] = arrow.Uint64Traits.CastFromBytes(b)
+	i := 0
+	for _, p := range spans {
+		if p.e-p.s > 1 {
+			i += copy(out[i:], src[p.c][int(p.s)*w:int(p.e)*w])
+			continue
 		}
-		for i, l := range locs {
-			o[i] = s[l.c][l.r]
+		r := int(p.s) * w
+		switch w {
+		case 8:
+			binary.LittleEndian.PutUint64(out[i:], binary.LittleEndian.Uint64(src[p.c][r:]))
+		case 4:
+			binary.LittleEndian.PutUint32(out[i:], binary.LittleEndian.Uint32(src[p.c][r:]))
+		case 2:
+			binary.LittleEndian.PutUint16(out[i:], binary.LittleEndian.Uint16(src[p.c][r:]))
+		case 1:
+			out[i] = src[p.c][r]
+		default:
+			copy(out[i:i+w], src[p.c][r:r+w])
 		}
-	case 4:
-		o := arrow.Uint32Traits.CastFromBytes(out)
-		s := make([][]uint32, len(src))
-		for k, b := range src {
-			s[k] = arrow.Uint32Traits.CastFromBytes(b)
-		}
-		for i, l := range locs {
-			o[i] = s[l.c][l.r]
-		}
-	case 2:
-		o := arrow.Uint16Traits.CastFromBytes(out)
-		s := make([][]uint16, len(src))
-		for k, b := range src {
-			s[k] = arrow.Uint16Traits.CastFromBytes(b)
-		}
-		for i, l := range locs {
-			o[i] = s[l.c][l.r]
-		}
-	case 1:
-		for i, l := range locs {
-			out[i] = src[l.c][l.r]
-		}
-	default:
-		for i, l := range locs {
-			r := int(l.r) * w
-			copy(out[i*w:(i+1)*w], src[l.c][r:r+w])
-		}
+		i += w
 	}
 }
 
-// gatherBinary32 gathers binary or string values with 32-bit offsets.
-func gatherBinary32(chunks []arrow.ArrayData, locs []loc) (*memory.Buffer, *memory.Buffer, error) {
-	offs := make([][]int32, len(chunks))
-	vals := make([][]byte, len(chunks))
+// gatherOffsets builds the offsets of the n gathered variable-size values
+// (binary, strings, lists) and the spans of what they hold: bytes, or
+// elements of the chunks' child arrays.
+func gatherOffsets(chunks []arrow.ArrayData, spans []span, n int, large bool) (*memory.Buffer, []span, error) {
+	of32 := make([][]int32, len(chunks))
+	of64 := make([][]int64, len(chunks))
 	for k, d := range chunks {
-		if b := d.Buffers()[1]; b != nil && b.Len() > 0 {
-			offs[k] = arrow.Int32Traits.CastFromBytes(b.Bytes())[d.Offset():]
-		}
-		if b := d.Buffers()[2]; b != nil {
-			vals[k] = b.Bytes()
-		}
-	}
-	out := make([]byte, arrow.Int32Traits.BytesRequired(len(locs)+1))
-	o := arrow.Int32Traits.CastFromBytes(out)
-	var total int64
-	for i, l := range locs {
-		if of := offs[l.c]; of != nil {
-			total += int64(of[l.r+1] - of[l.r])
-		}
-		if total > math.MaxInt32 {
-			return nil, nil, fmt.Errorf("%d rows hold more than 2 GiB of values", len(locs))
-		}
-		o[i+1] = int32(total)
-	}
-	data := make([]byte, total)
-	for i, l := range locs {
-		if of := offs[l.c]; of != nil {
-			copy(data[o[i]:o[i+1]], vals[l.c][of[l.r]:of[l.r+1]])
-		}
-	}
-	return memory.NewBufferBytes(out), memory.NewBufferBytes(data), nil
-}
-
-// gatherBinary64 gathers binary or string values with 64-bit offsets.
-func gatherBinary64(chunks []arrow.ArrayData, locs []loc) (*memory.Buffer, *memory.Buffer) {
-	offs := make([][]int64, len(chunks))
-	vals := make([][]byte, len(chunks))
-	for k, d := range chunks {
-		if b := d.Buffers()[1]; b != nil && b.Len() > 0 {
-			offs[k] = arrow.Int64Traits.CastFromBytes(b.Bytes())[d.Offset():]
-		}
-		if b := d.Buffers()[2]; b != nil {
-			vals[k] = b.Bytes()
-		}
-	}
-	out := make([]byte, arrow.Int64Traits.BytesRequired(len(locs)+1))
-	o := arrow.Int64Traits.CastFromBytes(out)
-	var total int64
-	for i, l := range locs {
-		if of := offs[l.c]; of != nil {
-			total += of[l.r+1] - of[l.r]
-		}
-		o[i+1] = total
-	}
-	data := make([]byte, total)
-	for i, l := range locs {
-		if of := offs[l.c]; of != nil {
-			copy(data[o[i]:o[i+1]], vals[l.c][of[l.r]:of[l.r+1]])
-		}
-	}
-	return memory.NewBufferBytes(out), memory.NewBufferBytes(data)
-}
-
-// gatherLists builds the gathered lists' offsets and the places of their
-// elements in the chunks' child arrays.
-func gatherLists(chunks []arrow.ArrayData, locs []loc, large bool) (*memory.Buffer, []loc, error) {
-	span := func(l loc) (int64, int64) {
-		d := chunks[l.c]
 		b := d.Buffers()[1]
 		if b == nil || b.Len() == 0 {
-			return 0, 0
+			continue
 		}
-		j := d.Offset() + int(l.r)
 		if large {
-			of := arrow.Int64Traits.CastFromBytes(b.Bytes())
-			return of[j], of[j+1]
+			of64[k] = arrow.Int64Traits.CastFromBytes(b.Bytes())[d.Offset():]
+		} else {
+			of32[k] = arrow.Int32Traits.CastFromBytes(b.Bytes())[d.Offset():]
 		}
-		of := arrow.Int32Traits.CastFromBytes(b.Bytes())
-		return int64(of[j]), int64(of[j+1])
 	}
-	var total int64
-	for _, l := range locs {
-		s, e := span(l)
-		total += e - s
+	bound := func(c int32, r int64) int64 {
+		if large {
+			if of64[c] == nil {
+				return 0
+			}
+			return of64[c][r]
+		}
+		if of32[c] == nil {
+			return 0
+		}
+		return int64(of32[c][r])
 	}
-	if !large && total > math.MaxInt32 {
-		return nil, nil, fmt.Errorf("%d rows hold more than 2^31 list elements", len(locs))
-	}
-	child := make([]loc, 0, total)
 	var out []byte
-	if large {
-		out = make([]byte, arrow.Int64Traits.BytesRequired(len(locs)+1))
-	} else {
-		out = make([]byte, arrow.Int32Traits.BytesRequired(len(locs)+1))
-	}
 	var o32 []int32
 	var o64 []int64
 	if large {
+		out = make([]byte, arrow.Int64Traits.BytesRequired(n+1))
 		o64 = arrow.Int64Traits.CastFromBytes(out)
 	} else {
+		out = make([]byte, arrow.Int32Traits.BytesRequired(n+1))
 		o32 = arrow.Int32Traits.CastFromBytes(out)
 	}
-	for i, l := range locs {
-		s, e := span(l)
-		if e > math.MaxInt32 {
-			return nil, nil, fmt.Errorf("a list's elements start past 2^31 in its row group")
+	held := make([]span, 0, len(spans))
+	var total int64
+	i := 0
+	for _, p := range spans {
+		base := bound(p.c, p.s)
+		if e := bound(p.c, p.e); e > base {
+			held = append(held, span{p.c, base, e})
 		}
-		for r := s; r < e; r++ {
-			child = append(child, loc{l.c, int32(r)})
+		for r := p.s; r < p.e; r++ {
+			i++
+			v := total + bound(p.c, r+1) - base
+			if large {
+				o64[i] = v
+			} else {
+				if v > math.MaxInt32 {
+					return nil, nil, fmt.Errorf("%d rows hold more than 2^31 bytes or elements", n)
+				}
+				o32[i] = int32(v)
+			}
 		}
-		if large {
-			o64[i+1] = int64(len(child))
-		} else {
-			o32[i+1] = int32(len(child))
-		}
+		total += bound(p.c, p.e) - base
 	}
-	return memory.NewBufferBytes(out), child, nil
+	return memory.NewBufferBytes(out), held, nil
 }
