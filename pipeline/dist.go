@@ -165,6 +165,10 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 	if err != nil {
 		return nil, nil, err
 	}
+	if ks.First != nil { // the plan step reads no rows
+		ks.First.Release()
+		ks.First = nil
+	}
 	if ks.Sample != nil {
 		// Stored once, so reduce tasks need not each read the input's
 		// first row group again.

@@ -253,6 +253,10 @@ type KeyPass struct {
 	Memory Memory
 	// Sample is the first row group, trimmed: it chooses the encodings.
 	Sample arrow.RecordBatch
+	// First is the first row group whole, kept when the table fits one
+	// unit (Memory.Units), so that reading the table does not decode it a
+	// second time; nil otherwise. The caller releases it.
+	First arrow.RecordBatch
 	Sizes  Sizes
 	// Fitted are the size targets the layout was made with (lower than
 	// the options' when FitMemory lowered them to fit the memory limit).
@@ -295,21 +299,29 @@ func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Option
 	if sample != nil && sample.NumRows() > 0 {
 		memRowBytes = float64(RecordBytes(sample)) / float64(sample.NumRows())
 	}
+	first := sample
 	if sample != nil { // keep only the rows that choose encodings
 		trimmed, err := writer.TrimSample(sample, memory.DefaultAllocator)
-		sample.Release()
 		if err != nil {
+			sample.Release()
 			return nil, err
 		}
 		sample = trimmed
 	}
 	o, layout, mp, err := FitMemory(tbl, hist, in, memRowBytes, o, r)
+	if err != nil || len(mp.Units) != 1 {
+		if first != nil {
+			first.Release()
+		}
+		first = nil
+	}
 	if err != nil {
 		if sample != nil {
 			sample.Release()
 		}
 		return nil, err
 	}
+	kp.First = first
 	kp.Layout, kp.Memory, kp.Sample, kp.Sizes = layout, mp, sample, in
 	kp.Fitted = FittedOf(o)
 	return kp, nil
