@@ -257,7 +257,7 @@ type KeyPass struct {
 	// unit (Memory.Units), so that reading the table does not decode it a
 	// second time; nil otherwise. The caller releases it.
 	First arrow.RecordBatch
-	Sizes  Sizes
+	Sizes Sizes
 	// Fitted are the size targets the layout was made with (lower than
 	// the options' when FitMemory lowered them to fit the memory limit).
 	Fitted Fitted
