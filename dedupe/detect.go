@@ -52,6 +52,11 @@ func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
 
 // AddBatches checks rows held in recs (one schema), numbered across them in
 // order, in the order given by ord (nil: every row, as stored).
+//
+// The query key is compared once per row, serially; then each column is
+// hashed and checked on its own, columns in parallel, so that only one
+// column's hashes per worker are held at a time (all of them at once was
+// 8 bytes per value of the whole table).
 func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 	starts := make([]int64, len(recs)+1)
 	for k, r := range recs {
@@ -64,9 +69,51 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 	if n == 0 {
 		return nil
 	}
+	row := func(j int) int64 {
+		if ord != nil {
+			return ord[j]
+		}
+		return int64(j)
+	}
+	// at returns the batch holding row i, and i's row in it; k is the
+	// caller's cursor (rows mostly come from the batch of the row before).
+	at := func(i int64, k *int) (arrow.RecordBatch, int) {
+		if i < starts[*k] || i >= starts[*k+1] {
+			*k = sort.Search(len(recs), func(j int) bool { return starts[j+1] > i })
+		}
+		return recs[*k], int(i - starts[*k])
+	}
+	// same[j]: row j has the query key of the row before it (for j == 0,
+	// of the previous call's last row).
+	same := make([]bool, n)
+	var key, prevKey []byte
+	k := 0
+	for j := 0; j < n; j++ {
+		rec, ri := at(row(j), &k)
+		key = key[:0]
+		for _, c := range d.keyCols {
+			key = partition.AppendKey(key, rec.Column(c), ri)
+		}
+		if j == 0 {
+			same[0] = d.have && bytes.Equal(key, d.lastKey)
+		} else {
+			same[j] = bytes.Equal(key, prevKey)
+		}
+		key, prevKey = prevKey, key
+	}
+	lastKey := append([]byte(nil), prevKey...)
 	ncols := d.schema.NumFields()
-	hashes := make([][]uint64, ncols)
+	type found struct {
+		j   int // first row that differs from the row before it, or -1
+		err error
+	}
+	first := make([]found, ncols)
+	lastHash := make([]uint64, ncols)
 	err := par.ForEach(context.Background(), ncols, runtime.GOMAXPROCS(0), func(c int) error {
+		first[c].j = -1
+		if d.varying[c] {
+			return nil // known; its last values are not kept either
+		}
 		h := make([]uint64, 0, starts[len(recs)])
 		for _, r := range recs {
 			hc, err := fingerprint.ValueHashes(r.Column(c))
@@ -75,66 +122,57 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 			}
 			h = append(h, hc...)
 		}
-		hashes[c] = h
+		prev := d.lastHash[c]
+		for j := 0; j < n; j++ {
+			v := h[row(j)]
+			if same[j] && v != prev {
+				first[c].j = j
+				break
+			}
+			prev = v
+		}
+		lastHash[c] = h[row(n-1)]
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	// at returns the batch holding row i, and i's row in it.
-	k := 0
-	at := func(i int64) (arrow.RecordBatch, int) {
-		if i < starts[k] || i >= starts[k+1] {
-			k = sort.Search(len(recs), func(j int) bool { return starts[j+1] > i })
+	kq, ka, kb := 0, 0, 0
+	for c := 0; c < ncols; c++ {
+		j := first[c].j
+		if d.varying[c] || j < 0 {
+			continue
 		}
-		return recs[k], int(i - starts[k])
+		d.varying[c] = true
+		rec, ri := at(row(j), &kq)
+		q := make([]any, len(d.keyCols))
+		for i, kc := range d.keyCols {
+			q[i] = partition.Value(rec.Column(kc), ri)
+		}
+		var a any
+		if j > 0 {
+			pr, pi := at(row(j-1), &ka)
+			a = partition.Value(pr.Column(c), pi)
+		} else {
+			a = d.lastVals[c]
+		}
+		br, bi := at(row(j), &kb)
+		d.conflicts[c] = Conflict{Column: d.schema.Field(c).Name, Query: q, A: a, B: partition.Value(br.Column(c), bi)}
 	}
-	var key []byte
-	var prevRec arrow.RecordBatch // previous row of this call, or nil: the last row of the previous call
-	prev := 0
-	for j := 0; j < n; j++ {
-		i := int64(j)
-		if ord != nil {
-			i = ord[j]
-		}
-		rec, ri := at(i)
-		key = key[:0]
-		for _, c := range d.keyCols {
-			key = partition.AppendKey(key, rec.Column(c), ri)
-		}
-		same := d.have && bytes.Equal(key, d.lastKey)
-		for c := range hashes {
-			h := hashes[c][i]
-			if same && !d.varying[c] && h != d.lastHash[c] {
-				d.varying[c] = true
-				q := make([]any, len(d.keyCols))
-				for k, kc := range d.keyCols {
-					q[k] = partition.Value(rec.Column(kc), ri)
-				}
-				var a any
-				if prevRec != nil {
-					a = partition.Value(prevRec.Column(c), prev)
-				} else {
-					a = d.lastVals[c]
-				}
-				d.conflicts[c] = Conflict{Column: d.schema.Field(c).Name, Query: q, A: a, B: partition.Value(rec.Column(c), ri)}
-			}
-			d.lastHash[c] = h
-		}
-		d.lastKey = append(d.lastKey[:0], key...)
-		d.have = true
-		prevRec, prev = rec, ri
-	}
-	// Keep the last row's values (not the batches) for a report that
-	// spans calls.
+	// Keep the last row's key, hashes and values (not the batches) for a
+	// report that spans calls.
 	if d.lastVals == nil {
 		d.lastVals = make([]any, ncols)
 	}
+	lr, li := at(row(n-1), &k)
 	for c := range d.lastVals {
 		if !d.varying[c] {
-			d.lastVals[c] = partition.Value(prevRec.Column(c), prev)
+			d.lastHash[c] = lastHash[c]
+			d.lastVals[c] = partition.Value(lr.Column(c), li)
 		}
 	}
+	d.lastKey = lastKey
+	d.have = true
 	return nil
 }
 
