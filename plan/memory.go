@@ -24,8 +24,11 @@ type Memory struct {
 // leaf column's pending page (uncompressed, up to --page-bytes); the largest
 // row group's compressed pages, buffered until it is closed; gathered chunks
 // in flight; with tensors, one shard. What is left holds one unit of decoded
-// rows, the same rows concatenated per column (one column at a time) and GC
-// headroom. memRowBytes is decoded bytes per row, measured on a sample.
+// rows, for the column types gathered through arrow the same rows
+// concatenated per column (one column at a time), and GC headroom.
+// memRowBytes is decoded bytes per row, measured on a sample. (Most
+// schemas are now gathered without concatenating, so the fifth below is
+// conservative for them; it is kept: the ceiling tests were tuned with it.)
 func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowBytes float64, o Options, r Resources) (Memory, error) {
 	tensors := o.Tensors != nil
 	memRowBytes = max(in.RowBytes, memRowBytes)
@@ -55,8 +58,9 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 		return Memory{}, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, the footer of a %d-row-group file, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --file-bytes, --page-bytes or --shard-bytes",
 			r.MemoryLimit>>20, (fixed+8<<20)>>20, in.Leaves, o.PageBytes>>10, layout.TargetRows, footerRGs)
 	}
-	// A unit's rows are held twice while a column is concatenated and once
-	// more as gathered chunks, plus GC headroom that must hold up when the
+	// A unit's rows are held once, plus its gathered chunks (and, for
+	// the types partition.UnitRows.Take leaves to arrow, twice while such
+	// a column is concatenated), plus GC headroom that must hold up when the
 	// CPU is contended: a fifth of what is left after a further 16 MiB,
 	// which the run also keeps out of Go's soft memory limit (measured:
 	// under a 128 MiB limit the peak RSS went from 148-159 MiB to 140-142

@@ -1,0 +1,76 @@
+package hugepages
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// vmFlags returns the VmFlags line of the mapping holding p, from
+// /proc/self/smaps.
+func vmFlags(t *testing.T, p uintptr) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if se := strings.SplitN(f[0], "-", 2); len(se) == 2 && !strings.HasSuffix(f[0], ":") {
+			s, err1 := strconv.ParseUint(se[0], 16, 64)
+			e, err2 := strconv.ParseUint(se[1], 16, 64)
+			if err1 == nil && err2 == nil {
+				in = uintptr(s) <= p && p < uintptr(e)
+				continue
+			}
+		}
+		if in && f[0] == "VmFlags:" {
+			return l
+		}
+	}
+	t.Fatalf("no mapping holds %#x", p)
+	return ""
+}
+
+// TestAdviseMarksTheHeap checks, on this machine's setting, that Advise
+// advises the mapping a later large heap allocation lands in (the kernel
+// shows it as "hg" in /proc/self/smaps) where the setting is "madvise",
+// and does nothing where it is not.
+func TestAdviseMarksTheHeap(t *testing.T) {
+	mode := Mode()
+	t.Logf("transparent huge pages: %q", mode)
+	stop := Advise(256 << 20)
+	// What a run then decodes lands in the room Advise made.
+	var bufs [][]byte
+	for i := 0; i < 16; i++ {
+		bufs = append(bufs, make([]byte, 8<<20))
+	}
+	p := uintptr(unsafePointer(&bufs[8][0]))
+	flags := vmFlags(t, p)
+	n := stop()
+	if mode != "madvise" {
+		if n != 0 {
+			t.Fatalf("setting %q: %d mappings advised, want none", mode, n)
+		}
+		if mode == "never" && strings.Contains(flags, " hg") {
+			t.Fatalf("setting %q: the heap is advised: %s", mode, flags)
+		}
+		return
+	}
+	if n == 0 {
+		t.Fatal("no mapping advised")
+	}
+	if !strings.Contains(flags, " hg") {
+		t.Fatalf("a heap allocation after Advise is in a mapping without huge pages advised: %s", flags)
+	}
+	runtime.KeepAlive(bufs)
+	if stop() != n {
+		t.Fatal("a second stop changed the count")
+	}
+}
