@@ -343,7 +343,7 @@ func optionsOf(outURL string, inputArgs []string, cfg plan.Options, maxItems int
 		Inputs: inputArgs, Output: outURL, SliceKeys: cfg.SliceKeys, SortKeys: cfg.SortKeys,
 		RowGroupBytes: cfg.RowGroupBytes, MinRowGroupBytes: cfg.MinRowGroupBytes, RowGroupRows: cfg.RowGroupRows,
 		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
-		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log,
+		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log, HugePages: local.HugePages,
 		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
 		MaxItemsPerQuery: maxItems, hive: cfg.Hive,
 	}
@@ -534,6 +534,15 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	// A task is a fresh process: every page of its heap is faulted in.
+	// It decodes up to Parallel of its row groups at once.
+	var rg int64
+	for _, f := range tbl.Files {
+		for _, n := range f.RowGroupRows {
+			rg = max(rg, n)
+		}
+	}
+	defer lp.opts.adviseHeap(int64(float64(rg*int64(lp.opts.Parallel)) * lp.RowBytes * decodedPerInput))()
 	return lp.mapRows(ctx, tbl, keys, task, lp.opts.Parallel, true)
 }
 
@@ -548,6 +557,13 @@ func writeDone(ctx context.Context, out storage.Location, attemptName, doneName 
 		return err
 	}
 	return putObject(ctx, out, doneName, data)
+}
+
+// unitBytes is the decoded bytes a detect or reduce task of partition j
+// holds at once: its largest unit. A task is a fresh process, so every page
+// of its heap is faulted in (adviseHeap).
+func (lp *loadedPlan) unitBytes(j int) int64 {
+	return int64(float64(min(lp.Partitions[j].Rows, lp.UnitRows)) * lp.RowBytes * decodedPerInput)
 }
 
 // DetectTask is `relayout detect --task j` (packed plans): it reads
@@ -567,6 +583,7 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 		return nil, err
 	}
 	defer pr.close()
+	defer lp.opts.adviseHeap(lp.unitBytes(task))()
 	det, rows, err := pr.detect(ctx)
 	if err != nil {
 		return nil, err
@@ -620,6 +637,9 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			return nil, err
 		}
 		defer pr.close()
+		// A task is a fresh process: every page of its heap is faulted
+		// in. It holds one unit at a time.
+		defer lp.opts.adviseHeap(int64(float64(min(lp.Partitions[task].Rows, lp.UnitRows)) * lp.RowBytes * decodedPerInput))()
 		sample, err := lp.sample(ctx, pr.tbl.Schema)
 		if err != nil {
 			return nil, err

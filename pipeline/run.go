@@ -13,7 +13,6 @@ import (
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
-	"github.com/relayout/relayout/internal/hugepages"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -149,22 +148,8 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	var maps []*TaskManifest
 	var sorted *partition.UnitRows
 	if whole {
-		// The whole table is decoded at once: its heap is faulted in once,
-		// page by page. Huge pages make that a few hundred faults instead of
-		// ~45 per MB (docs/benchmarks.md). The plan holds an in-memory sort
-		// to a fifth of the budget, so their coarser resident set fits.
-		if opts.HugePages == HugePagesAuto && !opts.sample {
-			// The heap an in-memory sort peaks at: about 3.3x the
-			// decoded table (measured), within the fifth of the
-			// budget the plan holds it to.
-			table := int64(float64(tbl.Rows) * ks.Memory.MemRowBytes)
-			stop := hugepages.Advise(min(4*table, opts.MemoryLimit/2))
-			defer func() {
-				if n := stop(); n > 0 {
-					log.Debug("heap advised for huge pages", "mappings", n)
-				}
-			}()
-		}
+		// The whole table is decoded at once: its heap is faulted in once.
+		defer opts.adviseHeap(int64(float64(tbl.Rows) * ks.Memory.MemRowBytes))()
 		opts.Progress.Start("read", tbl.Rows)
 		prof := tensors.NewProfile()
 		observe := func(arrow.RecordBatch) {}
