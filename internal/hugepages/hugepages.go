@@ -116,15 +116,12 @@ func Advise(expect int64) (stop func() int) {
 	}
 }
 
-// sink keeps heapBase's probe on the heap.
-var sink *[64 << 10]byte
-
 // heapBase returns the start of the mapping that holds a fresh heap
 // object: the heap's arenas lie at and above it.
 func heapBase() uintptr {
-	sink = new([64 << 10]byte)
-	p := uintptr(unsafePointer(sink))
-	sink = nil
+	probe := new([1 << 20]byte) // too large for the stack
+	p := uintptr(unsafePointer(probe))
+	runtime.KeepAlive(probe)
 	for _, m := range mappings() {
 		if m.start <= p && p < m.end {
 			return m.start
