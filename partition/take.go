@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -205,62 +206,43 @@ func gatherFixed(out []byte, w int, chunks []arrow.ArrayData, spans []span) {
 // (binary, strings, lists) and the spans of what they hold: bytes, or
 // elements of the chunks' child arrays.
 func gatherOffsets(chunks []arrow.ArrayData, spans []span, n int, large bool) (*memory.Buffer, []span, error) {
-	of32 := make([][]int32, len(chunks))
-	of64 := make([][]int64, len(chunks))
-	for k, d := range chunks {
-		b := d.Buffers()[1]
-		if b == nil || b.Len() == 0 {
-			continue
-		}
-		if large {
-			of64[k] = arrow.Int64Traits.CastFromBytes(b.Bytes())[d.Offset():]
-		} else {
-			of32[k] = arrow.Int32Traits.CastFromBytes(b.Bytes())[d.Offset():]
-		}
-	}
-	bound := func(c int32, r int64) int64 {
-		if large {
-			if of64[c] == nil {
-				return 0
-			}
-			return of64[c][r]
-		}
-		if of32[c] == nil {
-			return 0
-		}
-		return int64(of32[c][r])
-	}
-	var out []byte
-	var o32 []int32
-	var o64 []int64
 	if large {
-		out = make([]byte, arrow.Int64Traits.BytesRequired(n+1))
-		o64 = arrow.Int64Traits.CastFromBytes(out)
-	} else {
-		out = make([]byte, arrow.Int32Traits.BytesRequired(n+1))
-		o32 = arrow.Int32Traits.CastFromBytes(out)
+		return gatherOffsetsOf[int64](chunks, spans, n, arrow.Int64Traits.CastFromBytes, math.MaxInt64)
 	}
+	return gatherOffsetsOf[int32](chunks, spans, n, arrow.Int32Traits.CastFromBytes, math.MaxInt32)
+}
+
+func gatherOffsetsOf[T int32 | int64](chunks []arrow.ArrayData, spans []span, n int, cast func([]byte) []T, most int64) (*memory.Buffer, []span, error) {
+	var zero [2]T // the offsets of a chunk without an offsets buffer (no rows)
+	ofs := make([][]T, len(chunks))
+	for k, d := range chunks {
+		if b := d.Buffers()[1]; b != nil && b.Len() > 0 {
+			ofs[k] = cast(b.Bytes())[d.Offset():]
+		} else {
+			ofs[k] = zero[:]
+		}
+	}
+	var t T
+	out := make([]byte, (n+1)*int(unsafe.Sizeof(t)))
+	o := cast(out)
 	held := make([]span, 0, len(spans))
 	var total int64
 	i := 0
 	for _, p := range spans {
-		base := bound(p.c, p.s)
-		if e := bound(p.c, p.e); e > base {
+		of := ofs[p.c][p.s : p.e+1]
+		base := int64(of[0])
+		if e := int64(of[len(of)-1]); e > base {
 			held = append(held, span{p.c, base, e})
 		}
-		for r := p.s; r < p.e; r++ {
-			i++
-			v := total + bound(p.c, r+1) - base
-			if large {
-				o64[i] = v
-			} else {
-				if v > math.MaxInt32 {
-					return nil, nil, fmt.Errorf("%d rows hold more than 2^31 bytes or elements", n)
-				}
-				o32[i] = int32(v)
-			}
+		if total+int64(of[len(of)-1])-base > most {
+			return nil, nil, fmt.Errorf("%d rows hold more than 2^31 bytes or elements", n)
 		}
-		total += bound(p.c, p.e) - base
+		shift := T(total - base)
+		for _, v := range of[1:] {
+			i++
+			o[i] = v + shift
+		}
+		total += int64(of[len(of)-1]) - base
 	}
 	return memory.NewBufferBytes(out), held, nil
 }
