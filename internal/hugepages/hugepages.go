@@ -13,8 +13,8 @@
 // How: Go maps its heap a few MiB at a time as it grows, and each new
 // mapping starts without the advice (the runtime maps with MAP_FIXED, which
 // drops it). So Advise first grows the heap by the bytes the caller expects
-// to use, in one allocation it never touches (no page is faulted in), and
-// advises that mapping; the allocation is then dropped, and Go's page
+// to use, in allocations it never touches (no page is faulted in), and
+// advises the heap's mappings; the allocations are then dropped, and Go's page
 // allocator, which reuses the lowest free addresses first, places the
 // table there. A goroutine also advises mappings added later, on a short
 // tick. Huge pages make the resident set coarser (about 10% larger
@@ -64,18 +64,6 @@ func Advise(expect int64) (stop func() int) {
 	if base == 0 {
 		return func() int { return 0 }
 	}
-	if expect >= 1<<20 {
-		// Mapped, never written: it costs address space, not memory.
-		room := make([]byte, expect)
-		p := uintptr(unsafePointer(&room[0]))
-		for _, m := range mappings() {
-			if m.start <= p && p < m.end && m.start >= base {
-				madviseHuge(m.start, m.end-m.start)
-			}
-		}
-		room = nil
-		runtime.GC() // frees it for the table
-	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -91,6 +79,23 @@ func Advise(expect int64) (stop func() int) {
 				mu.Unlock()
 			}
 		}
+	}
+	if expect >= 1<<20 {
+		// Mapped, never written: it costs address space, not memory. In
+		// pieces, because Go zeroes a whole large object when any of its
+		// pages was used before: one object of the whole size, placed
+		// over memory the heap had freed, was zeroed (faulted in, 4 KiB
+		// at a time) whole, 1 GiB of it, in about one run in ten. A piece
+		// placed over freed memory is zeroed alone, and that memory was
+		// resident already.
+		const piece = 32 << 20
+		var room [][]byte
+		for left := expect; left > 0; left -= piece {
+			room = append(room, make([]byte, min(piece, left)))
+		}
+		pass()
+		runtime.KeepAlive(room)
+		runtime.GC() // frees it for the table
 	}
 	pass()
 	wg.Add(1)
