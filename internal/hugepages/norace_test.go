@@ -1,0 +1,5 @@
+//go:build !race
+
+package hugepages
+
+const raceEnabled = false
