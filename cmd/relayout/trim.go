@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"os"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/relayout/relayout/internal/hugepages"
 )
 
 // dropInitPages unmaps the pages of the binary's read-only segments (code
@@ -25,27 +25,10 @@ func dropInitPages() {
 	if err != nil {
 		return
 	}
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// address perms offset dev inode path
-		fl := strings.Fields(sc.Text())
-		if len(fl) < 6 || fl[5] != exe || strings.ContainsRune(fl[1], 'w') {
+	for _, m := range hugepages.Mappings() {
+		if m.Path != exe || strings.ContainsRune(m.Perms, 'w') {
 			continue
 		}
-		lo, hi, ok := strings.Cut(fl[0], "-")
-		if !ok {
-			continue
-		}
-		a, err1 := strconv.ParseUint(lo, 16, 64)
-		b, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil || b <= a {
-			continue
-		}
-		_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(a), uintptr(b-a), unix.MADV_DONTNEED)
+		_, _, _ = unix.Syscall(unix.SYS_MADVISE, m.Start, m.End-m.Start, unix.MADV_DONTNEED)
 	}
 }

@@ -127,47 +127,58 @@ func heapBase() uintptr {
 	probe := new([1 << 20]byte) // too large for the stack
 	p := uintptr(unsafePointer(probe))
 	runtime.KeepAlive(probe)
-	for _, m := range mappings() {
-		if m.start <= p && p < m.end {
-			return m.start
+	for _, m := range Mappings() {
+		if m.Start <= p && p < m.End {
+			return m.Start
 		}
 	}
 	return 0
 }
 
-type mapping struct {
-	start, end  uintptr
-	perms, path string
+// A Mapping is one line of /proc/self/maps: the range [Start, End), its
+// permissions ("rw-p") and its path ("" for anonymous memory).
+type Mapping struct {
+	Start, End  uintptr
+	Perms, Path string
 }
 
-// mappings parses /proc/self/maps.
-func mappings() []mapping {
+// ParseMapping parses a line of /proc/self/maps, or a mapping's first line
+// in /proc/self/smaps.
+func ParseMapping(line string) (Mapping, bool) {
+	fs := strings.Fields(line)
+	if len(fs) < 5 {
+		return Mapping{}, false
+	}
+	lo, hi, ok := strings.Cut(fs[0], "-")
+	if !ok {
+		return Mapping{}, false
+	}
+	s, err1 := strconv.ParseUint(lo, 16, 64)
+	e, err2 := strconv.ParseUint(hi, 16, 64)
+	if err1 != nil || err2 != nil || e <= s {
+		return Mapping{}, false
+	}
+	m := Mapping{Start: uintptr(s), End: uintptr(e), Perms: fs[1]}
+	if len(fs) > 5 {
+		m.Path = fs[5]
+	}
+	return m, true
+}
+
+// Mappings lists the process's memory mappings (/proc/self/maps); nil where
+// there is no such file.
+func Mappings() []Mapping {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []mapping
+	var out []Mapping
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 5 {
-			continue
+		if m, ok := ParseMapping(sc.Text()); ok {
+			out = append(out, m)
 		}
-		se := strings.SplitN(fs[0], "-", 2)
-		if len(se) != 2 {
-			continue
-		}
-		s, err1 := strconv.ParseUint(se[0], 16, 64)
-		e, err2 := strconv.ParseUint(se[1], 16, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		m := mapping{start: uintptr(s), end: uintptr(e), perms: fs[1]}
-		if len(fs) > 5 {
-			m.path = fs[5]
-		}
-		out = append(out, m)
 	}
 	return out
 }
@@ -176,11 +187,11 @@ func mappings() []mapping {
 // up to 1 TiB above it, as [start, end) pairs: the heap's arenas.
 func anonMappings(base uintptr) [][2]uintptr {
 	var out [][2]uintptr
-	for _, m := range mappings() {
-		if m.start < base || m.start-base >= 1<<40 || m.perms != "rw-p" || m.path != "" {
+	for _, m := range Mappings() {
+		if m.Start < base || m.Start-base >= 1<<40 || m.Perms != "rw-p" || m.Path != "" {
 			continue
 		}
-		out = append(out, [2]uintptr{m.start, m.end})
+		out = append(out, [2]uintptr{m.Start, m.End})
 	}
 	return out
 }

@@ -18,19 +18,11 @@ func vmFlags(t *testing.T, p uintptr) string {
 	}
 	in := false
 	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 {
+		if m, ok := ParseMapping(l); ok {
+			in = m.Start <= p && p < m.End
 			continue
 		}
-		if se := strings.SplitN(f[0], "-", 2); len(se) == 2 && !strings.HasSuffix(f[0], ":") {
-			s, err1 := strconv.ParseUint(se[0], 16, 64)
-			e, err2 := strconv.ParseUint(se[1], 16, 64)
-			if err1 == nil && err2 == nil {
-				in = uintptr(s) <= p && p < uintptr(e)
-				continue
-			}
-		}
-		if in && f[0] == "VmFlags:" {
+		if in && strings.HasPrefix(l, "VmFlags:") {
 			return l
 		}
 	}

@@ -1,13 +1,13 @@
 package hugepages
 
 import (
-	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func madviseHuge(addr, n uintptr) error {
-	_, _, e := syscall.Syscall(syscall.SYS_MADVISE, addr, n, 14 /* MADV_HUGEPAGE */)
-	if e != 0 {
+	if _, _, e := unix.Syscall(unix.SYS_MADVISE, addr, n, unix.MADV_HUGEPAGE); e != 0 {
 		return e
 	}
 	return nil
