@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -58,10 +57,7 @@ func (d *Detector) Add(rec arrow.RecordBatch, ord []int64) error {
 // column's hashes per worker are held at a time (all of them at once was
 // 8 bytes per value of the whole table).
 func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
-	starts := make([]int64, len(recs)+1)
-	for k, r := range recs {
-		starts[k+1] = starts[k] + r.NumRows()
-	}
+	starts := partition.BatchStarts(recs)
 	n := int(starts[len(recs)])
 	if ord != nil {
 		n = len(ord)
@@ -75,13 +71,10 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 		}
 		return int64(j)
 	}
-	// at returns the batch holding row i, and i's row in it; k is the
-	// caller's cursor (rows mostly come from the batch of the row before).
+	// at returns the batch holding row i, and i's row in it.
 	at := func(i int64, k *int) (arrow.RecordBatch, int) {
-		if i < starts[*k] || i >= starts[*k+1] {
-			*k = sort.Search(len(recs), func(j int) bool { return starts[j+1] > i })
-		}
-		return recs[*k], int(i - starts[*k])
+		b, r := partition.LocateRow(starts, i, k)
+		return recs[b], int(r)
 	}
 	// same[j]: row j has the query key of the row before it (for j == 0,
 	// of the previous call's last row).

@@ -61,13 +61,12 @@ func (u *UnitRows) Release() {
 // one array first took 0.68 s of a 4.2 s run, mostly page faults on the
 // fresh copy, and doubled a column's memory while it ran).
 func NewUnitRows(schema *arrow.Schema, recs []arrow.RecordBatch) (*UnitRows, error) {
-	u := &UnitRows{recs: recs, starts: make([]int64, len(recs)+1)}
+	u := &UnitRows{recs: recs, starts: BatchStarts(recs)}
 	for k, r := range recs {
 		if !r.Schema().Equal(schema) {
 			u.Release()
 			return nil, fmt.Errorf("internal: batch %d's schema differs from the unit's", k)
 		}
-		u.starts[k+1] = u.starts[k] + r.NumRows()
 	}
 	nc := schema.NumFields()
 	u.whole = &wholeCols{once: make([]sync.Once, nc), arr: make([]compute.Datum, nc), err: make([]error, nc)}
@@ -318,38 +317,17 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 			first.Release()
 		}
 	}
-	// Column chunks are the tasks, not row groups: a few large row groups
-	// (four of 250,000 rows in the benchmark) would leave a core idle.
-	type task struct{ rg, col int }
-	var tasks []task
-	cols := make([][]arrow.Array, len(refs))
-	for i := range refs {
+	var todo []source.RowGroupRef
+	var at []int
+	for i, ref := range refs {
 		if recs[i] == nil {
-			cols[i] = make([]arrow.Array, t.Schema.NumFields())
-			for c := range cols[i] {
-				tasks = append(tasks, task{i, c})
-			}
+			todo, at = append(todo, ref), append(at, i)
 		}
 	}
-	err := par.ForEach(ctx, len(tasks), parallel, func(k int) error {
-		tk := tasks[k]
-		var err error
-		cols[tk.rg][tk.col], err = refs[tk.rg].File.ReadColumn(ctx, refs[tk.rg].RowGroup, tk.col)
-		return err
-	})
-	schema := arrow.NewSchema(t.Schema.Fields(), nil)
-	for i := range refs {
-		if cols[i] == nil {
-			continue
-		}
+	read, err := t.ReadRowGroups(ctx, todo, nil, parallel)
+	for k, i := range at {
 		if err == nil {
-			recs[i] = NewRecord(schema, cols[i], refs[i].Rows())
-			continue
-		}
-		for _, a := range cols[i] {
-			if a != nil {
-				a.Release()
-			}
+			recs[i] = read[k]
 		}
 	}
 	if err == nil {

@@ -20,9 +20,28 @@ type span struct {
 	s, e int64
 }
 
-// spansOf maps rows numbered across chunks (starts[k] is chunk k's first
-// row; the last entry is the total) to runs of consecutive rows in one
-// chunk, appended to out.
+// BatchStarts numbers rows across batches: element k is batch k's first
+// row, and the last element is the total.
+func BatchStarts(recs []arrow.RecordBatch) []int64 {
+	starts := make([]int64, len(recs)+1)
+	for k, r := range recs {
+		starts[k+1] = starts[k] + r.NumRows()
+	}
+	return starts
+}
+
+// LocateRow returns the batch holding row i (numbered by BatchStarts) and
+// i's row in it. k is the caller's cursor, the batch of the row located
+// before: rows mostly come from it, so it is tried first.
+func LocateRow(starts []int64, i int64, k *int) (int, int64) {
+	if i < starts[*k] || i >= starts[*k+1] {
+		*k = sort.Search(len(starts)-1, func(j int) bool { return starts[j+1] > i })
+	}
+	return *k, i - starts[*k]
+}
+
+// spansOf maps rows numbered across chunks (BatchStarts) to runs of
+// consecutive rows in one chunk, appended to out.
 func spansOf(starts []int64, idx []int64, out []span) ([]span, error) {
 	out = out[:0]
 	n := starts[len(starts)-1]
@@ -31,16 +50,12 @@ func spansOf(starts []int64, idx []int64, out []span) ([]span, error) {
 		if i < 0 || i >= n {
 			return nil, fmt.Errorf("internal: row %d of %d", i, n)
 		}
-		// Rows come from the chunk of the row before far more often than not.
-		if i < starts[k] || i >= starts[k+1] {
-			k = sort.Search(len(starts)-1, func(j int) bool { return starts[j+1] > i })
-		}
-		r := i - starts[k]
-		if m := len(out) - 1; m >= 0 && out[m].c == int32(k) && out[m].e == r {
+		c, r := LocateRow(starts, i, &k)
+		if m := len(out) - 1; m >= 0 && out[m].c == int32(c) && out[m].e == r {
 			out[m].e++
 			continue
 		}
-		out = append(out, span{int32(k), r, r + 1})
+		out = append(out, span{int32(c), r, r + 1})
 	}
 	return out, nil
 }

@@ -56,16 +56,30 @@ func (r RowGroupRef) Offset() int64 { return r.File.RowGroupOffsets[r.RowGroup] 
 // whose schema is the table's schema restricted to those columns, decoding
 // columns on up to `parallel` goroutines.
 func (t *Table) Read(ctx context.Context, ref RowGroupRef, cols []int, parallel int) (arrow.RecordBatch, error) {
+	recs, err := t.ReadRowGroups(ctx, []RowGroupRef{ref}, cols, parallel)
+	if err != nil {
+		return nil, err
+	}
+	return recs[0], nil
+}
+
+// ReadRowGroups reads the given columns (nil: all) of each row group, as
+// Read does, with every column chunk a task for up to `parallel`
+// goroutines: a few large row groups keep every goroutine busy (four row
+// groups of 250,000 rows on two cores left one idle when row groups were
+// the tasks). On error nothing is returned and nothing is held.
+func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []int, parallel int) ([]arrow.RecordBatch, error) {
 	if cols == nil {
 		cols = make([]int, t.Schema.NumFields())
 		for i := range cols {
 			cols[i] = i
 		}
 	}
-	arrs := make([]arrow.Array, len(cols))
-	err := par.ForEach(ctx, len(cols), parallel, func(i int) error {
+	arrs := make([]arrow.Array, len(refs)*len(cols))
+	err := par.ForEach(ctx, len(arrs), parallel, func(k int) error {
+		ref := refs[k/len(cols)]
 		var err error
-		arrs[i], err = ref.File.ReadColumn(ctx, ref.RowGroup, cols[i])
+		arrs[k], err = ref.File.ReadColumn(ctx, ref.RowGroup, cols[k%len(cols)])
 		return err
 	})
 	if err != nil {
@@ -81,11 +95,15 @@ func (t *Table) Read(ctx context.Context, ref RowGroupRef, cols []int, parallel 
 		fields[i] = t.Schema.Field(c)
 	}
 	sc := arrow.NewSchema(fields, nil)
-	rec := array.NewRecordBatch(sc, arrs, ref.Rows())
-	for _, a := range arrs {
-		a.Release()
+	recs := make([]arrow.RecordBatch, len(refs))
+	for i, ref := range refs {
+		rg := arrs[i*len(cols) : (i+1)*len(cols)]
+		recs[i] = array.NewRecordBatch(sc, rg, ref.Rows())
+		for _, a := range rg {
+			a.Release()
+		}
 	}
-	return rec, nil
+	return recs, nil
 }
 
 // Allocator returns the allocator used for decoded data.
