@@ -754,10 +754,7 @@ class _Remote:
                     tmps.append(tmp)
                 first, lastb = run[0], run[-1]
                 last = None
-                for attempt in range(4):
-                    if attempt:
-                        self.stats["retries"] += 1
-                        time.sleep(0.1 * attempt * attempt)
+                for _ in self._attempts():
                     try:
                         spans = list(self.pool().map(lambda i: self._range_retried(first["key"], first["ranges"][i][0], lastb["ranges"][i][1]),
                                                      range(len(first["ranges"]))))
@@ -827,6 +824,15 @@ class _Remote:
         f.truncate(0)
         f.write(str(used).encode())
         f.flush()
+
+    def _attempts(self, n=4):
+        """Yields n attempts of a download, counting each retry and backing
+        off before it (0.1 s, 0.4 s, 0.9 s), as the Go loader does."""
+        for attempt in range(n):
+            if attempt:
+                self.stats["retries"] += 1
+                time.sleep(0.1 * attempt * attempt)
+            yield attempt
 
     def _reserve(self, n, pos, wait):
         import secrets
@@ -912,10 +918,7 @@ class _Remote:
                 return False
             try:
                 last = None
-                for attempt in range(4):
-                    if attempt:
-                        self.stats["retries"] += 1
-                        time.sleep(0.1 * attempt * attempt)
+                for _ in self._attempts():
                     try:
                         data = self._fetch(obj)
                     except Exception as e:  # retried already; try again
