@@ -264,7 +264,7 @@ func (pr *partitionReader) detect(ctx context.Context) (dedupe.Detection, int64,
 	var rows int64
 	err := pr.Each(ctx, func(src *partition.UnitRows, _ partition.Unit) error {
 		rows += int64(len(src.Ord))
-		return detectUnit(det, src, pr.tbl.Schema)
+		return detectUnit(det, src)
 	})
 	return dedupe.DetectionOf(det), rows, err
 }

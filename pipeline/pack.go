@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"github.com/apache/arrow-go/v18/arrow"
-
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/manifests"
@@ -12,7 +10,7 @@ import (
 )
 
 // detectUnit feeds a sorted unit to the detector.
-func detectUnit(det *dedupe.Detector, src *partition.UnitRows, schema *arrow.Schema) error {
+func detectUnit(det *dedupe.Detector, src *partition.UnitRows) error {
 	return det.AddBatches(src.Batches(), src.Ord)
 }
 

@@ -220,7 +220,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if p.Packing != nil {
 		if sorted != nil { // every row in order at once
 			d := dedupe.NewDetector(tbl.Schema, keys.Query)
-			if err := detectUnit(d, sorted, tbl.Schema); err != nil {
+			if err := detectUnit(d, sorted); err != nil {
 				return nil, err
 			}
 			det = dedupe.DetectionOf(d)
