@@ -91,9 +91,15 @@ var kept [][]byte
 
 // TestAdviseTouchesNoRoom checks that the room Advise grows the heap by
 // is not faulted in, also where the heap has freed memory (as a run's has,
-// after the plan decoded its sample): the resident set grows by at most
-// that freed memory and one piece. Made as one object, the room was zeroed
-// whole by the runtime, 1 GiB resident, in most runs of this test.
+// after the plan decoded its sample). Made as one object, the room was
+// zeroed whole by the runtime, 1 GiB resident, in most runs of this test.
+//
+// The bound is a quarter of the room, not the freed memory and one piece
+// (128 MiB): once advised, any 2 MiB range with one resident page may be
+// faulted or collapsed (khugepaged, max_ptes_none 511 by default) into a
+// whole huge page, so the resident set grows by a few MiB more than was
+// touched, as it did on a CI machine (129 MiB). A room zeroed whole is
+// 1 GiB.
 func TestAdviseTouchesNoRoom(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's shadow of the room is resident: the resident set cannot tell whether the room was touched")
@@ -113,7 +119,7 @@ func TestAdviseTouchesNoRoom(t *testing.T) {
 	after := vmRSS(t)
 	stop()
 	t.Logf("setting %q: resident %d MiB before Advise(1 GiB), %d MiB after", Mode(), before>>20, after>>20)
-	if after-before > 96<<20+32<<20 {
+	if after-before > 256<<20 {
 		t.Fatalf("Advise(1 GiB) faulted in %d MiB", (after-before)>>20)
 	}
 	runtime.KeepAlive(kept)
