@@ -362,7 +362,8 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 // counts the rows of split slices). The fingerprint and observe run
 // alongside the routing, since both only read rec, and up to parallel units
 // are taken and emitted at once: emit must be safe to call concurrently for
-// different units.
+// different units. With rt.Bins set, emit gets each bin's rows instead,
+// with UnitColumn appended.
 func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
 	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
 	var sum fingerprint.Sum
@@ -384,7 +385,11 @@ func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 }
 
 func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
-	byUnit := map[int][]int64{}
+	byUnit := map[int][]int64{} // by bin, when rt.Bins is set
+	var unitsOf map[int][]int32 // by bin: each row's unit
+	if rt.Bins != nil {
+		unitsOf = map[int][]int32{}
+	}
 	off := ref.Offset()
 	var buf []byte
 	for i := 0; i < int(ref.Rows()); i++ {
@@ -395,6 +400,11 @@ func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 		u, err := rt.UnitOfRow(buf, rec, i, off+int64(i))
 		if err != nil {
 			return err
+		}
+		if unitsOf != nil {
+			b := rt.Bins[u]
+			unitsOf[b] = append(unitsOf[b], int32(u))
+			u = b
 		}
 		byUnit[u] = append(byUnit[u], int64(i))
 	}
@@ -413,6 +423,9 @@ func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 		part, err := src.Take(ctx, rec.Schema(), byUnit[units[k]])
 		if err != nil {
 			return err
+		}
+		if unitsOf != nil {
+			part = withUnits(part, unitsOf[units[k]])
 		}
 		defer part.Release()
 		return emit(units[k], part)

@@ -23,7 +23,10 @@ type Router struct {
 	// or the sort key with the input position.
 	Cuts    map[int32][]Cut
 	CutCols []int
-	qbuf    []byte
+	// Bins, when set, is each unit's bin: the first pass of a two-pass
+	// shuffle routes rows to bins, each row with its unit (Bins).
+	Bins []int
+	qbuf []byte
 }
 
 func NewRouter(h *Histogram, units []Unit) *Router {

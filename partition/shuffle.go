@@ -141,16 +141,33 @@ func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
 
 func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) error {
 	if !s.lean {
-		if us.w == nil {
+		// The IPC writer writes each buffer, its padding and the message
+		// apart: written to the file, a batch was a hundred write calls.
+		// It writes to a scratch buffer instead, and the batch goes to the
+		// file in one call: at 16x the 1M-row log and --memory-limit
+		// 128MiB (200,000 batches of about 80 rows), the write calls were
+		// 22 of 230 s.
+		if us.file == nil {
 			f, err := os.Create(filepath.Join(s.dir, unitFileName(u)))
 			if err != nil {
 				return err
 			}
 			us.file = storage.NewDropBehind(f)
-			us.w = ipc.NewWriter(us.file, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+		}
+		us.sink.buf = s.getBuf()
+		defer func() {
+			s.putBuf(us.sink.buf)
+			us.sink.buf = nil
+		}()
+		if us.w == nil {
+			us.w = ipc.NewWriter(&us.sink, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
+		}
+		if err := us.w.Write(rec); err != nil {
+			return err
 		}
 		us.rows += rec.NumRows()
-		return us.w.Write(rec)
+		_, err := us.file.Write(us.sink.buf.Bytes())
+		return err
 	}
 	enc := encodeBatch(rec)
 	defer enc.Release()
@@ -228,7 +245,13 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 			s.putBuf(us.sink.buf)
 			us.sink.buf = nil
 		} else {
+			us.sink.buf = s.getBuf()
 			err = us.w.Close()
+			if err == nil {
+				_, err = us.file.Write(us.sink.buf.Bytes())
+			}
+			s.putBuf(us.sink.buf)
+			us.sink.buf = nil
 		}
 		if err != nil {
 			return nil, errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))

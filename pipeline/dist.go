@@ -214,6 +214,11 @@ type loadedPlan struct {
 	// enc caches the column encodings per output schema (encodings).
 	encMu sync.Mutex
 	enc   map[string]*writer.Encodings
+	// bins, when set (run, spilling with small pieces), is each unit's bin
+	// in a two-pass shuffle (partition.Bins); binned are the second pass's
+	// segments, which the reduce reads instead of the map tasks'.
+	bins   []int
+	binned []partition.Segment
 }
 
 // planLocation splits a plan URL (<output>/_relayout/plan.json, with the

@@ -14,6 +14,7 @@ import (
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
@@ -39,6 +40,10 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	pm := lp.Maps[task]
 	units, part := lp.Units()
 	rt := partition.NewRouter(lp.hist, units)
+	if lp.bins != nil && !distributed {
+		rt.Bins = lp.bins
+		part = make([]int, slices.Max(lp.bins)+1) // segments are bins' here
+	}
 	if lp.Cuts != nil {
 		var err error
 		if rt.Cuts, err = lp.SplitCuts(); err != nil {
@@ -243,13 +248,76 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 	}
 	for _, d := range dones {
 		pr.prof.Merge(d.Profile)
+		if lp.binned != nil {
+			continue
+		}
 		for _, mp := range d.Partitions {
 			if mp.Partition == task {
 				r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
 			}
 		}
 	}
+	for _, mp := range lp.binned {
+		if mp.Partition == task {
+			r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
+		}
+	}
 	return pr
+}
+
+// rebin is the second pass of run's two-pass shuffle (partition.Bins): each
+// bin's rows, as the map tasks routed them (segments in map order, which
+// is input order), routed to their units, batchRows at a time, on workers
+// bins at once. It returns the units' segments; the first pass's files
+// are removed as each bin is done.
+func (lp *loadedPlan) rebin(ctx context.Context, schema *arrow.Schema, maps []*TaskManifest, workers, parallel int, batchRows int64) ([]partition.Segment, error) {
+	_, part := lp.Units()
+	nb := slices.Max(lp.bins) + 1
+	in := make([][]partition.Segment, nb)
+	for _, d := range maps {
+		for _, s := range d.Partitions {
+			if s.Unit < 0 || s.Unit >= nb {
+				return nil, fmt.Errorf("internal: map %d wrote bin %d of %d", d.Task, s.Unit, nb)
+			}
+			in[s.Unit] = append(in[s.Unit], s)
+		}
+	}
+	out := make([][]partition.Segment, nb)
+	err := par.ForEach(ctx, nb, workers, func(b int) error {
+		var want int64
+		for _, s := range in[b] {
+			want += s.Rows
+		}
+		sw, err := partition.NewShuffleWriter(lp.work, fmt.Sprintf("%sbin/b-%05d/", plan.WorkPrefix, b), lp.opts.TmpDir, false)
+		if err != nil {
+			return err
+		}
+		defer sw.Abort()
+		rows, err := partition.Rebin(ctx, lp.work, in[b], schema, batchRows, parallel, func(u int, rec arrow.RecordBatch) error {
+			if err := sw.Write(u, rec); err != nil {
+				return err
+			}
+			lp.opts.Progress.Add(rec.NumRows())
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if rows != want {
+			return fmt.Errorf("internal: bin %d: read %d rows of the shuffle, the map tasks wrote %d", b, rows, want)
+		}
+		if out[b], err = sw.Publish(ctx, part); err != nil {
+			return err
+		}
+		for _, s := range in[b] { // read: only disk now
+			_ = lp.work.Bucket.Delete(ctx, lp.work.Key(s.Path))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(out...), nil
 }
 
 func (pr *partitionReader) close() {

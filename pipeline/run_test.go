@@ -225,6 +225,9 @@ func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
 		{"again", nil},
 		// Units of 15k rows force several spilled units.
 		{"spill", func(o *RunOptions) { o.UnitRows = 15_000; o.TmpDir = t.TempDir() }},
+		// Units of 1k rows cut each into pieces of about 300 rows per
+		// input row group: the shuffle takes two passes (partition.Bins).
+		{"two-pass", func(o *RunOptions) { o.UnitRows = 1_000; o.TmpDir = t.TempDir() }},
 	}
 	var ref map[string][]byte
 	for _, r := range runs {
@@ -238,6 +241,10 @@ func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
 		})
 		if r.name == "spill" && res.Report.Units < 2 {
 			t.Fatalf("spill run used %d units; the test must force spilling", res.Report.Units)
+		}
+		rebinned := slices.ContainsFunc(res.Report.Stages, func(s report.Stage) bool { return s.Name == "rebin" })
+		if rebinned != (r.name == "two-pass") {
+			t.Fatalf("%s: %d units; a second shuffle pass: %v", r.name, res.Report.Units, rebinned)
 		}
 		got := readTree(t, out)
 		if ref == nil {
