@@ -3,7 +3,6 @@ package partition
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -161,7 +159,8 @@ func Rebin(ctx context.Context, work storage.Location, segs []Segment, schema *a
 
 // eachSegmentBatch streams a plain segment of a local work folder batch by
 // batch to fn, which takes ownership of each batch; the segment's pages
-// are dropped from the page cache once read.
+// are dropped from the page cache once read. A segment cut short or
+// damaged is bad input; fn's errors are returned as they are.
 func eachSegmentBatch(ctx context.Context, work storage.Location, seg Segment, fn func(arrow.RecordBatch) error) error {
 	if work.Local == "" {
 		return fmt.Errorf("internal: a two-pass shuffle reads a local work folder")
@@ -173,35 +172,20 @@ func eachSegmentBatch(ctx context.Context, work storage.Location, seg Segment, f
 	}
 	defer f.Close()
 	defer storage.DropCached(f, seg.Offset, seg.Length)
-	br := bufio.NewReaderSize(io.NewSectionReader(f, seg.Offset, seg.Length), 1<<20)
-	fail := func(err error) error {
+	var fnErr error
+	err = eachStreamBatch(bufio.NewReaderSize(io.NewSectionReader(f, seg.Offset, seg.Length), 1<<20), func(rec arrow.RecordBatch) error {
+		if fnErr = ctx.Err(); fnErr == nil {
+			fnErr = fn(rec)
+		} else {
+			rec.Release()
+		}
+		return fnErr
+	})
+	if err != nil && err == fnErr {
+		return err
+	}
+	if err != nil {
 		return errs.WithHint(errs.BadInputf("read %s at %d: the shuffle is damaged: %v", name, seg.Offset, err), "run relayout again")
 	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if _, err := br.Peek(1); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return storage.Classify(fmt.Errorf("read %s: %w", name, err))
-		}
-		rd, err := ipc.NewReader(br, ipc.WithAllocator(memory.DefaultAllocator))
-		if err != nil {
-			return fail(err)
-		}
-		for rd.Next() {
-			rec := rd.RecordBatch()
-			rec.Retain()
-			if err := fn(rec); err != nil {
-				rd.Release()
-				return err
-			}
-		}
-		err = rd.Err()
-		rd.Release()
-		if err != nil {
-			return fail(err)
-		}
-	}
+	return nil
 }

@@ -3,6 +3,9 @@ package partition
 import (
 	"context"
 	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -110,6 +114,24 @@ func TestRebinEqualsOnePass(t *testing.T) {
 		for _, s := range out {
 			segs[s.Unit] = append(segs[s.Unit], s)
 		}
+	}
+	// A first-pass file cut short is bad input naming the file, not a
+	// panic or a retry; the other bins are read below, whole.
+	cut := segs[2][1]
+	name := filepath.Join(dir, filepath.FromSlash(cut.Path))
+	whole, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, whole[:len(whole)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Rebin(ctx, work, segs[2], in.Schema(), 700, 2, func(u int, part arrow.RecordBatch) error { return nil })
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), cut.Path) {
+		t.Fatalf("a first-pass file cut short: %v, want bad input naming %s", err, cut.Path)
+	}
+	if err := os.WriteFile(name, whole, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	got := map[int][]arrow.RecordBatch{}

@@ -383,39 +383,51 @@ func readSegmentOnce(ctx context.Context, work storage.Location, seg Segment, sc
 	}
 	br := bufio.NewReaderSize(src, 1<<16)
 	var recs []arrow.RecordBatch
-	fail := func(err error) ([]arrow.RecordBatch, error) {
+	err := eachStreamBatch(br, func(rec arrow.RecordBatch) error {
+		dec, err := decodeBatch(rec, schema)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, dec)
+		return nil
+	})
+	if err != nil {
 		for _, x := range recs {
 			x.Release()
 		}
 		return nil, errs.WithHint(errs.BadInputf("read %s at %d: the shuffle is damaged: %v", url, seg.Offset, err), "run the map task that wrote it again")
 	}
+	return recs, nil
+}
+
+// eachStreamBatch reads the Arrow IPC streams in br one after another
+// until its bytes end, and hands each batch to fn, which takes ownership
+// of it.
+func eachStreamBatch(br *bufio.Reader, fn func(arrow.RecordBatch) error) error {
 	for {
 		if _, err := br.Peek(1); err == io.EOF {
-			break
+			return nil
 		} else if err != nil {
-			return fail(err)
+			return err
 		}
 		rd, err := ipc.NewReader(br, ipc.WithAllocator(memory.DefaultAllocator))
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		for rd.Next() {
 			rec := rd.RecordBatch()
 			rec.Retain()
-			dec, err := decodeBatch(rec, schema)
-			if err != nil {
+			if err := fn(rec); err != nil {
 				rd.Release()
-				return fail(err)
+				return err
 			}
-			recs = append(recs, dec)
 		}
 		err = rd.Err()
 		rd.Release()
 		if err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	return recs, nil
 }
 
 // Reader hands a detect or reduce task its partition one unit at a time:
