@@ -140,43 +140,21 @@ func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
 }
 
 func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) error {
-	if !s.lean {
-		// The IPC writer writes each buffer, its padding and the message
-		// apart: written to the file, a batch was a hundred write calls.
-		// It writes to a scratch buffer instead, and the batch goes to the
-		// file in one call: at 16x the 1M-row log and --memory-limit
-		// 128MiB (200,000 batches of about 80 rows), the write calls were
-		// 22 of 230 s.
-		if us.file == nil {
-			f, err := os.Create(filepath.Join(s.dir, unitFileName(u)))
-			if err != nil {
-				return err
-			}
-			us.file = storage.NewDropBehind(f)
-		}
-		us.sink.buf = s.getBuf()
-		defer func() {
-			s.putBuf(us.sink.buf)
-			us.sink.buf = nil
-		}()
-		if us.w == nil {
-			us.w = ipc.NewWriter(&us.sink, ipc.WithSchema(rec.Schema()), ipc.WithLZ4())
-		}
-		if err := us.w.Write(rec); err != nil {
-			return err
-		}
-		us.rows += rec.NumRows()
-		_, err := us.file.Write(us.sink.buf.Bytes())
-		return err
+	if s.lean {
+		rec = encodeBatch(rec)
+		defer rec.Release()
 	}
-	enc := encodeBatch(rec)
-	defer enc.Release()
+	// The IPC writer writes each buffer, its padding and the message
+	// apart; it writes to a scratch buffer, and flush moves the batch to
+	// the file in one call (straight to the file, the plain spill of 16x
+	// the 1M-row log at --memory-limit 128MiB, 200,000 batches of about 80
+	// rows, was a hundred write calls a batch, 22 of 230 s).
 	us.sink.buf = s.getBuf()
 	defer func() {
 		s.putBuf(us.sink.buf)
 		us.sink.buf = nil
 	}()
-	if us.w != nil && !us.schema.Equal(enc.Schema()) {
+	if us.w != nil && !us.schema.Equal(rec.Schema()) {
 		err := us.w.Close()
 		if err == nil {
 			err = s.flush(u, us)
@@ -187,10 +165,14 @@ func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) erro
 		us.w = nil
 	}
 	if us.w == nil {
-		us.w = ipc.NewWriter(&us.sink, ipc.WithSchema(enc.Schema()))
-		us.schema = enc.Schema()
+		opts := []ipc.Option{ipc.WithSchema(rec.Schema())}
+		if !s.lean {
+			opts = append(opts, ipc.WithLZ4())
+		}
+		us.w = ipc.NewWriter(&us.sink, opts...)
+		us.schema = rec.Schema()
 	}
-	if err := us.w.Write(enc); err != nil {
+	if err := us.w.Write(rec); err != nil {
 		return err
 	}
 	us.rows += rec.NumRows()
@@ -203,8 +185,8 @@ func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) erro
 // (docs/benchmarks.md). EncodeAll is safe for concurrent use.
 var shuffleZstd, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
 
-// flush compresses what the unit's writer wrote to its sink into its
-// file, as one zstd frame.
+// flush moves what the unit's writer wrote to its sink into its file:
+// as it is (plain), or as one zstd frame (lean).
 func (s *ShuffleWriter) flush(u int, us *unitStream) error {
 	if us.sink.buf.Len() == 0 {
 		return nil
@@ -215,6 +197,11 @@ func (s *ShuffleWriter) flush(u int, us *unitStream) error {
 			return err
 		}
 		us.file = storage.NewDropBehind(f)
+	}
+	if !s.lean {
+		_, err := us.file.Write(us.sink.buf.Bytes())
+		us.sink.buf.Reset()
+		return err
 	}
 	frame := s.getBuf()
 	out := shuffleZstd.EncodeAll(us.sink.buf.Bytes(), frame.AvailableBuffer())
@@ -235,24 +222,13 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 	slices.Sort(units)
 	for _, u := range units {
 		us := s.units[u]
-		var err error
-		if s.lean {
-			us.sink.buf = s.getBuf()
-			err = us.w.Close()
-			if err == nil {
-				err = s.flush(u, us)
-			}
-			s.putBuf(us.sink.buf)
-			us.sink.buf = nil
-		} else {
-			us.sink.buf = s.getBuf()
-			err = us.w.Close()
-			if err == nil {
-				_, err = us.file.Write(us.sink.buf.Bytes())
-			}
-			s.putBuf(us.sink.buf)
-			us.sink.buf = nil
+		us.sink.buf = s.getBuf()
+		err := us.w.Close()
+		if err == nil {
+			err = s.flush(u, us)
 		}
+		s.putBuf(us.sink.buf)
+		us.sink.buf = nil
 		if err != nil {
 			return nil, errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
 		}

@@ -541,13 +541,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	}
 	// A task is a fresh process: every page of its heap is faulted in.
 	// It decodes up to Parallel of its row groups at once.
-	var rg int64
-	for _, f := range tbl.Files {
-		for _, n := range f.RowGroupRows {
-			rg = max(rg, n)
-		}
-	}
-	defer lp.opts.adviseHeap(int64(float64(rg*int64(lp.opts.Parallel)) * lp.RowBytes * decodedPerInput))()
+	defer lp.opts.adviseHeap(int64(float64(tbl.LargestRowGroup()*int64(lp.opts.Parallel)) * lp.RowBytes * decodedPerInput))()
 	return lp.mapRows(ctx, tbl, keys, task, lp.opts.Parallel, true)
 }
 
@@ -644,7 +638,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		defer pr.close()
 		// A task is a fresh process: every page of its heap is faulted
 		// in. It holds one unit at a time.
-		defer lp.opts.adviseHeap(int64(float64(min(lp.Partitions[task].Rows, lp.UnitRows)) * lp.RowBytes * decodedPerInput))()
+		defer lp.opts.adviseHeap(lp.unitBytes(task))()
 		sample, err := lp.sample(ctx, pr.tbl.Schema)
 		if err != nil {
 			return nil, err

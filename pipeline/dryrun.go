@@ -196,6 +196,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	// split measured on the sample.
 	decoded := N * mp.MemRowBytes
 	res := report.Resources{MemoryBytes: opts.MemoryLimit}
+	bins := partition.Bins(mp.Units, tbl.NumRowGroups()) // a two-pass shuffle (run)
 	if len(mp.Units) <= 1 {
 		f := decodedPeakFlat
 		if qs != nil {
@@ -204,7 +205,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 		res.MemoryBytes = min(opts.MemoryLimit, int64(plan.RuntimeReserve+f*decoded+min(tensorData, float64(opts.ShardBytes))))
 	} else {
 		res.TempDiskBytes = int64(decoded * spillRatio)
-		if bins := partition.Bins(mp.Units, tbl.NumRowGroups()); bins != nil {
+		if bins != nil {
 			// Two passes: a bin's first-pass files are removed once it
 			// is rebinned, so the folder peaks one bin above the spill.
 			res.TempDiskBytes += res.TempDiskBytes / int64(slices.Max(bins)+1)
@@ -222,7 +223,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	}
 	if len(mp.Units) > 1 {
 		work *= spillWork
-		if partition.Bins(mp.Units, tbl.NumRowGroups()) != nil {
+		if bins != nil {
 			work *= rebinWork
 		}
 	}

@@ -246,18 +246,14 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 			r.Units, r.IDs = append(r.Units, units[u]), append(r.IDs, u)
 		}
 	}
+	segs := lp.binned // a two-pass shuffle's units are in its second pass
 	for _, d := range dones {
 		pr.prof.Merge(d.Profile)
-		if lp.binned != nil {
-			continue
-		}
-		for _, mp := range d.Partitions {
-			if mp.Partition == task {
-				r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
-			}
+		if lp.binned == nil {
+			segs = append(segs, d.Partitions...)
 		}
 	}
-	for _, mp := range lp.binned {
+	for _, mp := range segs { // in map order
 		if mp.Partition == task {
 			r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
 		}

@@ -247,13 +247,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			// The second pass of the shuffle, as much at once as the map.
 			t1 = time.Now()
 			opts.Progress.Start("rebin", tbl.Rows)
-			var maxRG int64
-			for _, f := range tbl.Files {
-				for _, n := range f.RowGroupRows {
-					maxRG = max(maxRG, n)
-				}
-			}
-			lp.binned, err = lp.rebin(ctx, tbl.Schema, maps, ks.Memory.MapWorkers, max(opts.Parallel/ks.Memory.MapWorkers, 1), max(maxRG, 1))
+			lp.binned, err = lp.rebin(ctx, tbl.Schema, maps, ks.Memory.MapWorkers, max(opts.Parallel/ks.Memory.MapWorkers, 1), max(tbl.LargestRowGroup(), 1))
 			opts.Progress.Finish()
 			if err != nil {
 				return nil, err

@@ -71,13 +71,7 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	}
 	// The map phase runs before the units are gathered: its budget is the
 	// limit less the runtime, the kept encoding sample and headroom.
-	var maxRG int64
-	for _, f := range tbl.Files {
-		for _, n := range f.RowGroupRows {
-			maxRG = max(maxRG, n)
-		}
-	}
-	perMap := int64(2*float64(maxRG)*memRowBytes) + 4<<20
+	perMap := int64(2*float64(tbl.LargestRowGroup())*memRowBytes) + 4<<20
 	sampleBytes := int64(float64(min(tbl.Rows, 32<<10)) * memRowBytes)
 	mapWorkers := int(min(max((r.MemoryLimit-RuntimeReserve-UnitHeadroom-sampleBytes)/max(perMap, 1), 1), int64(max(r.Parallel, 1))))
 	return Memory{Fixed: fixed, UnitRows: unitRows, ChunkRows: chunkRows, MemRowBytes: memRowBytes, MapWorkers: mapWorkers,

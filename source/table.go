@@ -182,6 +182,17 @@ func (t *Table) NumRowGroups() int {
 	return n
 }
 
+// LargestRowGroup is the most rows any one row group of the table holds.
+func (t *Table) LargestRowGroup() int64 {
+	var n int64
+	for _, f := range t.Files {
+		for _, r := range f.RowGroupRows {
+			n = max(n, r)
+		}
+	}
+	return n
+}
+
 // Close closes every file.
 func (t *Table) Close() error {
 	t.mu.Lock()
