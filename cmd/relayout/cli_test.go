@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 )
@@ -21,6 +22,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
+	arrowmem.InstallForTests()
 	dir, err := os.MkdirTemp("", "relayout-cli-test")
 	if err != nil {
 		panic(err)

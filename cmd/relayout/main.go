@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/errs"
 )
 
@@ -30,6 +31,7 @@ func main() {
 	}()
 	awsDefaults()
 	dropInitPages()
+	arrowmem.Install()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopProfile := startProfile()
 	app := newApp()
