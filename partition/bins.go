@@ -68,6 +68,14 @@ func Bins(units []Unit, rowGroups int) []int {
 	return bins
 }
 
+// NumBins is the number of bins in bins (Bins' result); 0 for nil.
+func NumBins(bins []int) int {
+	if len(bins) == 0 {
+		return 0
+	}
+	return slices.Max(bins) + 1
+}
+
 // BinSchema is schema with UnitColumn appended: the rows of the first
 // pass of a two-pass shuffle.
 func BinSchema(schema *arrow.Schema) *arrow.Schema {
@@ -76,14 +84,15 @@ func BinSchema(schema *arrow.Schema) *arrow.Schema {
 	return arrow.NewSchema(fs, &md)
 }
 
-// withUnits appends the units column to part, releasing part.
-func withUnits(part arrow.RecordBatch, units []int32) arrow.RecordBatch {
+// withUnits appends the units column to part, releasing part; binSchema
+// is BinSchema(part.Schema()).
+func withUnits(binSchema *arrow.Schema, part arrow.RecordBatch, units []int32) arrow.RecordBatch {
 	b := array.NewInt32Builder(memory.DefaultAllocator)
 	b.AppendValues(units, nil)
 	col := b.NewArray()
 	b.Release()
 	cols := append(slices.Clone(part.Columns()), col)
-	out := array.NewRecordBatch(BinSchema(part.Schema()), cols, part.NumRows())
+	out := array.NewRecordBatch(binSchema, cols, part.NumRows())
 	col.Release()
 	part.Release()
 	return out

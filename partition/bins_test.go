@@ -38,6 +38,9 @@ func TestBinsOnlyForSmallPieces(t *testing.T) {
 	if b[0] != 0 || b[len(b)-1] != 28 {
 		t.Fatalf("791 units: bins %d to %d, want 0 to 28 (√791 bins)", b[0], b[len(b)-1])
 	}
+	if NumBins(b) != 29 || NumBins(nil) != 0 {
+		t.Fatalf("NumBins = %d and %d for nil, want 29 and 0", NumBins(b), NumBins(nil))
+	}
 	count := map[int]int{}
 	for i := 1; i < len(b); i++ {
 		if b[i] != b[i-1] && b[i] != b[i-1]+1 {
@@ -99,7 +102,7 @@ func TestRebinEqualsOnePass(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				part = withUnits(part, us)
+				part = withUnits(BinSchema(part.Schema()), part, us)
 				if err := sw.Write(b, part); err != nil {
 					t.Fatal(err)
 				}

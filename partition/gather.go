@@ -387,8 +387,10 @@ func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
 	byUnit := map[int][]int64{} // by bin, when rt.Bins is set
 	var unitsOf map[int][]int32 // by bin: each row's unit
+	var binSchema *arrow.Schema
 	if rt.Bins != nil {
 		unitsOf = map[int][]int32{}
+		binSchema = BinSchema(rec.Schema())
 	}
 	off := ref.Offset()
 	var buf []byte
@@ -425,7 +427,7 @@ func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 			return err
 		}
 		if unitsOf != nil {
-			part = withUnits(part, unitsOf[units[k]])
+			part = withUnits(binSchema, part, unitsOf[units[k]])
 		}
 		defer part.Release()
 		return emit(units[k], part)

@@ -208,7 +208,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 		if bins != nil {
 			// Two passes: a bin's first-pass files are removed once it
 			// is rebinned, so the folder peaks one bin above the spill.
-			res.TempDiskBytes += res.TempDiskBytes / int64(slices.Max(bins)+1)
+			res.TempDiskBytes += res.TempDiskBytes / int64(partition.NumBins(bins))
 		}
 	}
 	// Time: a throughput calibrated on the reference machine, not the

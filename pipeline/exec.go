@@ -42,7 +42,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	rt := partition.NewRouter(lp.hist, units)
 	if lp.bins != nil && !distributed {
 		rt.Bins = lp.bins
-		part = make([]int, slices.Max(lp.bins)+1) // segments are bins' here
+		part = make([]int, partition.NumBins(lp.bins)) // segments are bins' here
 	}
 	if lp.Cuts != nil {
 		var err error
@@ -268,7 +268,7 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 // are removed as each bin is done.
 func (lp *loadedPlan) rebin(ctx context.Context, schema *arrow.Schema, maps []*TaskManifest, workers, parallel int, batchRows int64) ([]partition.Segment, error) {
 	_, part := lp.Units()
-	nb := slices.Max(lp.bins) + 1
+	nb := partition.NumBins(lp.bins)
 	in := make([][]partition.Segment, nb)
 	for _, d := range maps {
 		for _, s := range d.Partitions {
