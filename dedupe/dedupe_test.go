@@ -11,7 +11,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/arrowmem"
 )
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 
 var flat = arrow.NewSchema([]arrow.Field{
 	{Name: "user", Type: arrow.PrimitiveTypes.Int64},                  // query-level

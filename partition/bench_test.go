@@ -7,7 +7,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/relayout/relayout/internal/arrowmem"
 )
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 
 func BenchmarkAppendKeyStringDate(b *testing.B) {
 	const n = 1 << 16

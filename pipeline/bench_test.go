@@ -6,9 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 )
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 
 // BenchmarkRun re-lays out a generated 200k-row log per iteration.
 // Run: go test ./pipeline -run '^$' -bench Run -benchtime 3x

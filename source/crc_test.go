@@ -13,12 +13,16 @@ import (
 	"github.com/parquet-go/parquet-go/compress/zstd"
 
 	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
 )
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 
 type crcRow struct {
 	ID      int64   `parquet:"id"`

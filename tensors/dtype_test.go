@@ -6,8 +6,12 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/testutil"
 )
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 
 // TestHalfRoundingMatchesNumPy compares Float16Bits and BFloat16Bits with
 // NumPy's float16 cast and with bfloat16 defined as float32's top 16 bits

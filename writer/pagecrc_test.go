@@ -21,10 +21,14 @@ import (
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 
 // crcRows builds n rows for the page CRC tests: scalars, a dictionary
 // string, a nullable float, a list (the parallel path's shapes) and, with

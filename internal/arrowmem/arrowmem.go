@@ -22,6 +22,7 @@ import (
 	"math/bits"
 	"os"
 	"sync"
+	"testing"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -139,12 +140,20 @@ func Install() {
 	}
 }
 
-// InstallForTests is Install for a package's TestMain: unless Env is set,
-// it poisons freed buffers, and sets Env so that the relayout processes the
-// tests start poison them too.
+// InstallForTests is Install for tests: unless Env is set, it poisons
+// freed buffers, and sets Env so that the relayout processes the tests
+// start poison them too.
 func InstallForTests() {
 	if os.Getenv(Env) == "" {
 		os.Setenv(Env, "poison")
 	}
 	Install()
+}
+
+// TestMain is the TestMain of the packages whose code allocates through
+// arrow: it runs m's tests with freed buffers poisoned (InstallForTests),
+// so that a slice used after its array's last Release shows as wrong data.
+func TestMain(m *testing.M) {
+	InstallForTests()
+	os.Exit(m.Run())
 }
