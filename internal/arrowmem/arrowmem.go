@@ -40,11 +40,24 @@ const (
 )
 
 // Allocator is a recycling memory.Allocator; the zero value is ready.
+//
+// Like arrow's Go allocator, it hands out slices whose capacity is their
+// length: arrow's compute kernels size their appends by cap() and slice by
+// len(), so spare capacity past the length breaks them (a Take of strings
+// panicked). A pooled buffer's class is therefore kept in a table by its
+// address, not in its capacity; the table holds addresses, not
+// references, so a buffer arrow never frees is still collected.
 type Allocator struct {
 	// Poison overwrites a buffer when it is freed (tests).
 	Poison bool
-	pools  [64 << subBits]sync.Pool
-	small  memory.GoAllocator
+	// Min, when set, replaces MinPooled as the smallest buffer pooled
+	// (at least 64): the tests pool every buffer, so that their small
+	// tables go through the pools as a large run's do.
+	Min   int
+	pools [64 << subBits]sync.Pool
+	small memory.GoAllocator
+	mu    sync.Mutex
+	class map[uintptr]int // pooled buffers out, by address: their class
 }
 
 var _ memory.Allocator = (*Allocator)(nil)
@@ -62,44 +75,51 @@ func classOf(n int) (int, int) {
 	return e<<subBits | (s + 1), size
 }
 
-// exactClass returns the class whose size is exactly c, or -1.
-func exactClass(c int) int {
-	if c < MinPooled || c > maxPooled {
-		return -1
-	}
-	k, size := classOf(c)
-	if size != c {
-		return -1
-	}
-	return k
+// classSize is the size of class k.
+func classSize(k int) int {
+	e, s := k>>subBits, k&(1<<subBits-1)
+	return 1<<e + s<<(e-subBits)
 }
 
-// Allocate returns size zeroed bytes aligned to 64.
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// Allocate returns size zeroed bytes aligned to 64, with capacity size.
 func (a *Allocator) Allocate(size int) []byte {
-	if size < MinPooled || size > maxPooled {
+	if size < a.min() || size > maxPooled {
 		return a.small.Allocate(size)
 	}
 	k, cs := classOf(size)
+	var b []byte
 	if p, ok := a.pools[k].Get().(*[]byte); ok {
-		b := *p
-		clear(b[:cs])
-		return b[:size:cs]
+		b = *p
+		clear(b[:size])
+	} else {
+		raw := make([]byte, cs+alignment)
+		shift := 0
+		if r := int(addr(raw) % alignment); r != 0 {
+			shift = alignment - r
+		}
+		b = raw[shift : shift+cs]
 	}
-	raw := make([]byte, cs+alignment)
-	shift := 0
-	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))) % alignment); r != 0 {
-		shift = alignment - r
+	a.mu.Lock()
+	if a.class == nil {
+		a.class = map[uintptr]int{}
 	}
-	return raw[shift : shift+size : shift+cs]
+	a.class[addr(b)] = k
+	a.mu.Unlock()
+	return b[:size:size]
 }
 
-// Reallocate returns b grown or shrunk to size, its bytes kept.
+// Reallocate returns b grown or shrunk to size, its bytes kept: in place
+// when b is a pooled buffer whose class holds size.
 func (a *Allocator) Reallocate(size int, b []byte) []byte {
-	if cap(b) >= size {
-		if size > len(b) {
-			clear(b[len(b):size]) // bytes past len may be stale
-		}
+	if size <= cap(b) {
 		return b[:size]
+	}
+	if k, ok := a.pooled(b); ok && size <= classSize(k) {
+		full := unsafe.Slice(unsafe.SliceData(b), classSize(k))
+		clear(full[len(b):size])
+		return full[:size:size]
 	}
 	nb := a.Allocate(size)
 	copy(nb, b)
@@ -107,25 +127,49 @@ func (a *Allocator) Reallocate(size int, b []byte) []byte {
 	return nb
 }
 
+func (a *Allocator) min() int {
+	if a.Min > 0 {
+		return max(a.Min, 64)
+	}
+	return MinPooled
+}
+
+// pooled returns b's class when b is a pooled buffer out. A buffer's
+// capacity is at least the smallest pooled and at most its class's size, which no
+// buffer from the Go allocator has (it serves only sizes outside the
+// pooled range): so a small buffer Go placed where a pooled one arrow
+// never freed was is not taken for it.
+func (a *Allocator) pooled(b []byte) (int, bool) {
+	if cap(b) < a.min() || cap(b) > maxPooled {
+		return 0, false
+	}
+	a.mu.Lock()
+	k, ok := a.class[addr(b)]
+	a.mu.Unlock()
+	return k, ok && cap(b) <= classSize(k)
+}
+
 // Free returns b to its class's pool when it came from one.
 func (a *Allocator) Free(b []byte) {
-	c := cap(b)
-	k := exactClass(c)
-	if k < 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%alignment != 0 {
+	k, ok := a.pooled(b)
+	if !ok {
 		return
 	}
-	b = b[:c]
+	a.mu.Lock()
+	delete(a.class, addr(b))
+	a.mu.Unlock()
+	full := unsafe.Slice(unsafe.SliceData(b), classSize(k))
 	if a.Poison {
-		for i := range b {
-			b[i] = 0xA5
+		for i := range full {
+			full[i] = 0xA5
 		}
 	}
-	a.pools[k].Put(&b)
+	a.pools[k].Put(&full)
 }
 
 // Env is the variable Install reads: "off" keeps arrow's Go allocator,
-// "poison" recycles and overwrites every buffer freed, anything else
-// recycles.
+// "poison" recycles every buffer of 64 bytes or more and overwrites every
+// buffer freed (tests), anything else recycles.
 const Env = "RELAYOUT_ARROW_POOL"
 
 // Install makes the recycling allocator arrow's default for the process
@@ -134,7 +178,7 @@ func Install() {
 	switch os.Getenv(Env) {
 	case "off", "0":
 	case "poison":
-		memory.DefaultAllocator = &Allocator{Poison: true}
+		memory.DefaultAllocator = &Allocator{Poison: true, Min: 64}
 	default:
 		memory.DefaultAllocator = &Allocator{}
 	}

@@ -1,16 +1,21 @@
 package arrowmem
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 func TestClassOf(t *testing.T) {
 	prev := 0
-	for n := MinPooled; n <= 8<<20; n += 977 {
+	for n := 64; n <= 8<<20; n += 1 + n/64 {
 		k, size := classOf(n)
 		if size < n || size > n+n/8+1 {
 			t.Fatalf("classOf(%d) = size %d: not in [n, n*9/8]", n, size)
@@ -18,29 +23,46 @@ func TestClassOf(t *testing.T) {
 		if k2, s2 := classOf(size); k2 != k || s2 != size {
 			t.Fatalf("classOf(%d) = (%d, %d) but classOf(%d) = (%d, %d)", n, k, size, size, k2, s2)
 		}
-		if exactClass(size) != k {
-			t.Fatalf("exactClass(%d) = %d, want %d", size, exactClass(size), k)
+		if classSize(k) != size {
+			t.Fatalf("classSize(%d) = %d, want %d", k, classSize(k), size)
 		}
 		if k < prev {
 			t.Fatalf("classes not increasing at %d", n)
 		}
 		prev = k
 	}
-	for _, c := range []int{MinPooled - 1, MinPooled + 1, 3 << 30} {
-		if c != MinPooled+1 && exactClass(c) != -1 {
-			t.Errorf("exactClass(%d) = %d, want -1", c, exactClass(c))
-		}
+}
+
+// TestCapacityIsLength: arrow's compute kernels size appends by cap() and
+// slice by len(); a buffer with spare capacity made a Take of strings
+// panic (slice bounds out of range), so every buffer's cap is its len,
+// also after Reallocate grows one in place.
+func TestCapacityIsLength(t *testing.T) {
+	a := &Allocator{}
+	b := a.Allocate(MinPooled + 1)
+	if cap(b) != len(b) {
+		t.Fatalf("Allocate(%d): cap %d", len(b), cap(b))
 	}
-	if exactClass(MinPooled+1) != -1 {
-		t.Errorf("exactClass(%d) is a class", MinPooled+1)
+	c := a.Reallocate(MinPooled+100, b)
+	if cap(c) != len(c) || len(c) != MinPooled+100 {
+		t.Fatalf("Reallocate: len %d cap %d", len(c), cap(c))
 	}
+	if unsafe.SliceData(c) != unsafe.SliceData(b) {
+		t.Fatal("Reallocate within the class moved the buffer")
+	}
+	a.Free(c)
 }
 
 func TestRecyclesZeroedAndAligned(t *testing.T) {
-	a := &Allocator{}
-	for _, n := range []int{100, MinPooled, 300_001, 5 << 20} {
+	for _, a := range []*Allocator{{}, {Min: 64}} {
+		recyclesZeroedAndAligned(t, a)
+	}
+}
+
+func recyclesZeroedAndAligned(t *testing.T, a *Allocator) {
+	for _, n := range []int{100, 1000, MinPooled, 300_001, 5 << 20} {
 		b := a.Allocate(n)
-		if len(b) != n || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%alignment != 0 {
+		if len(b) != n || addr(b)%alignment != 0 {
 			t.Fatalf("Allocate(%d): len %d, address %p", n, len(b), unsafe.SliceData(b))
 		}
 		for i := range b {
@@ -54,13 +76,32 @@ func TestRecyclesZeroedAndAligned(t *testing.T) {
 				t.Fatalf("Allocate(%d) after Free: byte %d is %#x", n, i, v)
 			}
 		}
+		for i := range c {
+			c[i] = 0x11
+		}
 		d := a.Reallocate(n+n/2, c)
 		for i, v := range d {
-			if v != 0 {
-				t.Fatalf("Reallocate(%d): byte %d is %#x", n+n/2, i, v)
+			if want := byte(0x11); i >= n {
+				want = 0
+				if v != want {
+					t.Fatalf("Reallocate(%d): byte %d is %#x, want %#x", n+n/2, i, v, want)
+				}
+			} else if v != want {
+				t.Fatalf("Reallocate(%d): byte %d is %#x, want %#x", n+n/2, i, v, want)
 			}
 		}
 		a.Free(d)
+	}
+	// Freeing a buffer the allocator did not hand out, or one twice,
+	// leaves the pools alone.
+	foreign := make([]byte, 1<<20)
+	a.Free(foreign)
+	b := a.Allocate(1 << 20)
+	a.Free(b)
+	a.Free(b)
+	x, y := a.Allocate(1<<20), a.Allocate(1<<20)
+	if unsafe.SliceData(x) == unsafe.SliceData(y) {
+		t.Fatal("a buffer freed twice was handed out twice")
 	}
 }
 
@@ -82,6 +123,70 @@ func TestPoisonShowsUseAfterRelease(t *testing.T) {
 	arr.Release()
 	if vals[99_999] == 99_999 {
 		t.Fatal("a freed buffer was not poisoned")
+	}
+}
+
+// TestComputeTakeAgrees runs arrow's Take on strings, lists and integers
+// large enough to be pooled, with the allocator and with Go's, and
+// compares the results (the compute kernels are where arrow relies most
+// on what an allocator hands out). Half the strings are long and the take
+// draws them most, so the kernel's estimate of the output (mean length
+// times rows) is short and it must grow the buffer: with spare capacity
+// past a buffer's length it wrote there and panicked.
+func TestComputeTakeAgrees(t *testing.T) {
+	a := &Allocator{Poison: true}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 300_000
+	sb := array.NewStringBuilder(memory.DefaultAllocator)
+	ib := array.NewInt64Builder(memory.DefaultAllocator)
+	lb := array.NewListBuilder(memory.DefaultAllocator, arrow.PrimitiveTypes.Int32)
+	vb := lb.ValueBuilder().(*array.Int32Builder)
+	for i := range n {
+		if i%2 == 0 {
+			sb.Append(fmt.Sprintf("long-value-%d-%0100d", i, rng.IntN(1000)))
+		} else {
+			sb.Append("s")
+		}
+		ib.Append(int64(i))
+		lb.Append(true)
+		for j := range rng.IntN(4) {
+			vb.Append(int32(i + j))
+		}
+	}
+	cols := []arrow.Array{sb.NewArray(), ib.NewArray(), lb.NewArray()}
+	defer func() {
+		for _, c := range cols {
+			c.Release()
+		}
+	}()
+	idx := make([]int64, n)
+	for i := range idx {
+		idx[i] = int64(rng.IntN(n/2)) * 2 // the long strings
+		if i%8 == 0 {
+			idx[i]++
+		}
+	}
+	ixb := array.NewInt64Builder(memory.DefaultAllocator)
+	ixb.AppendValues(idx, nil)
+	indices := ixb.NewArray()
+	defer indices.Release()
+	take := func(mem memory.Allocator, col arrow.Array) arrow.Array {
+		ctx := compute.WithAllocator(context.Background(), mem)
+		out, err := compute.TakeArray(ctx, col, indices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for round := range 3 { // later rounds draw from the pools
+		for _, col := range cols {
+			got, want := take(a, col), take(memory.NewGoAllocator(), col)
+			if !array.Equal(got, want) {
+				t.Fatalf("round %d: Take of %s differs with the pool", round, col.DataType())
+			}
+			got.Release()
+			want.Release()
+		}
 	}
 }
 
