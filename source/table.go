@@ -837,7 +837,7 @@ func (f *File) checkPartition(arr arrow.Array, col int, what string) error {
 		if err != nil {
 			return errs.BadInputf("%s: folder value %q is not a %s: %v", what, *want, arr.DataType(), err)
 		}
-		ws = one.ValueStr(0)
+		ws = strings.Clone(one.ValueStr(0)) // ValueStr of a string points into one's buffer
 		one.Release()
 	}
 	for i := 0; i < arr.Len(); i++ {

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -74,10 +75,10 @@ func FolderValue(a arrow.Array, i int) *string {
 	switch x := a.(type) {
 	case *array.Dictionary:
 		return FolderValue(x.Dictionary(), x.GetValueIndex(i))
-	case *array.String:
-		v = x.Value(i)
+	case *array.String: // a copy: Value points into the array's buffer, recycled once released
+		v = strings.Clone(x.Value(i))
 	case *array.LargeString:
-		v = x.Value(i)
+		v = strings.Clone(x.Value(i))
 	case *array.Date32:
 		v = x.Value(i).ToTime().UTC().Format(time.DateOnly)
 	default:

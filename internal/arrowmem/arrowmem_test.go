@@ -192,20 +192,22 @@ func TestComputeTakeAgrees(t *testing.T) {
 
 func TestInstall(t *testing.T) {
 	defer func(old memory.Allocator) { memory.DefaultAllocator = old }(memory.DefaultAllocator)
-	t.Setenv(Env, "off")
-	memory.DefaultAllocator = memory.NewGoAllocator()
-	Install()
-	if _, ok := memory.DefaultAllocator.(*Allocator); ok {
-		t.Fatalf("%s=off installed the pool", Env)
+	for _, v := range []string{"", "off"} {
+		t.Setenv(Env, v)
+		memory.DefaultAllocator = memory.NewGoAllocator()
+		Install()
+		if _, ok := memory.DefaultAllocator.(*Allocator); ok {
+			t.Fatalf("%s=%q installed the pool", Env, v)
+		}
 	}
 	t.Setenv(Env, "poison")
 	Install()
-	if p, ok := memory.DefaultAllocator.(*Allocator); !ok || !p.Poison {
+	if p, ok := memory.DefaultAllocator.(*Allocator); !ok || !p.Poison || p.min() != 64 {
 		t.Fatalf("%s=poison: %T", Env, memory.DefaultAllocator)
 	}
-	t.Setenv(Env, "")
+	t.Setenv(Env, "on")
 	Install()
-	if p, ok := memory.DefaultAllocator.(*Allocator); !ok || p.Poison {
-		t.Fatalf("default: %T", memory.DefaultAllocator)
+	if p, ok := memory.DefaultAllocator.(*Allocator); !ok || p.Poison || p.min() != MinPooled {
+		t.Fatalf("%s=on: %T", Env, memory.DefaultAllocator)
 	}
 }
