@@ -15,7 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/internal/errs"
-	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -113,16 +112,14 @@ func Rebin(ctx context.Context, work storage.Location, segs []Segment, schema *a
 		}
 		recs := held
 		held, heldRows = nil, 0
-		src, err := NewUnitRows(binSchema, recs)
-		if err != nil {
-			return err
-		}
-		defer src.Release()
 		byUnit := map[int][]int64{}
 		var at int64
 		for _, r := range recs {
 			us := r.Column(r.Schema().NumFields() - 1).(*array.Int32)
 			if us.NullN() > 0 {
+				for _, r := range recs {
+					r.Release()
+				}
 				return fmt.Errorf("internal: the shuffle's unit column has nulls")
 			}
 			for i, u := range us.Int32Values() {
@@ -130,18 +127,9 @@ func Rebin(ctx context.Context, work storage.Location, segs []Segment, schema *a
 			}
 			at += r.NumRows()
 		}
-		units := make([]int, 0, len(byUnit))
-		for u := range byUnit {
-			units = append(units, u)
-		}
-		slices.Sort(units)
-		return par.ForEach(ctx, len(units), parallel, func(k int) error {
-			part, err := src.Take(ctx, schema, byUnit[units[k]])
-			if err != nil {
-				return err
-			}
+		return takeGroups(ctx, binSchema, schema, recs, byUnit, parallel, func(u int, part arrow.RecordBatch) error {
 			defer part.Release()
-			return emit(units[k], part)
+			return emit(u, part)
 		})
 	}
 	defer func() {

@@ -411,26 +411,36 @@ func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 		byUnit[u] = append(byUnit[u], int64(i))
 	}
 	rec.Retain()
-	src, err := NewUnitRows(rec.Schema(), []arrow.RecordBatch{rec})
+	return takeGroups(ctx, rec.Schema(), rec.Schema(), []arrow.RecordBatch{rec}, byUnit, parallel, func(u int, part arrow.RecordBatch) error {
+		if unitsOf != nil {
+			part = withUnits(binSchema, part, unitsOf[u])
+		}
+		defer part.Release()
+		return emit(u, part)
+	})
+}
+
+// takeGroups takes each group's rows (positions in recs, which it owns and
+// releases) as a batch of schema, groups in ascending order and up to
+// parallel at once, and hands it to emit, which owns it. recs are of
+// inSchema.
+func takeGroups(ctx context.Context, inSchema, schema *arrow.Schema, recs []arrow.RecordBatch, groups map[int][]int64, parallel int, emit func(g int, part arrow.RecordBatch) error) error {
+	src, err := NewUnitRows(inSchema, recs)
 	if err != nil {
 		return err
 	}
 	defer src.Release()
-	units := make([]int, 0, len(byUnit))
-	for u := range byUnit {
-		units = append(units, u)
+	keys := make([]int, 0, len(groups))
+	for g := range groups {
+		keys = append(keys, g)
 	}
-	slices.Sort(units)
-	return par.ForEach(ctx, len(units), parallel, func(k int) error {
-		part, err := src.Take(ctx, rec.Schema(), byUnit[units[k]])
+	slices.Sort(keys)
+	return par.ForEach(ctx, len(keys), parallel, func(k int) error {
+		part, err := src.Take(ctx, schema, groups[keys[k]])
 		if err != nil {
 			return err
 		}
-		if unitsOf != nil {
-			part = withUnits(binSchema, part, unitsOf[units[k]])
-		}
-		defer part.Release()
-		return emit(units[k], part)
+		return emit(keys[k], part)
 	})
 }
 
