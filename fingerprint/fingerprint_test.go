@@ -6,6 +6,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/relayout/relayout/internal/arrowmem"
 )
 
 var schema = arrow.NewSchema([]arrow.Field{
@@ -154,3 +156,6 @@ func TestSameValuesDifferentLayout(t *testing.T) {
 		t.Fatal("-0 and 0 hash differently")
 	}
 }
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }

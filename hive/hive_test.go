@@ -8,6 +8,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/relayout/relayout/internal/arrowmem"
 )
 
 func TestSegmentsDecode(t *testing.T) {
@@ -179,3 +181,6 @@ func TestPathNeverEndsInDotDot(t *testing.T) {
 		}
 	}
 }
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }

@@ -73,7 +73,7 @@ func Value(arr arrow.Array, i int) any {
 	case *array.Dictionary:
 		return Value(a.Dictionary(), a.GetValueIndex(i))
 	}
-	return arr.ValueStr(i)
+	return strings.Clone(arr.ValueStr(i)) // a view's ValueStr may point into its buffers
 }
 
 func floatValue(f float64) any {

@@ -81,8 +81,8 @@ func FolderValue(a arrow.Array, i int) *string {
 		v = strings.Clone(x.Value(i))
 	case *array.Date32:
 		v = x.Value(i).ToTime().UTC().Format(time.DateOnly)
-	default:
-		v = a.ValueStr(i)
+	default: // a copy: a view's ValueStr may point into its buffers
+		v = strings.Clone(a.ValueStr(i))
 	}
 	return &v
 }

@@ -454,3 +454,67 @@ func TestPageCRCRewriteIgnoresWriteSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestDictionaryFallbackFilesAreIdentical writes, eight times, rows whose
+// string column outgrows its dictionary in every row group (arrow-go's
+// default encodings, a 4 KiB dictionary limit), so that each column chunk
+// has data pages of two encodings. arrow-go lists a chunk's encoding stats
+// from a Go map, in a random order; the files must still be byte-identical.
+// parquet-go confirms the fallback happened, so the test exercises it.
+func TestDictionaryFallbackFilesAreIdentical(t *testing.T) {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "u", Type: arrow.BinaryTypes.String},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	const n = 6000
+	for i := 0; i < n; i++ {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("value-%08d", i*7919%100003))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	var first []byte
+	for run := 0; run < 8; run++ {
+		out, dir := outDir(t)
+		layout := []FileLayout{{Start: 0, RowGroups: []int64{n / 3, n / 3, n - 2*(n/3)}}}
+		w, err := NewParquet(context.Background(), out, schema, layout, ParquetOptions{PageBytes: 4 << 10, DictionaryPageBytes: 4 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		written, err := w.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, written.Files[0].Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run == 0 {
+			first = got
+			f, err := parquet.OpenFile(bytes.NewReader(got), int64(len(got)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rg, g := range f.Metadata().RowGroups {
+				data := map[format.Encoding]bool{}
+				for _, s := range g.Columns[1].MetaData.EncodingStats {
+					if s.PageType == format.DataPage {
+						data[s.Encoding] = true
+					}
+				}
+				if !data[format.RLEDictionary] || !data[format.Plain] {
+					t.Fatalf("row group %d: column u's data pages are %v, want dictionary and plain (a fallback)", rg, data)
+				}
+			}
+			continue
+		}
+		if !bytes.Equal(got, first) {
+			t.Fatalf("write %d differs from the first (%d and %d bytes)", run, len(got), len(first))
+		}
+	}
+}

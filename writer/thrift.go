@@ -1,9 +1,11 @@
 package writer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // A minimal Thrift compact-protocol reader and copier, for the page CRC
@@ -273,6 +275,37 @@ func (c *compactCopier) copyList(each func(i int) error) error {
 	return nil
 }
 
+// copySortedList copies the list at pos with its elements in the order of
+// their encoded bytes. arrow-go fills ColumnMetaData.encoding_stats from
+// Go maps, so a column chunk with two data page encodings (a dictionary
+// abandoned for PLAIN midway) lists them in a random order and the same
+// rows made different files. The list's order carries no meaning; this
+// one is canonical.
+func (c *compactCopier) copySortedList() error {
+	at := c.pos
+	n, elem, err := c.listHeader()
+	if err != nil {
+		return err
+	}
+	if elem != tStruct {
+		return fmt.Errorf("encoding_stats holds type %d, not structs", elem)
+	}
+	c.dst = append(c.dst, c.src[at:c.pos]...)
+	elems := make([][]byte, 0, min(n, 64))
+	for i := 0; i < n; i++ {
+		start := c.pos
+		if err := c.skip(tStruct); err != nil {
+			return err
+		}
+		elems = append(elems, c.src[start:c.pos])
+	}
+	slices.SortStableFunc(elems, bytes.Compare)
+	for _, e := range elems {
+		c.dst = append(c.dst, e...)
+	}
+	return nil
+}
+
 // editInt reads an integer (i16, i32 or i64) and writes edit's result.
 func (c *compactCopier) editInt(edit func(int64) (int64, error)) error {
 	v, ok := c.varint()
@@ -322,6 +355,10 @@ var (
 	rowGroupFields    = map[int16]footerField{2: rgTotalByteSize, 5: rgFileOffset, 6: rgTotalCompressed}
 )
 
+// cmEncodingStats is ColumnMetaData's encoding_stats, a list of
+// PageEncodingStats (see copySortedList).
+const cmEncodingStats = 13
+
 // Parquet's legacy converted types for a TIME declared isAdjustedToUTC.
 const (
 	convertedTimeMillis = 7
@@ -345,7 +382,13 @@ func rewriteFooterBytes(footer []byte, edit func(footerField, int64) (int64, err
 			return true, c.editInt(func(v int64) (int64, error) { return edit(f, v) })
 		}
 	}
-	chunkInts, metaInts, rgInts := ints(columnChunkFields), ints(columnMetaFields), ints(rowGroupFields)
+	chunkInts, metaFieldInts, rgInts := ints(columnChunkFields), ints(columnMetaFields), ints(rowGroupFields)
+	metaInts := func(id int16, t byte) (bool, error) {
+		if id == cmEncodingStats && t == tList {
+			return true, c.copySortedList()
+		}
+		return metaFieldInts(id, t)
+	}
 	chunk := func(int) error {
 		if err := c.copyStruct(func(id int16, t byte) (bool, error) {
 			if id == 3 && t == tStruct {

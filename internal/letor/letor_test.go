@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/pipeline"
 )
@@ -184,3 +185,6 @@ func TestPackLETOR(t *testing.T) {
 		}
 	}
 }
+
+// TestMain poisons arrow buffers when freed (arrowmem.TestMain).
+func TestMain(m *testing.M) { arrowmem.TestMain(m) }
