@@ -16,7 +16,7 @@
 // slice taken from an array, or a string from arrow's String.Value, must
 // not be used after the array is released; with Poison set, freed buffers
 // are overwritten so that such a use shows in tests. The binary installs
-// the allocator only when asked (Env).
+// the allocator unless told not to (Env).
 package arrowmem
 
 import (
@@ -168,24 +168,26 @@ func (a *Allocator) Free(b []byte) {
 	a.pools[k].Put(&full)
 }
 
-// Env is the variable Install reads: "on" recycles; "poison" recycles
-// every buffer of 64 bytes or more and overwrites every buffer freed
-// (tests); anything else keeps arrow's Go allocator. Recycling is off by
-// default: poisoned tests found code that kept strings pointing into an
-// array's buffer past its release (a Hive folder value, a partition check),
-// harmless with Go's allocator and wrong data with a recycling one, and
-// not every such use is known to be found yet.
+// Env is the variable Install reads: "off" keeps arrow's Go allocator;
+// "poison" recycles every buffer of 64 bytes or more and overwrites every
+// buffer freed (tests); anything else, unset included, recycles. Recycling
+// was off by default until the code's uses of arrow's aliasing accessors
+// (String.Value, ValueStr, the *Values slices) were audited: poisoned tests
+// had found two strings kept past their array's release, and the audit
+// found the rest transient or copied (docs/benchmarks.md, "Arrow's buffers
+// recycled"). "off" is the way back should another such use turn up.
 const Env = "RELAYOUT_ARROW_POOL"
 
 // Install makes the recycling allocator arrow's default for the process
-// (memory.DefaultAllocator) when Env asks for it. Call it before any arrow
-// work.
+// (memory.DefaultAllocator) unless Env says "off". Call it before any
+// arrow work.
 func Install() {
 	switch os.Getenv(Env) {
-	case "on", "1":
-		memory.DefaultAllocator = &Allocator{}
+	case "off", "0":
 	case "poison":
 		memory.DefaultAllocator = &Allocator{Poison: true, Min: 64}
+	default:
+		memory.DefaultAllocator = &Allocator{}
 	}
 }
 

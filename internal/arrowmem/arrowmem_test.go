@@ -192,7 +192,7 @@ func TestComputeTakeAgrees(t *testing.T) {
 
 func TestInstall(t *testing.T) {
 	defer func(old memory.Allocator) { memory.DefaultAllocator = old }(memory.DefaultAllocator)
-	for _, v := range []string{"", "off"} {
+	for _, v := range []string{"off", "0"} {
 		t.Setenv(Env, v)
 		memory.DefaultAllocator = memory.NewGoAllocator()
 		Install()
@@ -205,9 +205,12 @@ func TestInstall(t *testing.T) {
 	if p, ok := memory.DefaultAllocator.(*Allocator); !ok || !p.Poison || p.min() != 64 {
 		t.Fatalf("%s=poison: %T", Env, memory.DefaultAllocator)
 	}
-	t.Setenv(Env, "on")
-	Install()
-	if p, ok := memory.DefaultAllocator.(*Allocator); !ok || p.Poison || p.min() != MinPooled {
-		t.Fatalf("%s=on: %T", Env, memory.DefaultAllocator)
+	for _, v := range []string{"", "on"} { // the default recycles
+		t.Setenv(Env, v)
+		memory.DefaultAllocator = memory.NewGoAllocator()
+		Install()
+		if p, ok := memory.DefaultAllocator.(*Allocator); !ok || p.Poison || p.min() != MinPooled {
+			t.Fatalf("%s=%q: %T", Env, v, memory.DefaultAllocator)
+		}
 	}
 }
