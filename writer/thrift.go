@@ -275,8 +275,9 @@ func (c *compactCopier) copyList(each func(i int) error) error {
 	return nil
 }
 
-// copySortedList copies the list at pos with its elements in the order of
-// their encoded bytes. arrow-go fills ColumnMetaData.encoding_stats from
+// copySortedList copies the list at pos (a ColumnMetaData's
+// encoding_stats) with the entries of each page type in the order of their
+// encoded bytes. arrow-go fills ColumnMetaData.encoding_stats from
 // Go maps, so a column chunk with two data page encodings (a dictionary
 // abandoned for PLAIN midway) lists them in a random order and the same
 // rows made different files. The list's order carries no meaning; this
@@ -299,11 +300,30 @@ func (c *compactCopier) copySortedList() error {
 		}
 		elems = append(elems, c.src[start:c.pos])
 	}
-	slices.SortStableFunc(elems, bytes.Compare)
+	// arrow-go lists the dictionary page's stats, then the data pages':
+	// keep that, and order each page type's run of entries.
+	for lo := 0; lo < len(elems); {
+		hi := lo + 1
+		for hi < len(elems) && bytes.Equal(firstField(elems[hi]), firstField(elems[lo])) {
+			hi++
+		}
+		slices.SortFunc(elems[lo:hi], bytes.Compare)
+		lo = hi
+	}
 	for _, e := range elems {
 		c.dst = append(c.dst, e...)
 	}
 	return nil
+}
+
+// firstField returns the bytes of a struct's first field, header
+// included (PageEncodingStats: page_type), or nil if it has none.
+func firstField(st []byte) []byte {
+	r := compactReader{src: st}
+	if _, t, stop, err := r.fieldHeader(0); err != nil || stop || r.skip(t) != nil {
+		return nil
+	}
+	return st[:r.pos]
 }
 
 // editInt reads an integer (i16, i32 or i64) and writes edit's result.

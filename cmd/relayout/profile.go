@@ -6,10 +6,12 @@ import (
 	"os"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 )
 
-// startProfile writes a CPU profile to $RELAYOUT_CPUPROFILE and heap
+// startProfile writes a CPU profile to $RELAYOUT_CPUPROFILE, an execution
+// trace (where wall time waits: go tool trace) to $RELAYOUT_TRACE and heap
 // profiles every 2 s to $RELAYOUT_MEMPROFILE.N when set (for benchmarking
 // and memory work; undocumented).
 func startProfile() func() {
@@ -18,6 +20,12 @@ func startProfile() func() {
 		if f, err := os.Create(p); err == nil {
 			pprof.StartCPUProfile(f)
 			stop = func() { pprof.StopCPUProfile(); f.Close() }
+		}
+	}
+	if p := os.Getenv("RELAYOUT_TRACE"); p != "" {
+		if f, err := os.Create(p); err == nil && trace.Start(f) == nil {
+			prev := stop
+			stop = func() { trace.Stop(); f.Close(); prev() }
 		}
 	}
 	if p := os.Getenv("RELAYOUT_MEMPROFILE"); p != "" {
