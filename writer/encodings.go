@@ -44,8 +44,7 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 			continue
 		}
 		n := min(leaf.Len(), sampleRows)
-		distinct, ok := countDistinct(leaf, n)
-		if !ok || n == 0 {
+		if n == 0 {
 			continue
 		}
 		nonNull := n - nullsIn(leaf, n)
@@ -55,6 +54,13 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 		ratio := 4
 		if pt := col.PhysicalType(); pt == parquet.Types.Float || pt == parquet.Types.Double {
 			ratio = 16
+		}
+		// Counting stops past nonNull/ratio distinct values: the choice
+		// is the same, and a high-cardinality column costs a quarter (a
+		// sixteenth for floats) of the hashing.
+		distinct, ok := countDistinct(leaf, n, nonNull/ratio+1)
+		if !ok {
+			continue
 		}
 		if nonNull == 0 || distinct*ratio <= nonNull {
 			continue // keep the dictionary
@@ -102,29 +108,32 @@ func nullsIn(a arrow.Array, n int) int {
 	return c
 }
 
-func countDistinct(a arrow.Array, n int) (int, bool) {
+// countDistinct counts the distinct non-null values among a's first n,
+// stopping once it has found limit of them; ok is false for types it does
+// not count.
+func countDistinct(a arrow.Array, n, limit int) (distinct int, ok bool) {
 	switch v := a.(type) {
 	case *array.Float32:
-		return distinctOf(n, func(i int) uint64 { return uint64(math.Float32bits(v.Value(i))) }, v), true
+		return distinctOf(n, limit, func(i int) uint64 { return uint64(math.Float32bits(v.Value(i))) }, v), true
 	case *array.Float64:
-		return distinctOf(n, func(i int) uint64 { return math.Float64bits(v.Value(i)) }, v), true
+		return distinctOf(n, limit, func(i int) uint64 { return math.Float64bits(v.Value(i)) }, v), true
 	case *array.Int32:
-		return distinctOf(n, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
+		return distinctOf(n, limit, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
 	case *array.Int64:
-		return distinctOf(n, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
+		return distinctOf(n, limit, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
 	case *array.Timestamp:
-		return distinctOf(n, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
+		return distinctOf(n, limit, func(i int) uint64 { return uint64(v.Value(i)) }, v), true
 	case *array.String:
-		seen := make(map[string]struct{}, n/4)
-		for i := 0; i < n; i++ {
+		seen := make(map[string]struct{}, min(n/4, limit))
+		for i := 0; i < n && len(seen) < limit; i++ {
 			if !v.IsNull(i) {
 				seen[v.Value(i)] = struct{}{}
 			}
 		}
 		return len(seen), true
 	case *array.Binary:
-		seen := make(map[string]struct{}, n/4)
-		for i := 0; i < n; i++ {
+		seen := make(map[string]struct{}, min(n/4, limit))
+		for i := 0; i < n && len(seen) < limit; i++ {
 			if !v.IsNull(i) {
 				seen[string(v.Value(i))] = struct{}{}
 			}
@@ -134,9 +143,9 @@ func countDistinct(a arrow.Array, n int) (int, bool) {
 	return 0, false
 }
 
-func distinctOf(n int, val func(int) uint64, a arrow.Array) int {
-	seen := make(map[uint64]struct{}, n/4)
-	for i := 0; i < n; i++ {
+func distinctOf(n, limit int, val func(int) uint64, a arrow.Array) int {
+	seen := make(map[uint64]struct{}, min(n/4, limit))
+	for i := 0; i < n && len(seen) < limit; i++ {
 		if !a.IsNull(i) {
 			seen[val(i)] = struct{}{}
 		}
