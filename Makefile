@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/relayout/relayout/internal/version.Version=$(VERSION)
 DEMO    := .demo
 
-.PHONY: all build image deps python-deps browser-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
+.PHONY: all build pgo image deps python-deps browser-deps bench-gpu test test-short race vet fmt-check demo bench clean fuzz-short probe
 
 all: build
 
@@ -99,6 +99,11 @@ demo: build python-deps
 	PYTHONPATH=python /usr/bin/python3 python/demo.py $(DEMO)/packed
 	bin/relayout unpack --input $(DEMO)/packed --output $(DEMO)/unpacked
 	@echo "outputs: $(DEMO)/relaid (slices contiguous), $(DEMO)/packed (one row per query, with tensor shards), $(DEMO)/unpacked (packed -> flat again)"
+
+# Profile-guided optimization: go build uses cmd/relayout/default.pgo by
+# itself; this regenerates it from the benchmark's jobs (scripts/pgo.sh).
+pgo:
+	scripts/pgo.sh
 
 # Benchmarks: Go micro-benchmarks once each, then relayout against DuckDB side
 # by side (see bench/README.md). BENCH_ROWS sizes the generated input.
