@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/dedupe"
@@ -72,11 +74,46 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 	}
 	cfg, _ := json.Marshal(map[string]any{"unpack_of": pm.ConfigHash, "slice_keys": nonNil(pm.SliceKeys), "sort_keys": nonNil(pm.Packing.QueryKey)})
 	cfgHash := fmt.Sprintf("%016x", xxhash.Sum64(cfg))
+	unpackRG := func(ref source.RowGroupRef) (arrow.RecordBatch, error) {
+		rec, err := tbl.Read(ctx, ref, nil, max(o.Parallel, 1))
+		if err != nil {
+			return nil, err
+		}
+		flat, err := dedupe.Unpack(ctx, l, rec)
+		rec.Release()
+		if err != nil {
+			return nil, errs.Or(errs.BadInput, fmt.Errorf("%s: row group %d: %w", ref.File.Obj.URL, ref.RowGroup, err))
+		}
+		return flat, nil
+	}
+	// The first row group's flat rows choose the encodings, as a run's
+	// sample does (arrow-go's defaults wrote a dictionary for every column
+	// and abandoned it at 1 MiB: 29% larger files on the generated log).
+	refs := tbl.RowGroups()
+	var first arrow.RecordBatch
+	if len(refs) > 0 {
+		if first, err = unpackRG(refs[0]); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if first != nil {
+			first.Release()
+		}
+	}()
+	sample, err := writer.TrimSample(first, memory.DefaultAllocator)
+	if err != nil {
+		return nil, err
+	}
 	w, err := writer.NewParquet(ctx, claim.target, l.Flat, nil, writer.ParquetOptions{
 		Parallel: o.Parallel, SortingColumns: append(append([]string{}, pm.SliceKeys...), pm.Packing.QueryKey...),
 		Metadata:  [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", cfgHash}},
 		CreatedBy: "relayout version " + version.Version,
+		Sample:    sample,
 	})
+	if sample != nil {
+		sample.Release()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -86,15 +123,12 @@ func Unpack(ctx context.Context, o UnpackOptions) (*Result, error) {
 		}
 	}()
 	var fp fingerprint.Sum
-	for _, ref := range tbl.RowGroups() {
-		rec, err := tbl.Read(ctx, ref, nil, max(o.Parallel, 1))
-		if err != nil {
+	for i, ref := range refs {
+		var flat arrow.RecordBatch
+		if i == 0 {
+			flat, first = first, nil
+		} else if flat, err = unpackRG(ref); err != nil {
 			return nil, err
-		}
-		flat, err := dedupe.Unpack(ctx, l, rec)
-		rec.Release()
-		if err != nil {
-			return nil, errs.Or(errs.BadInput, fmt.Errorf("%s: row group %d: %w", ref.File.Obj.URL, ref.RowGroup, err))
 		}
 		s, err := fingerprint.Record(flat)
 		if err == nil {
