@@ -3,12 +3,9 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/parquet-go/parquet-go"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
@@ -105,17 +102,7 @@ func TestFilesFitTheMemoryLimit(t *testing.T) {
 			t.Fatalf("no output files under %s: %v", out, err)
 		}
 		for _, p := range ents {
-			f, err := os.Open(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, _ := f.Stat()
-			pf, err := parquet.OpenFile(f, st.Size())
-			if err != nil {
-				t.Fatalf("%s: %v", p, err)
-			}
-			files = append(files, len(pf.RowGroups()))
-			f.Close()
+			files = append(files, len(testutil.ParquetGoFile(t, p).RowGroups()))
 		}
 		return files
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	pqgo "github.com/parquet-go/parquet-go"
 	pqformat "github.com/parquet-go/parquet-go/format"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -116,16 +115,7 @@ func TestPackGenerated(t *testing.T) {
 	// defaults (a dictionary for every column): a float column of
 	// distinct values is BYTE_STREAM_SPLIT, without a dictionary page.
 	for _, fp := range testutil.Files(t, filepath.Join(base, "flat", "parquet")) {
-		f, err := os.Open(fp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, _ := f.Stat()
-		pf, err := pqgo.OpenFile(f, st.Size())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rg, g := range pf.Metadata().RowGroups {
+		for rg, g := range testutil.ParquetGoFile(t, fp).Metadata().RowGroups {
 			for _, c := range g.Columns {
 				if name := strings.Join(c.MetaData.PathInSchema, "."); name == "item_f0" || name == "model_score" {
 					if c.MetaData.DictionaryPageOffset != 0 || !slices.Contains(c.MetaData.Encoding, pqformat.ByteStreamSplit) {
@@ -134,7 +124,6 @@ func TestPackGenerated(t *testing.T) {
 				}
 			}
 		}
-		f.Close()
 	}
 	if r, err := verify.Output(ctx, filepath.Join(base, "flat"), true, 2); err != nil || !r.OK {
 		t.Fatalf("verify of the unpacked output: %+v %v", r, err)

@@ -84,20 +84,9 @@ func crcRows(t *testing.T, n int, nested bool) arrow.RecordBatch {
 // files of several row groups, and returns the files' paths.
 func writeCRCOutput(t *testing.T, rec arrow.RecordBatch) []string {
 	t.Helper()
-	out, dir := outDir(t)
 	n := rec.NumRows()
 	layout := []FileLayout{{Start: 0, RowGroups: []int64{n / 3, n / 3}}, {Start: 2 * (n / 3), RowGroups: []int64{n - 2*(n/3)}}}
-	w, err := NewParquet(context.Background(), out, rec.Schema(), layout, ParquetOptions{Sample: rec, PageBytes: 4 << 10, DictionaryPageBytes: 64 << 10, SortingColumns: []string{"id"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	written, err := w.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, written := writeRecord(t, rec, layout, ParquetOptions{Sample: rec, PageBytes: 4 << 10, DictionaryPageBytes: 64 << 10, SortingColumns: []string{"id"}})
 	var paths []string
 	for _, f := range written.Files {
 		p := filepath.Join(dir, f.Path)
@@ -111,6 +100,25 @@ func writeCRCOutput(t *testing.T, rec arrow.RecordBatch) []string {
 		paths = append(paths, p)
 	}
 	return paths
+}
+
+// writeRecord writes rec through the Parquet sink with the given layout and
+// options into a new folder, and returns the folder and what was written.
+func writeRecord(t *testing.T, rec arrow.RecordBatch, layout []FileLayout, opts ParquetOptions) (string, Written) {
+	t.Helper()
+	out, dir := outDir(t)
+	w, err := NewParquet(context.Background(), out, rec.Schema(), layout, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	written, err := w.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, written
 }
 
 // pageAt decodes the page header at off with parquet-go's Thrift codec.
@@ -477,19 +485,8 @@ func TestDictionaryFallbackFilesAreIdentical(t *testing.T) {
 	defer rec.Release()
 	var first []byte
 	for run := 0; run < 8; run++ {
-		out, dir := outDir(t)
 		layout := []FileLayout{{Start: 0, RowGroups: []int64{n / 3, n / 3, n - 2*(n/3)}}}
-		w, err := NewParquet(context.Background(), out, schema, layout, ParquetOptions{PageBytes: 4 << 10, DictionaryPageBytes: 4 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		written, err := w.Finish()
-		if err != nil {
-			t.Fatal(err)
-		}
+		dir, written := writeRecord(t, rec, layout, ParquetOptions{PageBytes: 4 << 10, DictionaryPageBytes: 4 << 10})
 		got, err := os.ReadFile(filepath.Join(dir, written.Files[0].Path))
 		if err != nil {
 			t.Fatal(err)

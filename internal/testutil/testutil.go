@@ -68,6 +68,21 @@ func Generate(tb testing.TB, o gen.Options) string {
 	return dir
 }
 
+// ParquetGoFile opens a Parquet file with parquet-go, whose metadata and
+// pages it reads from memory (the file is read whole).
+func ParquetGoFile(tb testing.TB, path string) *parquet.File {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pf, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		tb.Fatalf("parquet-go open %s: %v", path, err)
+	}
+	return pf
+}
+
 // ParquetGoRows reads every row of the files with parquet-go and returns them
 // as canonical strings (column, levels and value of each leaf value), sorted:
 // a multiset that does not depend on row order, row groups or encodings.
