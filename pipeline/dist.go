@@ -291,8 +291,11 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // slice values print back exactly as the run prints them
 	var p plan.Plan
-	if err := dec.Decode(&p); err != nil || p.Format != plan.Format {
+	if err := dec.Decode(&p); err != nil {
 		return nil, errs.BadInputf("%s is not a relayout plan: %v", out.URL(plan.FileName), err)
+	}
+	if p.Format != plan.Format {
+		return nil, errs.BadInputf("%s is not a relayout plan: format %q, want %q", out.URL(plan.FileName), p.Format, plan.Format)
 	}
 	if err := p.Check(); err != nil {
 		return nil, errs.BadInputf("%s: %v", out.URL(plan.FileName), err)
@@ -314,6 +317,9 @@ func loadPlan(ctx context.Context, planURL string, local RunOptions) (*loadedPla
 	}
 	slices := make([]partition.Slice, len(p.Slices))
 	for i, s := range p.Slices {
+		if len(s.Parts) != len(opts.SliceKeys) || len(s.Values) != len(opts.SliceKeys) {
+			return nil, errs.BadInputf("%s: slice %d has %d parts and %d values for %d slice keys", out.URL(plan.FileName), i, len(s.Parts), len(s.Values), len(opts.SliceKeys))
+		}
 		var key []byte
 		for _, part := range s.Parts {
 			key = append(key, part...)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,27 +34,46 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	planPath := filepath.Join(out, filepath.FromSlash(plan.FileName))
-	donePath := filepath.Join(out, filepath.FromSlash(mapDoneName(0)))
-	plan, _ := os.ReadFile(planPath)
-	done, _ := os.ReadFile(donePath)
-	f.Add(plan, done)
-	f.Add(plan[:len(plan)/2], done)
-	f.Add(plan, done[:len(done)/3])
+	planData, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(plan.FileName)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	done, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(mapDoneName(0))))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(planData, done)
+	f.Add(planData[:len(planData)/2], done)
+	f.Add(planData, done[:len(done)/3])
 	f.Add([]byte("{}"), []byte("{}"))
+	// A slice with fewer values or parts than slice keys (found by the
+	// fuzzer: reduce indexed past them).
+	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["values"] = []any{} }), done)
+	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["parts"] = []any{} }), done)
+	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["rows"], s["start"] = -5, -7 }), done)
 	f.Fuzz(func(t *testing.T, p, d []byte) {
-		os.WriteFile(planPath, p, 0o644)
-		os.WriteFile(donePath, d, 0o644)
-		defer func() {
-			os.WriteFile(planPath, plan, 0o644)
-			os.WriteFile(donePath, done, 0o644)
-		}()
+		// Each input gets its own copy of the mapped output: commit
+		// consumes the plan, and one input must not change the next.
+		dir := filepath.Join(t.TempDir(), "out")
+		if err := os.CopyFS(dir, os.DirFS(out)); err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(out, filepath.FromSlash(res.Plan))
+		if err != nil {
+			t.Fatal(err)
+		}
+		planURL := filepath.Join(dir, rel)
+		for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
+			if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// Bounded: a plan can ask for a lot of work (that is not a crash).
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		for _, step := range []func() error{
-			func() error { _, err := ReduceTask(tctx, res.Plan, 0, local); return err },
-			func() error { _, err := CommitJob(tctx, res.Plan, local); return err },
+			func() error { _, err := ReduceTask(tctx, planURL, 0, local); return err },
+			func() error { _, err := CommitJob(tctx, planURL, local); return err },
 		} {
 			err := step()
 			if err == nil {
@@ -64,4 +84,22 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 			}
 		}
 	})
+}
+
+// mutateSlice returns plan.json with its first slice changed by edit.
+func mutateSlice(f *testing.F, data []byte, edit func(map[string]any)) []byte {
+	var p map[string]any
+	if err := json.Unmarshal(data, &p); err != nil {
+		f.Fatal(err)
+	}
+	sl, _ := p["slices"].([]any)
+	if len(sl) == 0 {
+		f.Fatal("the seed plan has no slices")
+	}
+	edit(sl[0].(map[string]any))
+	out, err := json.Marshal(p)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return out
 }
