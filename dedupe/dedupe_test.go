@@ -2,6 +2,7 @@ package dedupe
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -166,4 +167,51 @@ func rowString(rec arrow.RecordBatch, i int) string {
 		sb.WriteByte('|')
 	}
 	return sb.String()
+}
+
+// TestProbeDecidesAsTheFullScan: whatever the number of rows probed one by
+// one before a column is hashed whole (none, some, all), and however the
+// rows are batched, detection finds the same columns and the same
+// conflicts. It failed when the full scan restarted without the probe's
+// last hash.
+func TestProbeDecidesAsTheFullScan(t *testing.T) {
+	defer func(p int) { probeRows = p }(probeRows)
+	rec := rows(300, true)
+	defer rec.Release()
+	type result struct {
+		constant  []bool
+		conflicts []string
+	}
+	detect := func(parts []arrow.RecordBatch) result {
+		d := NewDetector(flat, []int{2})
+		for _, part := range parts {
+			if err := d.Add(part, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := result{constant: d.Constant()}
+		for c := range flat.Fields() {
+			if x, ok := d.Conflict(c); ok {
+				r.conflicts = append(r.conflicts, x.String())
+			}
+		}
+		return r
+	}
+	var want *result
+	for _, probe := range []int{0, 1, 2, 7, 256, 1 << 30} {
+		probeRows = probe
+		for seed, parts := range [][]arrow.RecordBatch{{rec}, split(rec, 4), split(rec, 5)} {
+			got := detect(parts)
+			if want == nil {
+				want = &got
+				if want.constant[3] || !want.constant[0] || !want.constant[4] || want.constant[1] {
+					t.Fatalf("detection %v", want.constant)
+				}
+				continue
+			}
+			if fmt.Sprint(got) != fmt.Sprint(*want) {
+				t.Fatalf("probe %d, batching %d: %v, want %v", probe, seed, got, *want)
+			}
+		}
+	}
 }

@@ -37,6 +37,10 @@ type Detector struct {
 	have      bool
 }
 
+// probeRows is how many rows, in key order, AddBatches hashes one by one
+// before hashing a whole column (a variable for the tests).
+var probeRows = 256
+
 // NewDetector returns a detector for the schema and query key columns.
 func NewDetector(schema *arrow.Schema, keyCols []int) *Detector {
 	return &Detector{schema: schema, keyCols: keyCols, varying: make([]bool, schema.NumFields()),
@@ -107,6 +111,29 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 		if d.varying[c] {
 			return nil // known; its last values are not kept either
 		}
+		// An item-level column usually differs inside one of the first
+		// queries: look at the first rows alone before hashing the whole
+		// column. The probe decides exactly what the full scan would
+		// (the same first row, the same last hash).
+		m := min(n, probeRows)
+		prev := d.lastHash[c]
+		var kp int
+		for j := 0; j < m; j++ {
+			rec, ri := at(row(j), &kp)
+			v, err := fingerprint.ValueHash(rec.Column(c), ri)
+			if err != nil {
+				return err
+			}
+			if same[j] && v != prev {
+				first[c].j = j
+				return nil
+			}
+			prev = v
+		}
+		if m == n {
+			lastHash[c] = prev
+			return nil
+		}
 		h := make([]uint64, 0, starts[len(recs)])
 		for _, r := range recs {
 			hc, err := fingerprint.ValueHashes(r.Column(c))
@@ -115,8 +142,7 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 			}
 			h = append(h, hc...)
 		}
-		prev := d.lastHash[c]
-		for j := 0; j < n; j++ {
+		for j := m; j < n; j++ { // the probe saw rows [0, m)
 			v := h[row(j)]
 			if same[j] && v != prev {
 				first[c].j = j

@@ -220,6 +220,21 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 	case array.ListLike:
 		// List, LargeList, FixedSizeList, Map, ListView.
 		child := a.ListValues()
+		// Only the child values the array's lists span are hashed: a
+		// slice of a list array shares its parent's child array. A list
+		// view's offsets need not grow, so its child is hashed whole.
+		var lo, hi int64 = 0, int64(child.Len())
+		if !isListView(a) {
+			lo, hi = 0, 0
+			if n > 0 {
+				lo, _ = a.ValueOffsets(0)
+				_, hi = a.ValueOffsets(n - 1)
+			}
+		}
+		if lo != 0 || hi != int64(child.Len()) {
+			child = array.NewSlice(child, lo, hi)
+			defer child.Release()
+		}
 		ch := make([]uint64, child.Len())
 		if err := valueHashes(child, ch); err != nil {
 			return err
@@ -231,7 +246,7 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 			start, end := a.ValueOffsets(i)
 			acc := fold(seed, uint64(end-start))
 			for j := start; j < end; j++ {
-				acc = fold(acc, ch[j])
+				acc = fold(acc, ch[j-lo])
 			}
 			out[i] = mix(acc)
 		}
@@ -303,6 +318,45 @@ func putU64(b []byte, v uint64) {
 	for k := 0; k < 8; k++ {
 		b[k] = byte(v >> (8 * k))
 	}
+}
+
+// isListView reports whether a is a list view, whose offsets need not
+// grow from one list to the next.
+func isListView(a arrow.Array) bool {
+	switch a.(type) {
+	case *array.ListView, *array.LargeListView:
+		return true
+	}
+	return false
+}
+
+// ValueHash returns h(arr[i]), ValueHashes(arr)[i], hashing that value
+// alone.
+func ValueHash(arr arrow.Array, i int) (uint64, error) {
+	if arr.IsNull(i) {
+		return nullHash, nil
+	}
+	switch a := arr.(type) {
+	case *array.Int32:
+		return mix(uint64(int64(a.Value(i)))), nil
+	case *array.Int64:
+		return mix(uint64(a.Value(i))), nil
+	case *array.Float32:
+		return floatHash(float64(a.Value(i))), nil
+	case *array.Float64:
+		return floatHash(a.Value(i)), nil
+	case *array.String:
+		return xxhash.Sum64String(a.Value(i)), nil
+	case *array.Binary:
+		return xxhash.Sum64(a.Value(i)), nil
+	}
+	one := array.NewSlice(arr, int64(i), int64(i)+1)
+	defer one.Release()
+	var out [1]uint64
+	if err := valueHashes(one, out[:]); err != nil {
+		return 0, err
+	}
+	return out[0], nil
 }
 
 // ValueHashes returns h(arr[i]) for every value of the array (see the

@@ -159,3 +159,41 @@ func TestSameValuesDifferentLayout(t *testing.T) {
 
 // TestMain poisons arrow buffers when freed (arrowmem.TestMain).
 func TestMain(m *testing.M) { arrowmem.TestMain(m) }
+
+// TestValueHashAlone: hashing one value alone, or a slice of an array,
+// gives the value's hash in the whole array, for every column type here
+// (lists and maps hash only the child values their slice spans).
+func TestValueHashAlone(t *testing.T) {
+	rec := record(append(rows(), rows()...))
+	defer rec.Release()
+	for c, col := range rec.Columns() {
+		whole, err := ValueHashes(col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < col.Len(); i++ {
+			h, err := ValueHash(col, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h != whole[i] {
+				t.Fatalf("column %s row %d: alone %x, in the array %x", schema.Field(c).Name, i, h, whole[i])
+			}
+		}
+		for lo := 0; lo < col.Len(); lo++ {
+			for hi := lo; hi <= col.Len(); hi++ {
+				part := array.NewSlice(col, int64(lo), int64(hi))
+				got, err := ValueHashes(part)
+				part.Release()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k, h := range got {
+					if h != whole[lo+k] {
+						t.Fatalf("column %s rows [%d, %d): row %d hashes %x, %x in the array", schema.Field(c).Name, lo, hi, lo+k, h, whole[lo+k])
+					}
+				}
+			}
+		}
+	}
+}
