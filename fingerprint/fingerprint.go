@@ -349,6 +349,8 @@ func ValueHash(arr arrow.Array, i int) (uint64, error) {
 		return xxhash.Sum64String(a.Value(i)), nil
 	case *array.Binary:
 		return xxhash.Sum64(a.Value(i)), nil
+	case *array.Dictionary: // not the whole dictionary for one value
+		return ValueHash(a.Dictionary(), a.GetValueIndex(i))
 	}
 	one := array.NewSlice(arr, int64(i), int64(i)+1)
 	defer one.Release()

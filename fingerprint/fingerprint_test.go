@@ -166,7 +166,24 @@ func TestMain(m *testing.M) { arrowmem.TestMain(m) }
 func TestValueHashAlone(t *testing.T) {
 	rec := record(append(rows(), rows()...))
 	defer rec.Release()
-	for c, col := range rec.Columns() {
+	db := array.NewDictionaryBuilder(memory.DefaultAllocator, &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}).(*array.BinaryDictionaryBuilder)
+	defer db.Release()
+	for _, v := range []string{"b", "a", "", "b", "c", "a", "b", "c"} {
+		if v == "" {
+			db.AppendNull()
+		} else if err := db.AppendString(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dict := db.NewArray()
+	defer dict.Release()
+	cols := append(rec.Columns(), dict)
+	names := []string{}
+	for _, f := range schema.Fields() {
+		names = append(names, f.Name)
+	}
+	names = append(names, "dictionary")
+	for c, col := range cols {
 		whole, err := ValueHashes(col)
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +194,7 @@ func TestValueHashAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 			if h != whole[i] {
-				t.Fatalf("column %s row %d: alone %x, in the array %x", schema.Field(c).Name, i, h, whole[i])
+				t.Fatalf("column %s row %d: alone %x, in the array %x", names[c], i, h, whole[i])
 			}
 		}
 		for lo := 0; lo < col.Len(); lo++ {
@@ -190,7 +207,7 @@ func TestValueHashAlone(t *testing.T) {
 				}
 				for k, h := range got {
 					if h != whole[lo+k] {
-						t.Fatalf("column %s rows [%d, %d): row %d hashes %x, %x in the array", schema.Field(c).Name, lo, hi, lo+k, h, whole[lo+k])
+						t.Fatalf("column %s rows [%d, %d): row %d hashes %x, %x in the array", names[c], lo, hi, lo+k, h, whole[lo+k])
 					}
 				}
 			}
