@@ -171,9 +171,10 @@ func rowString(rec arrow.RecordBatch, i int) string {
 
 // TestProbeDecidesAsTheFullScan: whatever the number of rows probed one by
 // one before a column is hashed whole (none, some, all), and however the
-// rows are batched, detection finds the same columns and the same
-// conflicts. It failed when the full scan restarted without the probe's
-// last hash.
+// rows are batched (in key order, or out of order with ord naming the key
+// order, as a sorted unit hands them over), detection finds the same
+// columns and the same conflicts. It failed when the full scan restarted
+// without the probe's last hash, and when it read the rows without ord.
 func TestProbeDecidesAsTheFullScan(t *testing.T) {
 	defer func(p int) { probeRows = p }(probeRows)
 	rec := rows(300, true)
@@ -182,11 +183,34 @@ func TestProbeDecidesAsTheFullScan(t *testing.T) {
 		constant  []bool
 		conflicts []string
 	}
-	detect := func(parts []arrow.RecordBatch) result {
+	detect := func(parts []arrow.RecordBatch, shuffled bool) result {
 		d := NewDetector(flat, []int{2})
-		for _, part := range parts {
-			if err := d.Add(part, nil); err != nil {
+		if shuffled {
+			// The batches out of order, and ord naming the rows in
+			// key order across them, as a sorted unit hands them over.
+			perm := rand.New(rand.NewPCG(7, 7)).Perm(len(parts))
+			held := make([]arrow.RecordBatch, len(parts))
+			at := make([]int64, len(parts)) // where part k starts in held
+			var n int64
+			for pos, k := range perm {
+				held[pos] = parts[k]
+				at[k] = n
+				n += parts[k].NumRows()
+			}
+			var ord []int64
+			for k, part := range parts {
+				for i := int64(0); i < part.NumRows(); i++ {
+					ord = append(ord, at[k]+i)
+				}
+			}
+			if err := d.AddBatches(held, ord); err != nil {
 				t.Fatal(err)
+			}
+		} else {
+			for _, part := range parts {
+				if err := d.Add(part, nil); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		r := result{constant: d.Constant()}
@@ -200,8 +224,8 @@ func TestProbeDecidesAsTheFullScan(t *testing.T) {
 	var want *result
 	for _, probe := range []int{0, 1, 2, 7, 256, 1 << 30} {
 		probeRows = probe
-		for seed, parts := range [][]arrow.RecordBatch{{rec}, split(rec, 4), split(rec, 5)} {
-			got := detect(parts)
+		for seed, parts := range [][]arrow.RecordBatch{{rec}, split(rec, 4), split(rec, 5), split(rec, 6)} {
+			got := detect(parts, seed == 3)
 			if want == nil {
 				want = &got
 				if want.constant[3] || !want.constant[0] || !want.constant[4] || want.constant[1] {

@@ -134,16 +134,19 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 			lastHash[c] = prev
 			return nil
 		}
-		h := make([]uint64, 0, starts[len(recs)])
-		for _, r := range recs {
-			hc, err := fingerprint.ValueHashes(r.Column(c))
-			if err != nil {
+		h := make([]uint64, starts[len(recs)])
+		for i, r := range recs {
+			if err := fingerprint.ValueHashesTo(r.Column(c), h[starts[i]:starts[i+1]]); err != nil {
 				return err
 			}
-			h = append(h, hc...)
 		}
 		for j := m; j < n; j++ { // the probe saw rows [0, m)
-			v := h[row(j)]
+			var v uint64 // not through row(): this loop is the hot one
+			if ord != nil {
+				v = h[ord[j]]
+			} else {
+				v = h[j]
+			}
 			if same[j] && v != prev {
 				first[c].j = j
 				break

@@ -361,6 +361,15 @@ func ValueHash(arr arrow.Array, i int) (uint64, error) {
 	return out[0], nil
 }
 
+// ValueHashesTo writes h(arr[i]) to out[i] for every value of the array;
+// len(out) must be arr.Len().
+func ValueHashesTo(arr arrow.Array, out []uint64) error {
+	if len(out) != arr.Len() {
+		return fmt.Errorf("internal: %d hashes for %d values", len(out), arr.Len())
+	}
+	return valueHashes(arr, out)
+}
+
 // ValueHashes returns h(arr[i]) for every value of the array (see the
 // package doc): equal values, nulls included, hash equal.
 func ValueHashes(arr arrow.Array) ([]uint64, error) {
