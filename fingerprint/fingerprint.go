@@ -211,11 +211,11 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 		}
 	case *array.Decimal32:
 		for i := 0; i < n; i++ {
-			out[i] = mix(uint64(int64(a.Value(i))))
+			out[i] = intHash(a.Value(i))
 		}
 	case *array.Decimal64:
 		for i := 0; i < n; i++ {
-			out[i] = mix(uint64(int64(a.Value(i))))
+			out[i] = intHash(a.Value(i))
 		}
 	case array.ListLike:
 		// List, LargeList, FixedSizeList, Map, ListView.
@@ -298,9 +298,13 @@ type integer interface {
 	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64
 }
 
+// intHash is h(v) for an integer of any width, signed or not: the hash of
+// its value as an int64.
+func intHash[T integer](v T) uint64 { return mix(uint64(int64(v))) }
+
 func ints[T integer](out []uint64, vs []T) {
 	for i, v := range vs {
-		out[i] = mix(uint64(int64(v)))
+		out[i] = intHash(v)
 	}
 }
 
@@ -330,17 +334,18 @@ func isListView(a arrow.Array) bool {
 	return false
 }
 
-// ValueHash returns h(arr[i]), ValueHashes(arr)[i], hashing that value
-// alone.
+// ValueHash returns h(arr[i]), what ValueHashesTo writes at i, hashing
+// that value alone.
 func ValueHash(arr arrow.Array, i int) (uint64, error) {
 	if arr.IsNull(i) {
 		return nullHash, nil
 	}
+	// The common types without a slice, with valueHashes' formulas.
 	switch a := arr.(type) {
 	case *array.Int32:
-		return mix(uint64(int64(a.Value(i)))), nil
+		return intHash(a.Value(i)), nil
 	case *array.Int64:
-		return mix(uint64(a.Value(i))), nil
+		return intHash(a.Value(i)), nil
 	case *array.Float32:
 		return floatHash(float64(a.Value(i))), nil
 	case *array.Float64:
@@ -361,21 +366,12 @@ func ValueHash(arr arrow.Array, i int) (uint64, error) {
 	return out[0], nil
 }
 
-// ValueHashesTo writes h(arr[i]) to out[i] for every value of the array;
+// ValueHashesTo writes h(arr[i]) to out[i] for every value of the array
+// (see the package doc: equal values, nulls included, hash equal);
 // len(out) must be arr.Len().
 func ValueHashesTo(arr arrow.Array, out []uint64) error {
 	if len(out) != arr.Len() {
 		return fmt.Errorf("internal: %d hashes for %d values", len(out), arr.Len())
 	}
 	return valueHashes(arr, out)
-}
-
-// ValueHashes returns h(arr[i]) for every value of the array (see the
-// package doc): equal values, nulls included, hash equal.
-func ValueHashes(arr arrow.Array) ([]uint64, error) {
-	out := make([]uint64, arr.Len())
-	if err := valueHashes(arr, out); err != nil {
-		return nil, err
-	}
-	return out, nil
 }

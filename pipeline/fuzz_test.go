@@ -51,6 +51,10 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["values"] = []any{} }), done)
 	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["parts"] = []any{} }), done)
 	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["rows"], s["start"] = -5, -7 }), done)
+	planRel, err := filepath.Rel(out, filepath.FromSlash(res.Plan))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, p, d []byte) {
 		// Each input gets its own copy of the mapped output: commit
 		// consumes the plan, and one input must not change the next.
@@ -58,11 +62,7 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 		if err := os.CopyFS(dir, os.DirFS(out)); err != nil {
 			t.Fatal(err)
 		}
-		rel, err := filepath.Rel(out, filepath.FromSlash(res.Plan))
-		if err != nil {
-			t.Fatal(err)
-		}
-		planURL := filepath.Join(dir, rel)
+		planURL := filepath.Join(dir, planRel)
 		for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
 			if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
 				t.Fatal(err)
