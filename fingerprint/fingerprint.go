@@ -92,8 +92,14 @@ func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
 	for i := range acc {
 		acc[i] = seed
 	}
-	tmp := make([]uint64, n)
+	var tmp []uint64
 	for _, c := range cols {
+		if foldValues(c, acc) {
+			continue
+		}
+		if tmp == nil {
+			tmp = make([]uint64, n)
+		}
 		if err := valueHashes(c, tmp); err != nil {
 			return nil, err
 		}
@@ -105,6 +111,62 @@ func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
 		acc[i] = mix(acc[i])
 	}
 	return acc, nil
+}
+
+// foldValues folds h(c[i]) into acc[i] for the common column types
+// without nulls, as RowHashes does through valueHashes, without the pass
+// over a scratch array between them (and, for a list of numbers, without
+// its children's hashes in one); it reports whether it did.
+func foldValues(c arrow.Array, acc []uint64) bool {
+	if c.NullN() > 0 {
+		return false
+	}
+	switch a := c.(type) {
+	case *array.Int32:
+		foldInts(acc, a.Int32Values())
+	case *array.Int64:
+		foldInts(acc, a.Int64Values())
+	case *array.Date32:
+		foldInts(acc, a.Date32Values())
+	case *array.Timestamp:
+		foldInts(acc, a.TimestampValues())
+	case *array.Float32:
+		for i, v := range a.Float32Values() {
+			acc[i] = fold(acc[i], floatHash(float64(v)))
+		}
+	case *array.Float64:
+		for i, v := range a.Float64Values() {
+			acc[i] = fold(acc[i], floatHash(v))
+		}
+	case *array.String:
+		for i := range acc {
+			acc[i] = fold(acc[i], xxhash.Sum64String(a.Value(i)))
+		}
+	case *array.List:
+		child, ok := a.ListValues().(*array.Float32)
+		if !ok || child.NullN() > 0 {
+			return false
+		}
+		// As valueHashes' list case: the length, then each element.
+		vs := child.Float32Values()
+		for i := range acc {
+			start, end := a.ValueOffsets(i)
+			h := fold(seed, uint64(end-start))
+			for _, v := range vs[start:end] {
+				h = fold(h, floatHash(float64(v)))
+			}
+			acc[i] = fold(acc[i], mix(h))
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func foldInts[T integer](acc []uint64, vs []T) {
+	for i, v := range vs {
+		acc[i] = fold(acc[i], intHash(v))
+	}
 }
 
 // valueHashes fills out[i] with h(arr[i]); len(out) == arr.Len().
