@@ -86,6 +86,12 @@ func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))
 
 // Allocate returns size zeroed bytes aligned to 64, with capacity size.
 func (a *Allocator) Allocate(size int) []byte {
+	return a.allocate(size, 0)
+}
+
+// allocate is Allocate where the caller writes the first keep bytes
+// itself: a recycled buffer is zeroed from there on only.
+func (a *Allocator) allocate(size, keep int) []byte {
 	if size < a.min() || size > maxPooled {
 		return a.small.Allocate(size)
 	}
@@ -93,7 +99,7 @@ func (a *Allocator) Allocate(size int) []byte {
 	var b []byte
 	if p, ok := a.pools[k].Get().(*[]byte); ok {
 		b = *p
-		clear(b[:size])
+		clear(b[min(keep, size):size])
 	} else {
 		raw := make([]byte, cs+alignment)
 		shift := 0
@@ -122,7 +128,7 @@ func (a *Allocator) Reallocate(size int, b []byte) []byte {
 		clear(full[len(b):size])
 		return full[:size:size]
 	}
-	nb := a.Allocate(size)
+	nb := a.allocate(size, len(b)) // copy writes the first len(b) bytes
 	copy(nb, b)
 	a.Free(b)
 	return nb

@@ -79,6 +79,13 @@ func recyclesZeroedAndAligned(t *testing.T, a *Allocator) {
 		for i := range c {
 			c[i] = 0x11
 		}
+		// A dirty buffer of the larger class in its pool: a Reallocate
+		// that moves takes it, keeps c's bytes and zeroes the rest.
+		e := a.Allocate(n + n/2)
+		for i := range e {
+			e[i] = 0xEE
+		}
+		a.Free(e)
 		d := a.Reallocate(n+n/2, c)
 		for i, v := range d {
 			if want := byte(0x11); i >= n {
