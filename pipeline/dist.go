@@ -517,22 +517,56 @@ func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest,
 
 // loadTask loads the plan and checks the task index against the step's
 // task count.
-func loadTask(ctx context.Context, planURL string, local RunOptions, step string, task int, count func(*plan.Plan) int) (*loadedPlan, error) {
+func loadTask(ctx context.Context, planURL string, local RunOptions, step string, task int) (*loadedPlan, error) {
 	lp, err := loadPlan(ctx, planURL, local)
 	if err != nil {
 		return nil, err
 	}
-	if n := count(lp.Plan); task < 0 || task >= n {
-		return nil, errs.Usagef("--task %d: the plan has %s tasks 0 to %d", task, step, n-1)
+	if err := lp.checkTask(planURL, step, task); err != nil {
+		return nil, err
 	}
 	return lp, nil
+}
+
+// checkTask refuses a task index the plan lacks for the step (map,
+// detect, reduce), and a detect step of a plan that does not pack.
+func (lp *loadedPlan) checkTask(planURL, step string, task int) error {
+	n := len(lp.Partitions) // detect and reduce: one task per partition
+	switch step {
+	case "map":
+		n = len(lp.Maps)
+	case "detect":
+		if lp.Packing == nil {
+			return errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
+		}
+	}
+	if task < 0 || task >= n {
+		return errs.Usagef("--task %d: the plan has %s tasks 0 to %d", task, step, n-1)
+	}
+	return nil
+}
+
+// CheckTasks checks task indices of a step (map, detect or reduce)
+// against the plan, before a worker runs several of them (exit 2 naming
+// the first out of range, as the task itself would).
+func CheckTasks(ctx context.Context, planURL string, step string, tasks []int, local RunOptions) error {
+	lp, err := loadPlan(ctx, planURL, local)
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if err := lp.checkTask(planURL, step, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MapTask is `relayout map --task i`: it reads the task's row groups once
 // and writes their rows, routed to the plan's units, as one Arrow IPC object
 // per unit, then its task manifest.
 func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
-	lp, err := loadTask(ctx, planURL, local, "map", task, func(p *plan.Plan) int { return len(p.Maps) })
+	lp, err := loadTask(ctx, planURL, local, "map", task)
 	if err != nil {
 		return nil, err
 	}
@@ -576,12 +610,9 @@ func (lp *loadedPlan) unitBytes(j int) int64 {
 // that every reduce task decides the query-level columns over all rows.
 func DetectTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
 	t0 := time.Now()
-	lp, err := loadTask(ctx, planURL, local, "detect", task, func(p *plan.Plan) int { return len(p.Partitions) })
+	lp, err := loadTask(ctx, planURL, local, "detect", task)
 	if err != nil {
 		return nil, err
-	}
-	if lp.Packing == nil {
-		return nil, errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
 	}
 	pr, err := lp.openPartition(ctx, task, "detect")
 	if err != nil {
@@ -622,7 +653,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 // partition's files and then its task manifest.
 func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
 	t0 := time.Now()
-	lp, err := loadTask(ctx, planURL, local, "reduce", task, func(p *plan.Plan) int { return len(p.Partitions) })
+	lp, err := loadTask(ctx, planURL, local, "reduce", task)
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,51 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 		}
 		out[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tPlan, "map": tMap, "detect": tDetect, "reduce": tReduce, "commit": tCommit, "total": total, "identical_to_run": same}
 	}
+	// One worker taking each step's tasks as one list (--task 0-N): one
+	// process per step, as a pod given a range of an Indexed Job's tasks.
+	{
+		dst := filepath.Join(dir, "dist-1-list")
+		os.RemoveAll(dst)
+		t0 := time.Now()
+		pout, err := exec.Command("bin/relayout", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "8MiB"}, sizes...)...).Output()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "plan: %v\n", err)
+			os.Exit(1)
+		}
+		tPlan := time.Since(t0).Seconds()
+		var counts struct {
+			Plan        string `json:"plan"`
+			MapTasks    int    `json:"map_tasks"`
+			DetectTasks int    `json:"detect_tasks"`
+			ReduceTasks int    `json:"reduce_tasks"`
+		}
+		json.Unmarshal(pout, &counts)
+		step := func(name string, n int) float64 {
+			if n == 0 {
+				return 0
+			}
+			t0 := time.Now()
+			if out, err := exec.Command("bin/relayout", name, "--quiet", "--plan", counts.Plan, "--task", fmt.Sprintf("0-%d", n-1)).CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v: %s\n", name, err, out)
+				os.Exit(1)
+			}
+			return time.Since(t0).Seconds()
+		}
+		tMap := step("map", counts.MapTasks)
+		tDetect := step("detect", counts.DetectTasks)
+		tReduce := step("reduce", counts.ReduceTasks)
+		t1 := time.Now()
+		if err := exec.Command("bin/relayout", "commit", "--quiet", "--plan", counts.Plan).Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "commit: %v\n", err)
+			os.Exit(1)
+		}
+		tCommit := time.Since(t1).Seconds()
+		total := tPlan + tMap + tDetect + tReduce + tCommit
+		same := sameTree(runOut, dst)
+		fmt.Printf("%-8s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v   (one worker, each step's tasks as one --task list)\n", "1 list", tPlan, tMap, tDetect, tReduce, tCommit, total, m.Seconds/total, same)
+		fmt.Printf("         one worker, all steps ÷ run: %.2fx with a process per task, %.2fx with a process per step (target <= 1.3x)\n", out["workers_1"].(map[string]any)["total"].(float64)/m.Seconds, total/m.Seconds)
+		out["workers_1_list"] = map[string]any{"plan": tPlan, "map": tMap, "detect": tDetect, "reduce": tReduce, "commit": tCommit, "total": total, "identical_to_run": same}
+	}
 	// Projection: plan + makespan(map tasks) + makespan(reduce tasks) +
 	// commit, with the task times measured alone (1 worker), each worker on
 	// its own machine. With more workers than tasks the longest task bounds

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -751,5 +752,105 @@ func TestInterruptedTaskNamesItself(t *testing.T) {
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(se.String(), "reduce task 0 of plan "+plan+" interrupted") {
 		t.Fatalf("exit %d, stderr %q; want exit 4 naming the task and plan", code, se.String())
+	}
+}
+
+// TestTaskListsMatchRun: a worker given a list of tasks (--task 0-5,
+// --task 0,2-3) runs them in one process, prints one JSON line per task in
+// order, and the committed output (packed, so with a detect step) is
+// byte-identical to relayout run's. Lists that name no task, a task twice,
+// a reversed range or a task the plan lacks are exit 2 before any task
+// runs.
+func TestTaskListsMatchRun(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Seed: 21})
+	dir := t.TempDir()
+	sizes := []string{"--slice-keys", "country,date", "--query-key", "query_id", "--file-bytes", "1MiB", "--row-group-bytes", "1MiB"}
+	want := filepath.Join(dir, "run")
+	if r := relayout(t, nil, append([]string{"run", "--quiet", "--input", in, "--output", want}, sizes...)...); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out := filepath.Join(dir, "steps")
+	r := relayout(t, nil, append([]string{"plan", "--quiet", "--input", in, "--output", out, "--map-bytes", "256KiB"}, sizes...)...)
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	var counts struct {
+		Plan        string `json:"plan"`
+		MapTasks    int    `json:"map_tasks"`
+		DetectTasks int    `json:"detect_tasks"`
+		Reduces     int    `json:"reduce_tasks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &counts); err != nil {
+		t.Fatal(err)
+	}
+	if counts.MapTasks < 3 || counts.Reduces < 3 || counts.DetectTasks < 3 {
+		t.Fatalf("the plan has %d map, %d detect and %d reduce tasks: make the input larger", counts.MapTasks, counts.DetectTasks, counts.Reduces)
+	}
+	// Refused up front: nothing of the map step is written.
+	for _, bad := range []string{"", "x", "2-1", "0,0", "0-1,1", fmt.Sprintf("0-%d", counts.MapTasks), "-1"} {
+		args := []string{"map", "--quiet", "--plan", counts.Plan, "--task", bad}
+		if bad == "" {
+			args = args[:len(args)-2]
+		}
+		if r := relayout(t, []string{"JOB_COMPLETION_INDEX="}, args...); r.code != 2 {
+			t.Fatalf("--task %q: exit %d, want 2: %s", bad, r.code, r.stderr)
+		}
+		if m, _ := filepath.Glob(filepath.Join(out, "_relayout", "map", "*")); len(m) > 0 {
+			t.Fatalf("--task %q was refused, but %v was written", bad, m)
+		}
+	}
+	// Every step as lists of several tasks, in the forms a user writes.
+	lists := map[string]string{
+		"map":    fmt.Sprintf("0-%d", counts.MapTasks-1),
+		"detect": fmt.Sprintf("0,1-%d", counts.DetectTasks-1),
+		"reduce": fmt.Sprintf("0-1,2-%d", counts.Reduces-1),
+	}
+	n := map[string]int{"map": counts.MapTasks, "detect": counts.DetectTasks, "reduce": counts.Reduces}
+	for _, step := range []string{"map", "detect", "reduce"} {
+		r := relayout(t, nil, step, "--quiet", "--plan", counts.Plan, "--task", lists[step])
+		if r.code != 0 {
+			t.Fatalf("%s --task %s: %s", step, lists[step], r.stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if len(lines) != n[step] {
+			t.Fatalf("%s --task %s printed %d lines, want one per task (%d): %s", step, lists[step], len(lines), n[step], r.stdout)
+		}
+		for i, l := range lines {
+			var d struct {
+				Kind string `json:"kind"`
+				Task int    `json:"task"`
+			}
+			if err := json.Unmarshal([]byte(l), &d); err != nil || d.Kind != step || d.Task != i {
+				t.Fatalf("%s line %d is %q (%v), want task %d's manifest", step, i, l, err, i)
+			}
+		}
+	}
+	if r := relayout(t, nil, "commit", "--quiet", "--plan", counts.Plan); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	var wantFiles, gotFiles []string
+	filepath.WalkDir(want, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Base(p) != "_report.json" {
+			rel, _ := filepath.Rel(want, p)
+			wantFiles = append(wantFiles, rel)
+		}
+		return nil
+	})
+	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Base(p) != "_report.json" {
+			rel, _ := filepath.Rel(out, p)
+			gotFiles = append(gotFiles, rel)
+		}
+		return nil
+	})
+	if !slices.Equal(wantFiles, gotFiles) {
+		t.Fatalf("run wrote %v, the task lists %v", wantFiles, gotFiles)
+	}
+	for _, f := range wantFiles {
+		a, _ := os.ReadFile(filepath.Join(want, f))
+		b, _ := os.ReadFile(filepath.Join(out, f))
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s differs from relayout run's", f)
+		}
 	}
 }

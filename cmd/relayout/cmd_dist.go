@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -109,7 +110,7 @@ func stepFlags(planFlag cli.Flag) []cli.Flag {
 	fs := []cli.Flag{
 		configFlag(),
 		planFlag,
-		strFlag("task", "", "task index (default: $JOB_COMPLETION_INDEX, set by Kubernetes Indexed Jobs)"),
+		strFlag("task", "", "task index (default: $JOB_COMPLETION_INDEX, set by Kubernetes Indexed Jobs); map, detect and reduce also take a list, 0-5 or 0,3,7-9, run one after another in this process"),
 		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget"),
 		strFlag("tmp-dir", "", "folder for temporary files"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
@@ -132,6 +133,48 @@ func taskIndex(c *cli.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// taskList is --task for the steps that take several tasks: an index, a
+// range (0-5) or a comma-separated list of either, each task once; or
+// $JOB_COMPLETION_INDEX.
+func taskList(c *cli.Context) ([]int, error) {
+	v := c.String("task")
+	if v == "" {
+		n, err := taskIndex(c)
+		return []int{n}, err
+	}
+	bad := errs.Usagef("--task must be a task index, a range such as 0-5, or a comma-separated list of them (got %q)", v)
+	var tasks []int
+	seen := map[int]bool{}
+	for _, part := range strings.Split(v, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, bad
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, bad
+			}
+		}
+		for t := a; t <= b; t++ {
+			if seen[t] {
+				return nil, errs.Usagef("--task %q names task %d twice", v, t)
+			}
+			if len(tasks) >= maxTaskList {
+				return nil, errs.Usagef("--task %q names more than %d tasks", v, maxTaskList)
+			}
+			seen[t] = true
+			tasks = append(tasks, t)
+		}
+	}
+	return tasks, nil
+}
+
+// maxTaskList bounds the tasks one --task list names (a typo such as
+// 0-1000000000 is refused before anything runs).
+const maxTaskList = 1 << 20
 
 func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
 	log, err := newLogger(c, os.Stderr)
@@ -191,9 +234,10 @@ func stepCommandOf(src stepSource, name, usage, usageText, description string, r
 					// Interrupted (SIGTERM): name the step and the plan, not
 					// just "context canceled".
 					what := name
-					if c.IsSet("task") || os.Getenv("JOB_COMPLETION_INDEX") != "" {
-						t, _ := taskIndex(c)
-						what = fmt.Sprintf("%s task %d", name, t)
+					if t := c.String("task"); t != "" {
+						what = fmt.Sprintf("%s task %s", name, t)
+					} else if t := os.Getenv("JOB_COMPLETION_INDEX"); t != "" {
+						what = fmt.Sprintf("%s task %s", name, t)
 					}
 					return errs.TransientErr(fmt.Errorf("%s of %s %s interrupted (%v); nothing of it was committed: run it again", what, src.what, c.String(src.flag), context.Cause(c.Context)))
 				}
@@ -208,15 +252,41 @@ func stepCommandOf(src stepSource, name, usage, usageText, description string, r
 
 // taskCommand is a step run as numbered tasks (--task or
 // $JOB_COMPLETION_INDEX).
+//
+// A list of tasks (--task 0-5) runs them one after another in this
+// process, each as it runs alone (its own attempt, its task manifest
+// last, one JSON line as it completes), so a worker that takes several
+// tasks starts, loads the plan and faults its heap in once. Every index
+// is checked against the plan before the first task starts. A failure
+// stops the list; the tasks before it are complete, and running the
+// list again runs them again, which is safe.
 func taskCommand(name, usage string, run func(c *cli.Context, plan string, task int, o pipeline.RunOptions) (any, error)) *cli.Command {
 	return stepCommand(name, usage, "relayout "+name+" --plan s3://b/relaid/_relayout/plan.json --task 3",
-		"Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.",
+		"Safe to retry and to run twice: each attempt writes its own objects and a task manifest last.\n"+
+			"--task 0-5 (or 0,3,7-9) runs several tasks one after another in one process, printing a line for each.",
 		func(c *cli.Context, o pipeline.RunOptions) (any, error) {
-			task, err := taskIndex(c)
+			tasks, err := taskList(c)
 			if err != nil {
 				return nil, err
 			}
-			return run(c, c.String("plan"), task, o)
+			if len(tasks) == 1 {
+				return run(c, c.String("plan"), tasks[0], o)
+			}
+			if err := pipeline.CheckTasks(c.Context, c.String("plan"), name, tasks, o); err != nil {
+				return nil, err
+			}
+			for i, t := range tasks {
+				res, err := run(c, c.String("plan"), t, o)
+				if err != nil {
+					return nil, err
+				}
+				if i == len(tasks)-1 {
+					return res, nil // printed as a single task's is
+				}
+				data, _ := json.Marshal(res)
+				fmt.Fprintln(c.App.Writer, string(data))
+			}
+			return nil, nil
 		})
 }
 
