@@ -756,8 +756,9 @@ func TestInterruptedTaskNamesItself(t *testing.T) {
 }
 
 // TestTaskListsMatchRun: a worker given a list of tasks (--task 0-5,
-// --task 0,2-3) runs them in one process, prints one JSON line per task in
-// order, and the committed output (packed, so with a detect step) is
+// --task 0,2-3) runs them in one process, one after another or several at
+// once (--concurrent), prints one JSON line per task in the list's order,
+// and the committed output (packed, so with a detect step) is
 // byte-identical to relayout run's. Lists that name no task, a task twice,
 // a reversed range or a task the plan lacks are exit 2 before any task
 // runs.
@@ -806,8 +807,24 @@ func TestTaskListsMatchRun(t *testing.T) {
 		"reduce": fmt.Sprintf("0-1,2-%d", counts.Reduces-1),
 	}
 	n := map[string]int{"map": counts.MapTasks, "detect": counts.DetectTasks, "reduce": counts.Reduces}
+	// Several at once (--concurrent), each given a share of the memory
+	// limit: the lines still come in the list's order.
+	extra := map[string][]string{"map": {"--concurrent", "2"}, "reduce": {"--concurrent", "3", "--memory-limit", "6GiB"}}
+	if r := relayout(t, nil, "map", "--quiet", "--plan", counts.Plan, "--task", "0-1", "--concurrent", "0"); r.code != 2 {
+		t.Fatalf("--concurrent 0: exit %d, want 2: %s", r.code, r.stderr)
+	}
 	for _, step := range []string{"map", "detect", "reduce"} {
-		r := relayout(t, nil, step, "--quiet", "--plan", counts.Plan, "--task", lists[step])
+		if step == "reduce" {
+			// A share below the plan's memory limit: refused, nothing written.
+			r := relayout(t, nil, "reduce", "--quiet", "--plan", counts.Plan, "--task", lists[step], "--concurrent", "2")
+			if r.code != 2 || !strings.Contains(r.stderr, "--memory-limit") {
+				t.Fatalf("reduce --concurrent 2 at the plan's memory limit: exit %d, want 2 naming --memory-limit: %s", r.code, r.stderr)
+			}
+			if m, _ := filepath.Glob(filepath.Join(out, "parquet", "*")); len(m) > 0 {
+				t.Fatalf("a refused reduce wrote %v", m)
+			}
+		}
+		r := relayout(t, nil, append([]string{step, "--quiet", "--plan", counts.Plan, "--task", lists[step]}, extra[step]...)...)
 		if r.code != 0 {
 			t.Fatalf("%s --task %s: %s", step, lists[step], r.stderr)
 		}

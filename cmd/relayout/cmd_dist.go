@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/pipeline"
 )
 
@@ -202,16 +205,17 @@ var (
 
 // stepCommand is a map, detect, reduce or commit command: the task flags,
 // the local options, and the step's result printed as one JSON line.
-func stepCommand(name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error)) *cli.Command {
-	return stepCommandOf(planSource, name, usage, usageText, description, run)
+func stepCommand(name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error), extra ...cli.Flag) *cli.Command {
+	return stepCommandOf(planSource, name, usage, usageText, description, run, extra...)
 }
 
 // stepCommandOf is stepCommand for a step that src names.
-func stepCommandOf(src stepSource, name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error)) *cli.Command {
+func stepCommandOf(src stepSource, name, usage, usageText, description string, run func(c *cli.Context, o pipeline.RunOptions) (any, error), extra ...cli.Flag) *cli.Command {
 	flags := taskFlags()
 	if src != planSource {
 		flags = stepFlags(strFlag(src.flag, "", fmt.Sprintf("the %s: <output>/_relayout/%s (a URL for object storage)", src.what, src.file)))
 	}
+	flags = append(flags, extra...)
 	return &cli.Command{
 		Name:         name,
 		Usage:        usage,
@@ -275,19 +279,53 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			if err := pipeline.CheckTasks(c.Context, c.String("plan"), name, tasks, o); err != nil {
 				return nil, err
 			}
-			for i, t := range tasks {
-				res, err := run(c, c.String("plan"), t, o)
-				if err != nil {
-					return nil, err
-				}
-				if i == len(tasks)-1 {
-					return res, nil // printed as a single task's is
-				}
-				data, _ := json.Marshal(res)
-				fmt.Fprintln(c.App.Writer, string(data))
+			k := c.Int("concurrent")
+			if k < 1 {
+				return nil, errs.Usagef("--concurrent must be at least 1 (got %d)", k)
 			}
-			return nil, nil
-		})
+			k = min(k, len(tasks))
+			// k tasks at once share the process's memory limit and
+			// goroutines: each gets a k-th (a detect or reduce task whose
+			// share is below the plan's limit refuses to start, exit 2).
+			each := o
+			each.MemoryLimit = o.MemoryLimit / int64(k)
+			p := o.Parallel
+			if p <= 0 {
+				p = runtime.GOMAXPROCS(0)
+			}
+			each.Parallel = max(1, p/k)
+			return runTasks(c, tasks, k, func(t int) (any, error) { return run(c, c.String("plan"), t, each) })
+		}, intFlag("concurrent", 1, "with a --task list: how many of its tasks run at once, each given --memory-limit and --parallel divided by it"))
+}
+
+// runTasks runs tasks, k at once, and prints each one's result as a JSON
+// line in the list's order, a line as soon as the tasks before it have
+// theirs; it returns the last task's result (printed by the step, as a
+// single task's is) or the first error, after which no task starts.
+func runTasks(c *cli.Context, tasks []int, k int, run func(task int) (any, error)) (any, error) {
+	res := make([]any, len(tasks))
+	done := make([]bool, len(tasks))
+	var mu sync.Mutex
+	printed := 0
+	err := par.ForEach(c.Context, len(tasks), k, func(i int) error {
+		r, err := run(tasks[i])
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		res[i], done[i] = r, true
+		for printed < len(tasks)-1 && done[printed] {
+			data, _ := json.Marshal(res[printed])
+			fmt.Fprintln(c.App.Writer, string(data))
+			printed++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res[len(res)-1], nil
 }
 
 func keysCommand() *cli.Command {
