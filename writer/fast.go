@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -121,13 +122,21 @@ func writeFast(ctx context.Context, rgw file.BufferedRowGroupWriter, rec arrow.R
 	for i := range ctxs {
 		ctxs[i] = pqarrow.NewArrowWriteContext(ctx, props) // one buffer per column: not shared
 	}
+	// The items' required scalar columns share one pair of level arrays
+	// per items field: computed once, read by every such column.
+	shared := map[int]*itemLevels{}
+	for _, p := range plan {
+		if p.child >= 0 && !p.list && !p.nullable && shared[p.field] == nil {
+			shared[p.field] = &itemLevels{}
+		}
+	}
 	return par.ForEach(ctx, len(plan), workers, func(i int) error {
 		p := plan[i]
 		var err error
 		if p.child < 0 {
 			err = writeFastColumn(ctxs[i], rgw, i, rec.Column(p.field), p)
 		} else {
-			err = writeItemColumn(ctxs[i], rgw, i, rec.Column(p.field).(*array.List), p)
+			err = writeItemColumn(ctxs[i], rgw, i, rec.Column(p.field).(*array.List), p, shared[p.field])
 		}
 		if err != nil {
 			return fmt.Errorf("column %s: %w", rec.ColumnName(p.field), err)
@@ -259,11 +268,52 @@ func flushPages(rgw file.BufferedRowGroupWriter, ncols, workers int) error {
 	})
 }
 
+// itemLevels are the levels of a required scalar item column, the same
+// for every such column of one items list: computed by the first column
+// that needs them.
+type itemLevels struct {
+	once     sync.Once
+	def, rep []int16
+	err      error
+}
+
+// levelsOf returns the definition and repetition levels of the items'
+// child values (a required list of required structs; nullable says the
+// child is optional, and which of its values are valid then decides the
+// definition level).
+func levelsOf(items *array.List, child arrow.Array, nullable bool) (def, rep []int16, err error) {
+	n := items.Len()
+	first, _ := items.ValueOffsets(0)
+	_, last := items.ValueOffsets(n - 1)
+	def = make([]int16, 0, last-first)
+	rep = make([]int16, 0, last-first)
+	for q := 0; q < n; q++ {
+		s, e := items.ValueOffsets(q)
+		if s == e || items.IsNull(q) {
+			return nil, nil, fmt.Errorf("a packed row has no items")
+		}
+		for k := s; k < e; k++ {
+			r := int16(1)
+			if k == s {
+				r = 0
+			}
+			d := int16(1)
+			if nullable && child.IsValid(int(k)) {
+				d = 2
+			}
+			def, rep = append(def, d), append(rep, r)
+		}
+	}
+	return def, rep, nil
+}
+
 // writeItemColumn writes struct child p.child of a packed items list: a
 // required list (every query has at least one item) of required structs.
 // Levels: the first item of a query repeats at 0, later items at 1; a list
 // field inside the item adds repetition level 2 for its later elements.
-func writeItemColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int, items *array.List, p fastCol) (err error) {
+// shared, when not nil, holds the levels of the items' required scalar
+// columns.
+func writeItemColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int, items *array.List, p fastCol, shared *itemLevels) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("encoder panicked: %v", r)
@@ -282,24 +332,14 @@ func writeItemColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int
 	child := items.ListValues().(*array.Struct).Field(p.child)
 	var def, rep []int16
 	if !p.list {
-		def = make([]int16, 0, last-first)
-		rep = make([]int16, 0, last-first)
-		for q := 0; q < n; q++ {
-			s, e := items.ValueOffsets(q)
-			if s == e || items.IsNull(q) {
-				return fmt.Errorf("a packed row has no items")
-			}
-			for k := s; k < e; k++ {
-				r := int16(1)
-				if k == s {
-					r = 0
-				}
-				d := int16(1)
-				if p.nullable && child.IsValid(int(k)) {
-					d = 2
-				}
-				def, rep = append(def, d), append(rep, r)
-			}
+		if shared != nil && !p.nullable {
+			shared.once.Do(func() { shared.def, shared.rep, shared.err = levelsOf(items, child, false) })
+			def, rep, err = shared.def, shared.rep, shared.err
+		} else {
+			def, rep, err = levelsOf(items, child, p.nullable)
+		}
+		if err != nil {
+			return err
 		}
 		leaf := array.NewSlice(child, first, last)
 		defer leaf.Release()
