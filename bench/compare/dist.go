@@ -64,22 +64,7 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 	var planS, commitS float64
 	for _, w := range []int{1, 2, 4} {
 		dst := filepath.Join(dir, fmt.Sprintf("dist-%d", w))
-		os.RemoveAll(dst)
-		t0 := time.Now()
-		cmd := exec.Command("bin/relayout", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "8MiB"}, sizes...)...)
-		pout, err := cmd.Output()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "plan: %v\n", err)
-			os.Exit(1)
-		}
-		tPlan := time.Since(t0).Seconds()
-		var counts struct {
-			Plan        string `json:"plan"`
-			MapTasks    int    `json:"map_tasks"`
-			DetectTasks int    `json:"detect_tasks"`
-			ReduceTasks int    `json:"reduce_tasks"`
-		}
-		json.Unmarshal(pout, &counts)
+		counts, tPlan := distPlan(in, dst, sizes)
 		step := func(name string, n int) (float64, []taskOut) {
 			t0 := time.Now()
 			outs := make([]taskOut, n)
@@ -102,12 +87,7 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 		tMap, maps := step("map", counts.MapTasks)
 		tDetect, detects := step("detect", counts.DetectTasks)
 		tReduce, reduces := step("reduce", counts.ReduceTasks)
-		t1 := time.Now()
-		if err := exec.Command("bin/relayout", "commit", "--quiet", "--plan", counts.Plan).Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "commit: %v\n", err)
-			os.Exit(1)
-		}
-		tCommit := time.Since(t1).Seconds()
+		tCommit := distCommit(counts.Plan)
 		total := tPlan + tMap + tDetect + tReduce + tCommit
 		same := sameTree(runOut, dst)
 		fmt.Printf("%-8d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v\n", w, tPlan, tMap, tDetect, tReduce, tCommit, total, m.Seconds/total, same)
@@ -150,21 +130,7 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 	listRatio := map[int]float64{}
 	for _, k := range []int{1, 2} {
 		dst := filepath.Join(dir, fmt.Sprintf("dist-1-list-%d", k))
-		os.RemoveAll(dst)
-		t0 := time.Now()
-		pout, err := exec.Command("bin/relayout", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "8MiB"}, sizes...)...).Output()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "plan: %v\n", err)
-			os.Exit(1)
-		}
-		tPlan := time.Since(t0).Seconds()
-		var counts struct {
-			Plan        string `json:"plan"`
-			MapTasks    int    `json:"map_tasks"`
-			DetectTasks int    `json:"detect_tasks"`
-			ReduceTasks int    `json:"reduce_tasks"`
-		}
-		json.Unmarshal(pout, &counts)
+		counts, tPlan := distPlan(in, dst, sizes)
 		step := func(name string, n int) float64 {
 			if n == 0 {
 				return 0
@@ -183,12 +149,7 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 		tMap := step("map", counts.MapTasks)
 		tDetect := step("detect", counts.DetectTasks)
 		tReduce := step("reduce", counts.ReduceTasks)
-		t1 := time.Now()
-		if err := exec.Command("bin/relayout", "commit", "--quiet", "--plan", counts.Plan).Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "commit: %v\n", err)
-			os.Exit(1)
-		}
-		tCommit := time.Since(t1).Seconds()
+		tCommit := distCommit(counts.Plan)
 		total := tPlan + tMap + tDetect + tReduce + tCommit
 		same := sameTree(runOut, dst)
 		label, what := "1 list", "one worker, each step's tasks as one --task list"
@@ -223,6 +184,42 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 		scaled(1, 64), scaled(16, 64), scaled(1, 64)/scaled(16, 64), scaled(64, 64), scaled(1, 64)/scaled(64, 64))
 	out["map_task_seconds"], out["detect_task_seconds"], out["reduce_task_seconds"] = mapTimes, detectTimes, reduceTimes
 	return out
+}
+
+// planCounts is what `relayout plan` prints.
+type planCounts struct {
+	Plan        string `json:"plan"`
+	MapTasks    int    `json:"map_tasks"`
+	DetectTasks int    `json:"detect_tasks"`
+	ReduceTasks int    `json:"reduce_tasks"`
+}
+
+// distPlan runs `relayout plan` of in into a fresh dst and returns its
+// counts and seconds.
+func distPlan(in, dst string, sizes []string) (planCounts, float64) {
+	os.RemoveAll(dst)
+	t0 := time.Now()
+	pout, err := exec.Command("bin/relayout", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "8MiB"}, sizes...)...).Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "plan: %v\n", err)
+		os.Exit(1)
+	}
+	var counts planCounts
+	if err := json.Unmarshal(pout, &counts); err != nil {
+		fmt.Fprintf(os.Stderr, "plan printed %q: %v\n", pout, err)
+		os.Exit(1)
+	}
+	return counts, time.Since(t0).Seconds()
+}
+
+// distCommit runs `relayout commit` and returns its seconds.
+func distCommit(plan string) float64 {
+	t0 := time.Now()
+	if err := exec.Command("bin/relayout", "commit", "--quiet", "--plan", plan).Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "commit: %v\n", err)
+		os.Exit(1)
+	}
+	return time.Since(t0).Seconds()
 }
 
 // sameTree reports whether two outputs hold the same files with the same
