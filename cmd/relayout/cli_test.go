@@ -753,6 +753,30 @@ func TestInterruptedTaskNamesItself(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(se.String(), "reduce task 0 of plan "+plan+" interrupted") {
 		t.Fatalf("exit %d, stderr %q; want exit 4 naming the task and plan", code, se.String())
 	}
+	// A list names the list, and says that only some of it may be done.
+	for _, f := range testutil.Files(t, filepath.Join(out, "parquet")) {
+		os.Remove(f)
+	}
+	// (A range of one: the plan has one partition.)
+	cmd = exec.Command(bin, "reduce", "--quiet", "--plan", plan, "--task", "0-0")
+	se.Reset()
+	cmd.Stderr = &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		if m, _ := filepath.Glob(filepath.Join(out, "parquet", "*")); len(m) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("the reduce list finished before the signal: make the input larger (%s)", se.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(se.String(), "reduce tasks 0-0 of plan "+plan+" interrupted") || !strings.Contains(se.String(), "the others were not committed") {
+		t.Fatalf("exit %d, stderr %q; want exit 4 naming the list and what of it is complete", code, se.String())
+	}
 }
 
 // TestTaskListsMatchRun: a worker given a list of tasks (--task 0-5,
@@ -810,8 +834,10 @@ func TestTaskListsMatchRun(t *testing.T) {
 	// Several at once (--concurrent), each given a share of the memory
 	// limit: the lines still come in the list's order.
 	extra := map[string][]string{"map": {"--concurrent", "2"}, "reduce": {"--concurrent", "3", "--memory-limit", "6GiB"}}
-	if r := relayout(t, nil, "map", "--quiet", "--plan", counts.Plan, "--task", "0-1", "--concurrent", "0"); r.code != 2 {
-		t.Fatalf("--concurrent 0: exit %d, want 2: %s", r.code, r.stderr)
+	for _, task := range []string{"0-1", "0"} {
+		if r := relayout(t, nil, "map", "--quiet", "--plan", counts.Plan, "--task", task, "--concurrent", "0"); r.code != 2 {
+			t.Fatalf("--task %s --concurrent 0: exit %d, want 2: %s", task, r.code, r.stderr)
+		}
 	}
 	for _, step := range []string{"map", "detect", "reduce"} {
 		if step == "reduce" {

@@ -237,13 +237,15 @@ func stepCommandOf(src stepSource, name, usage, usageText, description string, r
 				if c.Context.Err() != nil && !errs.Is(err, errs.BadInput) {
 					// Interrupted (SIGTERM): name the step and the plan, not
 					// just "context canceled".
-					what := name
-					if t := c.String("task"); t != "" {
+					what, left := name, "nothing of it was committed"
+					if t := c.String("task"); strings.ContainsAny(t, ",-") {
+						what, left = fmt.Sprintf("%s tasks %s", name, t), "the tasks it printed a line for are complete, the others were not committed"
+					} else if t != "" {
 						what = fmt.Sprintf("%s task %s", name, t)
 					} else if t := os.Getenv("JOB_COMPLETION_INDEX"); t != "" {
 						what = fmt.Sprintf("%s task %s", name, t)
 					}
-					return errs.TransientErr(fmt.Errorf("%s of %s %s interrupted (%v); nothing of it was committed: run it again", what, src.what, c.String(src.flag), context.Cause(c.Context)))
+					return errs.TransientErr(fmt.Errorf("%s of %s %s interrupted (%v); %s: run it again", what, src.what, c.String(src.flag), context.Cause(c.Context), left))
 				}
 				return err
 			}
@@ -273,15 +275,15 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			if err != nil {
 				return nil, err
 			}
+			k := c.Int("concurrent")
+			if k < 1 {
+				return nil, errs.Usagef("--concurrent must be at least 1 (got %d)", k)
+			}
 			if len(tasks) == 1 {
 				return run(c, c.String("plan"), tasks[0], o)
 			}
 			if err := pipeline.CheckTasks(c.Context, c.String("plan"), name, tasks, o); err != nil {
 				return nil, err
-			}
-			k := c.Int("concurrent")
-			if k < 1 {
-				return nil, errs.Usagef("--concurrent must be at least 1 (got %d)", k)
 			}
 			k = min(k, len(tasks))
 			// k tasks at once share the process's memory limit and
