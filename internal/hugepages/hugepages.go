@@ -25,6 +25,7 @@ import (
 	"bufio"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,11 @@ func Advise(expect int64) (stop func() int) {
 			}
 		}
 	}
+	// Memory the heap holds free already takes the table first (Go reuses
+	// the lowest free pages), and growing over it would zero it: a second
+	// Advise in one process (a worker running a list of tasks) zeroed,
+	// and so faulted in, the room the first had left.
+	expect -= heapSpare()
 	if expect >= 1<<20 {
 		// Mapped, never written: it costs address space, not memory. In
 		// small pieces, because Go zeroes a whole large object when any of
@@ -123,6 +129,20 @@ func Advise(expect int64) (stop func() int) {
 		defer mu.Unlock()
 		return len(advised)
 	}
+}
+
+// heapSpare is what the heap holds free: free pages and pages returned
+// to the kernel, still mapped.
+func heapSpare() int64 {
+	ss := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(ss)
+	var n int64
+	for _, s := range ss {
+		if s.Value.Kind() == metrics.KindUint64 {
+			n += int64(s.Value.Uint64())
+		}
+	}
+	return n
 }
 
 // heapBase returns the start of the mapping that holds a fresh heap
