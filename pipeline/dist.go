@@ -546,6 +546,22 @@ func (lp *loadedPlan) checkTask(planURL, step string, task int) error {
 	return nil
 }
 
+// StepTasks returns how many tasks the plan has for a step (map, detect or
+// reduce).
+func StepTasks(ctx context.Context, planURL string, step string, local RunOptions) (int, error) {
+	lp, err := loadPlan(ctx, planURL, local)
+	if err != nil {
+		return 0, err
+	}
+	if err := lp.checkTask(planURL, step, 0); err != nil && step == "detect" {
+		return 0, err // not a packed plan
+	}
+	if step == "map" {
+		return len(lp.Maps), nil
+	}
+	return len(lp.Partitions), nil
+}
+
 // CheckTasks checks task indices of a step (map, detect or reduce)
 // against the plan, before a worker runs several of them (exit 2 naming
 // the first out of range, as the task itself would).

@@ -897,3 +897,74 @@ func TestTaskListsMatchRun(t *testing.T) {
 		}
 	}
 }
+
+// TestTasksPerIndex: with --tasks-per-index K, an Indexed Job's index i
+// runs tasks i*K to i*K+K-1, the last index what is left; ceil(tasks/K)
+// indices run every task once, the output is relayout run's, and an index
+// past the last is exit 2 naming the completions the plan needs.
+func TestTasksPerIndex(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Seed: 22})
+	dir := t.TempDir()
+	sizes := []string{"--slice-keys", "country,date", "--file-bytes", "1MiB", "--row-group-bytes", "1MiB"}
+	want := filepath.Join(dir, "run")
+	if r := relayout(t, nil, append([]string{"run", "--quiet", "--input", in, "--output", want}, sizes...)...); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	out := filepath.Join(dir, "steps")
+	r := relayout(t, nil, append([]string{"plan", "--quiet", "--input", in, "--output", out, "--map-bytes", "256KiB"}, sizes...)...)
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	var counts struct {
+		Plan    string `json:"plan"`
+		Maps    int    `json:"map_tasks"`
+		Reduces int    `json:"reduce_tasks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &counts); err != nil {
+		t.Fatal(err)
+	}
+	const per = 2
+	if counts.Maps < 3 || counts.Maps%per == 0 || counts.Reduces < 3 {
+		t.Fatalf("the plan has %d map and %d reduce tasks: want an odd count of at least 3 map tasks and 3 reduces", counts.Maps, counts.Reduces)
+	}
+	for _, step := range []struct {
+		name string
+		n    int
+	}{{"map", counts.Maps}, {"reduce", counts.Reduces}} {
+		chunks := (step.n + per - 1) / per
+		// Past the last index: refused, naming the completions.
+		r := relayout(t, []string{fmt.Sprintf("JOB_COMPLETION_INDEX=%d", chunks)}, step.name, "--quiet", "--plan", counts.Plan, "--tasks-per-index", fmt.Sprint(per))
+		if r.code != 2 || !strings.Contains(r.stderr, fmt.Sprintf("set the Job's completions to %d", chunks)) {
+			t.Fatalf("%s index %d of %d: exit %d, want 2 naming %d completions: %s", step.name, chunks, chunks, r.code, chunks, r.stderr)
+		}
+		var ran []int
+		for i := 0; i < chunks; i++ {
+			r := relayout(t, []string{fmt.Sprintf("JOB_COMPLETION_INDEX=%d", i)}, step.name, "--quiet", "--plan", counts.Plan, "--tasks-per-index", fmt.Sprint(per))
+			if r.code != 0 {
+				t.Fatalf("%s index %d: %s", step.name, i, r.stderr)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+				var d struct {
+					Task int `json:"task"`
+				}
+				if err := json.Unmarshal([]byte(l), &d); err != nil {
+					t.Fatalf("%s index %d printed %q", step.name, i, r.stdout)
+				}
+				ran = append(ran, d.Task)
+			}
+		}
+		for i, task := range ran {
+			if task != i || len(ran) != step.n {
+				t.Fatalf("%s: the indices ran tasks %v, want 0 to %d once each", step.name, ran, step.n-1)
+			}
+		}
+	}
+	if r := relayout(t, nil, "commit", "--quiet", "--plan", counts.Plan); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	a, _ := os.ReadFile(filepath.Join(want, "manifest.json"))
+	b, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatal("the manifest differs from relayout run's")
+	}
+}

@@ -275,6 +275,11 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			if err != nil {
 				return nil, err
 			}
+			if per := c.Int("tasks-per-index"); per != 0 {
+				if tasks, err = taskChunk(c, name, per, o); err != nil {
+					return nil, err
+				}
+			}
 			k := c.Int("concurrent")
 			if k < 1 {
 				return nil, errs.Usagef("--concurrent must be at least 1 (got %d)", k)
@@ -297,7 +302,35 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			}
 			each.Parallel = max(1, p/k)
 			return runTasks(c, tasks, k, func(t int) (any, error) { return run(c, c.String("plan"), t, each) })
-		}, intFlag("concurrent", 1, "with a --task list: how many of its tasks run at once, each given --memory-limit and --parallel divided by it"))
+		}, intFlag("concurrent", 1, "with a --task list: how many of its tasks run at once, each given --memory-limit and --parallel divided by it"),
+		intFlag("tasks-per-index", 0, "run tasks i*K to i*K+K-1 (the last index fewer), i being --task or $JOB_COMPLETION_INDEX: an Indexed Job of ceil(tasks/K) completions"))
+}
+
+// taskChunk is --tasks-per-index: the index (--task N or
+// $JOB_COMPLETION_INDEX) names the per-th chunk of the step's tasks; the
+// last chunk holds what is left. An index past the last chunk is exit 2
+// naming the completions the plan needs.
+func taskChunk(c *cli.Context, step string, per int, o pipeline.RunOptions) ([]int, error) {
+	if per < 0 {
+		return nil, errs.Usagef("--tasks-per-index must be at least 1 (got %d)", per)
+	}
+	i, err := taskIndex(c)
+	if err != nil {
+		return nil, errs.Usagef("--tasks-per-index: --task must be one index, the chunk's (%v)", err)
+	}
+	n, err := pipeline.StepTasks(c.Context, c.String("plan"), step, o)
+	if err != nil {
+		return nil, err
+	}
+	chunks := (n + per - 1) / per
+	if i >= chunks {
+		return nil, errs.Usagef("--tasks-per-index %d: index %d is past the last: the plan's %d %s tasks make %d chunks (indices 0 to %d; set the Job's completions to %d)", per, i, n, step, chunks, chunks-1, chunks)
+	}
+	var tasks []int
+	for t := i * per; t < min((i+1)*per, n); t++ {
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
 }
 
 // runTasks runs tasks, k at once, and prints each one's result as a JSON
