@@ -779,6 +779,36 @@ func TestInterruptedTaskNamesItself(t *testing.T) {
 	}
 }
 
+// stepCounts is what `relayout plan` prints.
+type stepCounts struct {
+	Plan        string `json:"plan"`
+	MapTasks    int    `json:"map_tasks"`
+	DetectTasks int    `json:"detect_tasks"`
+	Reduces     int    `json:"reduce_tasks"`
+}
+
+// runThenPlan generates a 60,000-row input (seed), runs relayout run on it
+// into want and plans the same layout (1 MiB files and row groups, 256 KiB
+// map tasks, extra options) into out.
+func runThenPlan(t *testing.T, seed uint64, extra ...string) (want, out string, counts stepCounts) {
+	t.Helper()
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Seed: seed})
+	dir := t.TempDir()
+	sizes := append([]string{"--slice-keys", "country,date", "--file-bytes", "1MiB", "--row-group-bytes", "1MiB"}, extra...)
+	want, out = filepath.Join(dir, "run"), filepath.Join(dir, "steps")
+	if r := relayout(t, nil, append([]string{"run", "--quiet", "--input", in, "--output", want}, sizes...)...); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	r := relayout(t, nil, append([]string{"plan", "--quiet", "--input", in, "--output", out, "--map-bytes", "256KiB"}, sizes...)...)
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &counts); err != nil {
+		t.Fatal(err)
+	}
+	return want, out, counts
+}
+
 // TestTaskListsMatchRun: a worker given a list of tasks (--task 0-5,
 // --task 0,2-3) runs them in one process, one after another or several at
 // once (--concurrent), prints one JSON line per task in the list's order,
@@ -787,27 +817,7 @@ func TestInterruptedTaskNamesItself(t *testing.T) {
 // a reversed range or a task the plan lacks are exit 2 before any task
 // runs.
 func TestTaskListsMatchRun(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Seed: 21})
-	dir := t.TempDir()
-	sizes := []string{"--slice-keys", "country,date", "--query-key", "query_id", "--file-bytes", "1MiB", "--row-group-bytes", "1MiB"}
-	want := filepath.Join(dir, "run")
-	if r := relayout(t, nil, append([]string{"run", "--quiet", "--input", in, "--output", want}, sizes...)...); r.code != 0 {
-		t.Fatal(r.stderr)
-	}
-	out := filepath.Join(dir, "steps")
-	r := relayout(t, nil, append([]string{"plan", "--quiet", "--input", in, "--output", out, "--map-bytes", "256KiB"}, sizes...)...)
-	if r.code != 0 {
-		t.Fatal(r.stderr)
-	}
-	var counts struct {
-		Plan        string `json:"plan"`
-		MapTasks    int    `json:"map_tasks"`
-		DetectTasks int    `json:"detect_tasks"`
-		Reduces     int    `json:"reduce_tasks"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &counts); err != nil {
-		t.Fatal(err)
-	}
+	want, out, counts := runThenPlan(t, 21, "--query-key", "query_id")
 	if counts.MapTasks < 3 || counts.Reduces < 3 || counts.DetectTasks < 3 {
 		t.Fatalf("the plan has %d map, %d detect and %d reduce tasks: make the input larger", counts.MapTasks, counts.DetectTasks, counts.Reduces)
 	}
@@ -903,34 +913,15 @@ func TestTaskListsMatchRun(t *testing.T) {
 // indices run every task once, the output is relayout run's, and an index
 // past the last is exit 2 naming the completions the plan needs.
 func TestTasksPerIndex(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Seed: 22})
-	dir := t.TempDir()
-	sizes := []string{"--slice-keys", "country,date", "--file-bytes", "1MiB", "--row-group-bytes", "1MiB"}
-	want := filepath.Join(dir, "run")
-	if r := relayout(t, nil, append([]string{"run", "--quiet", "--input", in, "--output", want}, sizes...)...); r.code != 0 {
-		t.Fatal(r.stderr)
-	}
-	out := filepath.Join(dir, "steps")
-	r := relayout(t, nil, append([]string{"plan", "--quiet", "--input", in, "--output", out, "--map-bytes", "256KiB"}, sizes...)...)
-	if r.code != 0 {
-		t.Fatal(r.stderr)
-	}
-	var counts struct {
-		Plan    string `json:"plan"`
-		Maps    int    `json:"map_tasks"`
-		Reduces int    `json:"reduce_tasks"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &counts); err != nil {
-		t.Fatal(err)
-	}
+	want, out, counts := runThenPlan(t, 22)
 	const per = 2
-	if counts.Maps < 3 || counts.Maps%per == 0 || counts.Reduces < 3 {
-		t.Fatalf("the plan has %d map and %d reduce tasks: want an odd count of at least 3 map tasks and 3 reduces", counts.Maps, counts.Reduces)
+	if counts.MapTasks < 3 || counts.MapTasks%per == 0 || counts.Reduces < 3 {
+		t.Fatalf("the plan has %d map and %d reduce tasks: want an odd count of at least 3 map tasks and 3 reduces", counts.MapTasks, counts.Reduces)
 	}
 	for _, step := range []struct {
 		name string
 		n    int
-	}{{"map", counts.Maps}, {"reduce", counts.Reduces}} {
+	}{{"map", counts.MapTasks}, {"reduce", counts.Reduces}} {
 		chunks := (step.n + per - 1) / per
 		// Past the last index: refused, naming the completions.
 		r := relayout(t, []string{fmt.Sprintf("JOB_COMPLETION_INDEX=%d", chunks)}, step.name, "--quiet", "--plan", counts.Plan, "--tasks-per-index", fmt.Sprint(per))
