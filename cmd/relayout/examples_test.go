@@ -145,7 +145,19 @@ func runFlow(t *testing.T, env []string, f flow, workers int, killFirstReduce bo
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
-		runTasks(step.name, step.n)
+		// A step whose command takes --tasks-per-index K (an Indexed Job of
+		// ceil(tasks/K) pods) runs that many indices.
+		per := 1
+		if step.n > 0 {
+			a, _ := f.task(step.name, 0)
+			if v := flagValue(a, "--tasks-per-index"); v != "" {
+				var err error
+				if per, err = strconv.Atoi(v); err != nil || per < 1 {
+					t.Fatalf("%s: --tasks-per-index %q", step.name, v)
+				}
+			}
+		}
+		runTasks(step.name, (step.n+per-1)/per)
 	}
 	if r := relayout(t, env, append(f.commit, "--quiet")...); r.code != 0 {
 		t.Fatalf("commit: exit %d: %s", r.code, r.stderr)
@@ -356,7 +368,8 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "KEY_TASKS": "1", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1"}
+	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "KEY_TASKS": "1", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1",
+		"TASKS_PER_POD": "2", "MAP_PODS": "1", "DETECT_PODS": "1", "REDUCE_PODS": "1"} // the pods' counts come from the plan (runFlow)
 	expanded := os.Expand(string(data), func(k string) string { return vals[k] })
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
 	cmds := map[string][]string{}
