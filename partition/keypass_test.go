@@ -99,8 +99,9 @@ func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 	for k, r := range sorted {
 		sum := map[int32]int64{}
 		for i := r[0]; i < r[1]; i++ {
-			for rk, c := range wantEx.Counts[i] {
-				sum[rk] += c
+			rg := wantEx.RowGroups[i]
+			for j, rk := range rg.IDs {
+				sum[rk] += rg.Rows[j]
 			}
 		}
 		if a, b := js(gotEx.TaskCounts[k]), js(sum); a != b {

@@ -81,7 +81,7 @@ type SummaryExtra struct {
 // end), merged. It also returns, per row group of the run, the vectors
 // holding each of the summary's slices (index into Slices), from which the
 // caller prices ReadBytes; o.Vectors asks for them.
-func SummarizeKeys(ctx context.Context, t *source.Table, first, end int, sliceCols []int, o BuildOptions, parallel int) (*KeySummary, []map[int32][]uint64, error) {
+func SummarizeKeys(ctx context.Context, t *source.Table, first, end int, sliceCols []int, o BuildOptions, parallel int) (*KeySummary, []*RowGroupSlices, error) {
 	refs := t.RowGroups()
 	if first < 0 || end > len(refs) || first > end {
 		return nil, nil, errs.BadInputf("key task: row groups [%d, %d) are outside the table's %d", first, end, len(refs))
@@ -114,9 +114,9 @@ func SummarizeKeys(ctx context.Context, t *source.Table, first, end int, sliceCo
 		return nil, nil, err
 	}
 	local := map[string]int32{}
-	var vectors []map[int32][]uint64
+	var vectors []*RowGroupSlices
 	if o.Vectors {
-		vectors = make([]map[int32][]uint64, len(per))
+		vectors = make([]*RowGroupSlices, len(per))
 	}
 	type agg struct {
 		queryAgg
@@ -125,22 +125,19 @@ func SummarizeKeys(ctx context.Context, t *source.Table, first, end int, sliceCo
 	queries := map[uint64]agg{}
 	for i, k := range per {
 		ids := make([]int32, len(k.keys))
-		for li, key := range k.keys {
-			id, ok := local[string(key)]
+		for li, ik := range k.keys {
+			id, ok := local[string(ik.key)]
 			if !ok {
 				id = int32(len(sum.Slices))
-				local[string(key)] = id
-				sum.Slices = append(sum.Slices, SliceSummary{Parts: k.parts[li], Values: k.values[li]})
+				local[string(ik.key)] = id
+				sum.Slices = append(sum.Slices, SliceSummary{Parts: ik.parts, Values: ik.values})
 			}
 			ids[li] = id
 			sum.Slices[id].Rows += k.counts[li]
 			sum.Slices[id].RowGroups++
-			if vectors != nil {
-				if vectors[i] == nil {
-					vectors[i] = make(map[int32][]uint64, len(k.keys))
-				}
-				vectors[i][id] = k.vectors[li]
-			}
+		}
+		if vectors != nil && len(k.keys) > 0 {
+			vectors[i] = newRowGroupSlices(ids, nil, k.words, k.bits)
 		}
 		for h, a := range k.queries {
 			a.slice = ids[a.slice]

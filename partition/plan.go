@@ -57,17 +57,20 @@ func KeyColumns(t *source.Table, names []string, what string) ([]int, error) {
 	return cols, nil
 }
 
+// rgSlices is what readSlices finds in a row group, by local slice id (in
+// order of first sight): the interned key, its rows and, with vectors,
+// words bits of VectorRows-row vectors each, in one array. Kept for every
+// row group until the merge, so it is compact (RowGroupSlices says why).
 type rgSlices struct {
-	keys   [][]byte
-	parts  [][][]byte
-	values [][]any
+	keys   []*internedKey
 	counts []int64
+	words  int
+	bits   []uint64
 	// queries maps a query-key hash to its rows here; global maps local
 	// slice ids to the merged list.
 	queries map[uint64]queryAgg
 	qkeys   map[uint64][]byte // with BuildOptions.QueryKeys
-	global  []int
-	vectors [][]uint64
+	global  []int32
 }
 
 // Build reads the slice-key columns of every row group (only those) and
@@ -101,11 +104,10 @@ type BuildOptions struct {
 // BuildExtra is what BuildOptions asked for.
 type BuildExtra struct {
 	Queries *QueryCounts
-	// Vectors[i] (i indexes t.RowGroups()) maps a slice rank to a bitset of
-	// the row group's vectors holding its rows.
-	Vectors []map[int32][]uint64
-	// Counts[i] maps a slice rank to its rows in row group i.
-	Counts []map[int32]int64
+	// RowGroups[i] (i indexes t.RowGroups()) holds, by slice rank, the
+	// slice's rows in row group i (with Counts) and the bitset of the
+	// vectors holding them (with Vectors); nil when neither was asked for.
+	RowGroups []*RowGroupSlices
 }
 
 // QueryCounts is what the query-key columns say about packing: exact
@@ -174,39 +176,34 @@ func mergeSlices(ctx context.Context, t *source.Table, per []*rgSlices, sliceCol
 	global := map[string]int{}
 	var all []Slice
 	for _, k := range per {
-		k.global = make([]int, len(k.keys))
-		for li, key := range k.keys {
-			g, ok := global[string(key)]
+		k.global = make([]int32, len(k.keys))
+		for li, ik := range k.keys {
+			g, ok := global[string(ik.key)]
 			if !ok {
 				g = len(all)
-				global[string(key)] = g
-				all = append(all, Slice{Key: key, Parts: k.parts[li], Values: k.values[li]})
+				global[string(ik.key)] = g
+				all = append(all, Slice{Key: ik.key, Parts: ik.parts, Values: ik.values})
 			}
-			k.global[li] = g
+			k.global[li] = int32(g)
 			all[g].Rows += k.counts[li]
 			all[g].InputRowGroups++
 		}
 	}
 	h, rankOf := orderSlices(all)
 	ex := &BuildExtra{}
-	if o.Vectors {
-		ex.Vectors = make([]map[int32][]uint64, len(per))
+	if o.Vectors || o.Counts {
+		ex.RowGroups = make([]*RowGroupSlices, len(per))
 		for i, k := range per {
-			m := make(map[int32][]uint64, len(k.keys))
-			for li := range k.keys {
-				m[rankOf[k.global[li]]] = k.vectors[li]
+			ranks := make([]int32, len(k.keys))
+			for li := range ranks {
+				ranks[li] = rankOf[k.global[li]]
 			}
-			ex.Vectors[i] = m
-		}
-	}
-	if o.Counts {
-		ex.Counts = make([]map[int32]int64, len(per))
-		for i, k := range per {
-			m := make(map[int32]int64, len(k.keys))
-			for li := range k.keys {
-				m[rankOf[k.global[li]]] = k.counts[li]
+			var counts []int64
+			if o.Counts {
+				counts = k.counts
 			}
-			ex.Counts[i] = m
+			ex.RowGroups[i] = newRowGroupSlices(ranks, counts, k.words, k.bits)
+			k.keys, k.counts, k.bits = nil, nil, nil // only the queries are left to merge
 		}
 	}
 	if len(queryCols) == 0 {
@@ -333,6 +330,9 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rg
 	defer rec.Release()
 	n := int(rec.NumRows())
 	k := &rgSlices{}
+	if vectors {
+		k.words = (n/VectorRows + 64) / 64
+	}
 	local := map[string]int{}
 	if len(queryCols) > 0 {
 		k.queries = map[uint64]queryAgg{}
@@ -365,18 +365,14 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rg
 				}
 				return &internedKey{key: key, parts: parts, values: vals}
 			})
-			k.keys = append(k.keys, ik.key)
-			k.parts = append(k.parts, ik.parts)
-			k.values = append(k.values, ik.values)
+			k.keys = append(k.keys, ik)
 			k.counts = append(k.counts, 0)
-			if vectors {
-				k.vectors = append(k.vectors, make([]uint64, (n/VectorRows+64)/64))
-			}
+			k.bits = append(k.bits, make([]uint64, k.words)...)
 		}
 		k.counts[id]++
 		if vectors {
 			v := i / VectorRows
-			k.vectors[id][v/64] |= 1 << (v % 64)
+			k.bits[id*k.words+v/64] |= 1 << (v % 64)
 		}
 		if nq > 0 {
 			qk = qk[:0]

@@ -369,11 +369,17 @@ func scan(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o Options
 	}
 	// What reading each slice costs on the input, for the report; the
 	// per-row-group vectors are dropped here, before the rows are read.
-	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, ex.Vectors)
+	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, ex.RowGroups)
 	if err != nil {
 		return nil, err
 	}
-	ex.Vectors = nil
+	if counts {
+		for _, rg := range ex.RowGroups {
+			rg.DropVectors()
+		}
+	} else {
+		ex.RowGroups = nil
+	}
 	return &KeyPass{Hist: hist, Extra: ex, Before: before, Layout: Layout(hist, in, o), Sizes: in}, nil
 }
 
@@ -485,7 +491,7 @@ func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Opt
 			cur.Bytes += RowGroupBytes(ref)
 			if kp.Tasks == nil {
 				for _, rk := range split {
-					rowsBefore[rk] += ex.Counts[i][rk]
+					rowsBefore[rk] += ex.RowGroups[i].Count(rk)
 				}
 			}
 		}

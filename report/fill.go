@@ -165,16 +165,16 @@ func FillRun(ctx context.Context, rep *Report, tbl *source.Table, out storage.Lo
 
 // outputVectors says where each slice's rows lie in the written row groups,
 // from the manifest's slice index.
-func outputVectors(hist *partition.Histogram, m *manifests.Manifest) []map[int32][]uint64 {
+func outputVectors(hist *partition.Histogram, m *manifests.Manifest) []*partition.RowGroupSlices {
 	var base []int // index of each file's first row group
 	n := 0
 	for _, f := range m.Files {
 		base = append(base, n)
 		n += len(f.RowGroups)
 	}
-	out := make([]map[int32][]uint64, n)
+	out := make([]*partition.RowGroupSlices, n)
 	for i := range out {
-		out[i] = map[int32][]uint64{}
+		out[i] = &partition.RowGroupSlices{}
 	}
 	j := 0 // manifest slices are the histogram's non-empty slices, in order
 	for rank, hs := range hist.Slices {
@@ -188,13 +188,7 @@ func outputVectors(hist *partition.Histogram, m *manifests.Manifest) []map[int32
 			rg := m.Files[seg.File].RowGroups[seg.RowGroup]
 			lo := seg.FirstRow - rg.FirstRow
 			v := vectorsOf(rg.Rows, lo, lo+seg.Rows)
-			g := base[seg.File] + seg.RowGroup
-			if old, ok := out[g][int32(rank)]; ok {
-				for w := range v {
-					v[w] |= old[w]
-				}
-			}
-			out[g][int32(rank)] = v
+			out[base[seg.File]+seg.RowGroup].AddVectors(int32(rank), v) // ranks ascend
 		}
 		j++
 	}

@@ -64,7 +64,7 @@ func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQ
 	for _, f := range layout.Files {
 		for _, g := range f.RowGroups {
 			q0, q1 := qpos(g.Start), qpos(g.Start+g.Rows)
-			rc := rgCost{rows: q1 - q0, vectors: map[int32][]uint64{}}
+			rc := rgCost{rows: q1 - q0, vectors: &partition.RowGroupSlices{}}
 			var sl []partition.Slice
 			for i := hist.Locate(g.Start); i < len(hist.Slices) && hist.Slices[i].Start < g.Start+g.Rows; i++ {
 				if hist.Slices[i].Rows == 0 {
@@ -72,7 +72,7 @@ func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQ
 				}
 				sl = append(sl, hist.Slices[i])
 				lo, hi := max(int64(qstart[i]), q0)-q0, min(int64(qstart[i+1]), q1)-q0
-				rc.vectors[int32(i)] = vectorsOf(rc.rows, lo, hi)
+				rc.vectors.AddVectors(int32(i), vectorsOf(rc.rows, lo, hi))
 			}
 			rc.stats = statsOfSlices(sl, sliceKeys)
 			for _, l := range est.Leaves {

@@ -90,9 +90,9 @@ type rgCost struct {
 	keyBytes int64 // the slice-key (filter) columns' chunks
 	others   []colCost
 	stats    []partition.StatsRange
-	// vectors maps a slice rank to the vectors holding its rows; nil:
+	// vectors holds, by slice rank, the vectors holding its rows; nil:
 	// unknown (every candidate row group is read in full).
-	vectors map[int32][]uint64
+	vectors *partition.RowGroupSlices
 }
 
 // TableCost is a table as the model sees it. Footer is what a reader reads
@@ -119,7 +119,7 @@ func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 		}
 		n++
 		b += rg.filterBytes(rg.vectors != nil)
-		if v, ok := rg.vectors[rank]; ok {
+		if v, ok := rg.vectors.Vectors(rank); ok {
 			b += rg.fetchBytes(v)
 		}
 	}
@@ -162,7 +162,7 @@ func (rg *rgCost) mayContain(parts [][]byte) bool {
 // locations from the footers and page indexes (by name, so it also serves a
 // packed output), with vectors[i] saying where each slice's rows lie in
 // row group i (nil: unknown).
-func costOfTable(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64) (tc TableCost, err error) {
+func costOfTable(tbl *source.Table, sliceKeys []string, vectors []*partition.RowGroupSlices) (tc TableCost, err error) {
 	return costOfFiles(tbl, sliceKeys, vectors, costScope{end: -1, pages: true}, nil)
 }
 
@@ -176,7 +176,7 @@ type costScope struct {
 // costOfFiles is costOfTable that, when perFile is set, hands it the
 // model after each file and then drops that file's row groups (the footer
 // and noStats keep adding up): memory for one file, not the whole input.
-func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []map[int32][]uint64, sc costScope, perFile func(*TableCost)) (tc TableCost, err error) {
+func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.RowGroupSlices, sc costScope, perFile func(*TableCost)) (tc TableCost, err error) {
 	defer errs.Recover(&err, "read page indexes")
 	i := 0
 	end := sc.end
@@ -326,7 +326,7 @@ type Before struct {
 }
 
 // CostsBefore reads the input's page indexes and prices every slice.
-func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, vectors []map[int32][]uint64) (Before, error) {
+func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogram, vectors []*partition.RowGroupSlices) (Before, error) {
 	b := Before{SliceRowGroups: make([]int, len(hist.Slices)), SliceBytes: make([]int64, len(hist.Slices))}
 	// File by file: a slice's cost is a sum over row groups, plus every
 	// footer, so the model never holds more than one file's row groups.
@@ -357,7 +357,7 @@ func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogra
 // slice keys of the row groups holding its rows (vectors[g-first] maps a
 // slice index to the vectors holding its rows in row group g). It reads
 // those row groups' page indexes.
-func PresentBytes(tbl *source.Table, sliceKeys []string, first, end int, parts [][][]byte, vectors []map[int32][]uint64) ([]int64, error) {
+func PresentBytes(tbl *source.Table, sliceKeys []string, first, end int, parts [][][]byte, vectors []*partition.RowGroupSlices) ([]int64, error) {
 	out := make([]int64, len(parts))
 	if len(sliceKeys) == 0 || first >= end {
 		return out, nil // no vectors: the merge counts whole row groups
@@ -365,9 +365,12 @@ func PresentBytes(tbl *source.Table, sliceKeys []string, first, end int, parts [
 	_, err := costOfFiles(tbl, sliceKeys, vectors, costScope{first: first, end: end, pages: true}, func(tc *TableCost) {
 		for r := range tc.rgs {
 			rg := &tc.rgs[r]
-			for id, v := range rg.vectors {
+			if rg.vectors == nil || rg.vectors.Words == 0 {
+				continue
+			}
+			for j, id := range rg.vectors.IDs {
 				if int(id) < len(parts) && rg.mayContain(parts[id]) {
-					out[id] += rg.fetchBytes(v)
+					out[id] += rg.fetchBytes(rg.vectors.VectorsAt(j))
 				}
 			}
 		}
