@@ -20,27 +20,8 @@ import (
 // give exactly BuildWith's histogram and query counts, and each task's rows
 // per slice are the sum of BuildWith's per-row-group counts over its range.
 func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "events")
-	if _, err := gen.Write(dir, gen.Options{Rows: 30_000, Files: 3, Seed: 7, RowGroupRows: 4096}); err != nil {
-		t.Fatal(err)
-	}
+	tbl, col := openEvents(t, gen.Options{Rows: 30_000, Files: 3, Seed: 7, RowGroupRows: 4096})
 	ctx := context.Background()
-	objs, err := storage.List(ctx, []string{dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := source.Open(ctx, objs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	col := func(name string) int {
-		i := tbl.Schema.FieldIndices(name)
-		if len(i) != 1 {
-			t.Fatalf("no column %s", name)
-		}
-		return i[0]
-	}
 	sliceCols := []int{col("country"), col("date")}
 	o := BuildOptions{QueryCols: []int{col("query_id")}, Vectors: true, Counts: true}
 	want, wantEx, err := BuildWith(ctx, tbl, sliceCols, o, 2)
@@ -130,5 +111,31 @@ func TestKeyPassInTasksBuildsTheSameHistogram(t *testing.T) {
 	stale.Slices[0].Rows--
 	if _, _, err := BuildFromSummaries(ctx, tbl, []*KeySummary{sums[0], &stale, sums[2]}, sliceCols, bo); err == nil || !strings.Contains(err.Error(), "did the input change") {
 		t.Errorf("merge with a task whose rows differ from the footers: %v", err)
+	}
+}
+
+// openEvents writes the generated event log with o and opens it (closed
+// when the test ends); col returns a column's index.
+func openEvents(t *testing.T, o gen.Options) (tbl *source.Table, col func(name string) int) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "events")
+	if _, err := gen.Write(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	objs, err := storage.List(ctx, []string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = source.Open(ctx, objs, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	return tbl, func(name string) int {
+		i := tbl.Schema.FieldIndices(name)
+		if len(i) != 1 {
+			t.Fatalf("no column %s", name)
+		}
+		return i[0]
 	}
 }

@@ -2,14 +2,11 @@ package partition
 
 import (
 	"context"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/relayout/relayout/internal/gen"
-	"github.com/relayout/relayout/source"
-	"github.com/relayout/relayout/storage"
 )
 
 // TestKeyPassRecordsPerRowGroup checks what the key pass records of each
@@ -18,30 +15,11 @@ import (
 // table every row group holds most slices, and the key pass keeps these
 // records for every row group of the table at once.
 func TestKeyPassRecordsPerRowGroup(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "events")
 	// 1,200 slices (40 countries x 30 days); row groups of 32,768 rows
 	// hold most of them.
-	if _, err := gen.Write(dir, gen.Options{Rows: 600_000, Files: 2, Seed: 3, RowGroupRows: 32768}); err != nil {
-		t.Fatal(err)
-	}
+	tbl, col := openEvents(t, gen.Options{Rows: 600_000, Files: 2, Seed: 3, RowGroupRows: 32768})
 	ctx := context.Background()
-	objs, err := storage.List(ctx, []string{dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := source.Open(ctx, objs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	var sliceCols []int
-	for _, name := range []string{"country", "date"} {
-		i := tbl.Schema.FieldIndices(name)
-		if len(i) != 1 {
-			t.Fatalf("no column %s", name)
-		}
-		sliceCols = append(sliceCols, i[0])
-	}
+	sliceCols := []int{col("country"), col("date")}
 	h, ex, err := BuildWith(ctx, tbl, sliceCols, BuildOptions{Vectors: true, Counts: true}, 2)
 	if err != nil {
 		t.Fatal(err)
