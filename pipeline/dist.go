@@ -528,17 +528,25 @@ func loadTask(ctx context.Context, planURL string, local RunOptions, step string
 	return lp, nil
 }
 
-// checkTask refuses a task index the plan lacks for the step (map,
-// detect, reduce), and a detect step of a plan that does not pack.
-func (lp *loadedPlan) checkTask(planURL, step string, task int) error {
-	n := len(lp.Partitions) // detect and reduce: one task per partition
+// stepTasks returns how many tasks the plan has for a step (map, detect,
+// reduce); a detect step of a plan that does not pack is an error.
+func (lp *loadedPlan) stepTasks(planURL, step string) (int, error) {
 	switch step {
 	case "map":
-		n = len(lp.Maps)
+		return len(lp.Maps), nil
 	case "detect":
 		if lp.Packing == nil {
-			return errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
+			return 0, errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
 		}
+	}
+	return len(lp.Partitions), nil // detect and reduce: one task per partition
+}
+
+// checkTask refuses a task index the plan lacks for the step.
+func (lp *loadedPlan) checkTask(planURL, step string, task int) error {
+	n, err := lp.stepTasks(planURL, step)
+	if err != nil {
+		return err
 	}
 	if task < 0 || task >= n {
 		return errs.Usagef("--task %d: the plan has %s tasks 0 to %d", task, step, n-1)
@@ -553,13 +561,7 @@ func StepTasks(ctx context.Context, planURL string, step string, local RunOption
 	if err != nil {
 		return 0, err
 	}
-	if err := lp.checkTask(planURL, step, 0); err != nil && step == "detect" {
-		return 0, err // not a packed plan
-	}
-	if step == "map" {
-		return len(lp.Maps), nil
-	}
-	return len(lp.Partitions), nil
+	return lp.stepTasks(planURL, step)
 }
 
 // CheckTasks checks task indices of a step (map, detect or reduce)

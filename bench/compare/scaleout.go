@@ -288,12 +288,11 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 			fmt.Printf("scale-out bench: %v\n", err)
 			return
 		}
-		var counts struct {
-			MapTasks, ReduceTasks int
+		var counts planCounts
+		if err := json.Unmarshal(pout, &counts); err != nil {
+			fmt.Printf("scale-out bench: plan printed %q: %v\n", pout, err)
+			return
 		}
-		var raw map[string]any
-		json.Unmarshal(pout, &raw)
-		counts.MapTasks, counts.ReduceTasks = int(raw["map_tasks"].(float64)), int(raw["reduce_tasks"].(float64))
 		tm, mt, mouts, err := so.step(w, "map", planURL, counts.MapTasks)
 		if err != nil {
 			fmt.Printf("scale-out bench: %v\n", err)

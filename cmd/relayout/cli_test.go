@@ -733,49 +733,44 @@ func TestInterruptedTaskNamesItself(t *testing.T) {
 	if r := relayout(t, nil, "map", "--quiet", "--plan", plan, "--task", "0"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
-	cmd := exec.Command(bin, "reduce", "--quiet", "--plan", plan, "--task", "0")
-	var se bytes.Buffer
-	cmd.Stderr = &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if m, _ := filepath.Glob(filepath.Join(out, "parquet", "*")); len(m) > 0 {
-			break
+	// interrupt starts a reduce with args, sends it SIGTERM once it has
+	// begun writing the output, and returns its exit code and stderr; the
+	// files it wrote are removed for the next.
+	interrupt := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"reduce", "--quiet", "--plan", plan}, args...)...)
+		var se bytes.Buffer
+		cmd.Stderr = &se
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+			if m, _ := filepath.Glob(filepath.Join(out, "parquet", "*")); len(m) > 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("reduce %v finished before the signal: make the input larger (%s)", args, se.String())
+		}
+		for _, f := range testutil.Files(t, filepath.Join(out, "parquet")) {
+			os.Remove(f)
+		}
+		return cmd.ProcessState.ExitCode(), se.String()
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err == nil {
-		t.Fatal("the reduce finished before the signal: make the input larger")
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(se.String(), "reduce task 0 of plan "+plan+" interrupted") {
-		t.Fatalf("exit %d, stderr %q; want exit 4 naming the task and plan", code, se.String())
+	if code, se := interrupt("--task", "0"); code != 4 || !strings.Contains(se, "reduce task 0 of plan "+plan+" interrupted") {
+		t.Fatalf("exit %d, stderr %q; want exit 4 naming the task and plan", code, se)
 	}
 	// A list names the list, and says that only some of it may be done.
-	for _, f := range testutil.Files(t, filepath.Join(out, "parquet")) {
-		os.Remove(f)
-	}
 	// (A range of one: the plan has one partition.)
-	cmd = exec.Command(bin, "reduce", "--quiet", "--plan", plan, "--task", "0-0")
-	se.Reset()
-	cmd.Stderr = &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if code, se := interrupt("--task", "0-0"); code != 4 || !strings.Contains(se, "reduce tasks 0-0 of plan "+plan+" interrupted") || !strings.Contains(se, "the others were not committed") {
+		t.Fatalf("exit %d, stderr %q; want exit 4 naming the list and what of it is complete", code, se)
 	}
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
-		if m, _ := filepath.Glob(filepath.Join(out, "parquet", "*")); len(m) > 0 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err == nil {
-		t.Fatalf("the reduce list finished before the signal: make the input larger (%s)", se.String())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 4 || !strings.Contains(se.String(), "reduce tasks 0-0 of plan "+plan+" interrupted") || !strings.Contains(se.String(), "the others were not committed") {
-		t.Fatalf("exit %d, stderr %q; want exit 4 naming the list and what of it is complete", code, se.String())
+	// So does an Indexed Job's chunk (--tasks-per-index): its index names
+	// tasks, not one task.
+	if code, se := interrupt("--task", "0", "--tasks-per-index", "2"); code != 4 || !strings.Contains(se, "reduce tasks of index 0 (--tasks-per-index 2: from task 0) of plan "+plan+" interrupted") || !strings.Contains(se, "the others were not committed") {
+		t.Fatalf("exit %d, stderr %q; want exit 4 naming the index's tasks", code, se)
 	}
 }
 
@@ -881,21 +876,18 @@ func TestTaskListsMatchRun(t *testing.T) {
 	if r := relayout(t, nil, "commit", "--quiet", "--plan", counts.Plan); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
-	var wantFiles, gotFiles []string
-	filepath.WalkDir(want, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && filepath.Base(p) != "_report.json" {
-			rel, _ := filepath.Rel(want, p)
-			wantFiles = append(wantFiles, rel)
-		}
-		return nil
-	})
-	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && filepath.Base(p) != "_report.json" {
-			rel, _ := filepath.Rel(out, p)
-			gotFiles = append(gotFiles, rel)
-		}
-		return nil
-	})
+	files := func(root string) []string { // the output's files but the report
+		var fs []string
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && filepath.Base(p) != "_report.json" {
+				rel, _ := filepath.Rel(root, p)
+				fs = append(fs, rel)
+			}
+			return nil
+		})
+		return fs
+	}
+	wantFiles, gotFiles := files(want), files(out)
 	if !slices.Equal(wantFiles, gotFiles) {
 		t.Fatalf("run wrote %v, the task lists %v", wantFiles, gotFiles)
 	}

@@ -238,7 +238,10 @@ func stepCommandOf(src stepSource, name, usage, usageText, description string, r
 					// Interrupted (SIGTERM): name the step and the plan, not
 					// just "context canceled".
 					what, left := name, "nothing of it was committed"
-					if t := c.String("task"); strings.ContainsAny(t, ",-") {
+					if per := c.Int("tasks-per-index"); per > 0 {
+						i, _ := taskIndex(c)
+						what, left = fmt.Sprintf("%s tasks of index %d (--tasks-per-index %d: from task %d)", name, i, per, i*per), "the tasks it printed a line for are complete, the others were not committed"
+					} else if t := c.String("task"); strings.ContainsAny(t, ",-") {
 						what, left = fmt.Sprintf("%s tasks %s", name, t), "the tasks it printed a line for are complete, the others were not committed"
 					} else if t != "" {
 						what = fmt.Sprintf("%s task %s", name, t)
@@ -261,8 +264,8 @@ func stepCommandOf(src stepSource, name, usage, usageText, description string, r
 //
 // A list of tasks (--task 0-5) runs them one after another in this
 // process, each as it runs alone (its own attempt, its task manifest
-// last, one JSON line as it completes), so a worker that takes several
-// tasks starts, loads the plan and faults its heap in once. Every index
+// last, one JSON line as it completes, the plan read again), so a worker
+// that takes several tasks starts and faults its heap in once. Every index
 // is checked against the plan before the first task starts. A failure
 // stops the list; the tasks before it are complete, and running the
 // list again runs them again, which is safe.
@@ -275,8 +278,9 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			if err != nil {
 				return nil, err
 			}
-			if per := c.Int("tasks-per-index"); per != 0 {
-				if tasks, err = taskChunk(c, name, per, o); err != nil {
+			chunked := c.Int("tasks-per-index") != 0
+			if chunked { // the chunk's tasks are the plan's by construction
+				if tasks, err = taskChunk(c, name, c.Int("tasks-per-index"), o); err != nil {
 					return nil, err
 				}
 			}
@@ -287,8 +291,10 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 			if len(tasks) == 1 {
 				return run(c, c.String("plan"), tasks[0], o)
 			}
-			if err := pipeline.CheckTasks(c.Context, c.String("plan"), name, tasks, o); err != nil {
-				return nil, err
+			if !chunked {
+				if err := pipeline.CheckTasks(c.Context, c.String("plan"), name, tasks, o); err != nil {
+					return nil, err
+				}
 			}
 			k = min(k, len(tasks))
 			// k tasks at once share the process's memory limit and
