@@ -332,7 +332,7 @@ func writeItemColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int
 	child := items.ListValues().(*array.Struct).Field(p.child)
 	var def, rep []int16
 	if !p.list {
-		if shared != nil { // only required scalar columns have one
+		if shared != nil && !p.nullable { // shared holds the required columns' levels
 			shared.once.Do(func() { shared.def, shared.rep, shared.err = levelsOf(items, child, false) })
 			def, rep, err = shared.def, shared.rep, shared.err
 		} else {
