@@ -58,13 +58,19 @@ type TaskManifest struct {
 	Profile    map[string][2]int64 `json:"profile,omitempty"`     // map with tensors: list lengths seen
 	Shards     []writer.Shard      `json:"shards,omitempty"`      // reduce with tensors
 	Queries    int64               `json:"queries,omitempty"`     // packed reduce
-	// Checked is what a flat reduce task found when it read its files back
-	// (verify.Checked, one per file): commit then only confirms them.
-	Checked []verify.Checked `json:"checked,omitempty"`
+	// Checked is what a reduce task found when it read its files back
+	// (verify.Checked, one per file), ShardsChecked the same for its tensor
+	// shards: commit then only confirms them.
+	Checked       []verify.Checked `json:"checked,omitempty"`
+	ShardsChecked []verify.Checked `json:"shards_checked,omitempty"`
 	// Summary names a key task's summary object, SummaryBytes its size.
 	Summary      string  `json:"summary,omitempty"`
 	SummaryBytes int64   `json:"summary_bytes,omitempty"`
 	Seconds      float64 `json:"seconds"`
+
+	// What writePartition wrote with, for the reduce task's own check.
+	outSchema *arrow.Schema
+	tensors   *tensors.Plan
 }
 
 func (d TaskManifest) sum() (fingerprint.Sum, error) {
@@ -705,12 +711,14 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 		if err != nil {
 			return nil, err
 		}
-		if lp.Packing == nil {
-			// Read the files back as commit would (bytes, footers, key
-			// order, slice boundaries), so commit need not read them.
-			if d.Checked, err = lp.checkPartition(ctx, task, d, pr.tbl.Schema); err != nil {
-				return nil, err
-			}
+		// Read the files and shards back as commit would (bytes,
+		// footers, key order, slice boundaries; shard hashes and
+		// headers), so commit need not read them.
+		if d.Checked, err = lp.checkPartition(ctx, task, d); err != nil {
+			return nil, err
+		}
+		if d.ShardsChecked, err = lp.checkShards(ctx, task, d); err != nil {
+			return nil, err
 		}
 	}
 	if err != nil {
@@ -720,25 +728,38 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", plan.WorkPrefix, task, d.Attempt), reduceDoneName(task), d)
 }
 
-// checkPartition reads a flat reduce task's files back and checks them as
+// checkPartition reads a reduce task's files back and checks them as
 // commit checks an output (verify.Manifest) against the manifest of the
-// partition alone: its files, with the slices clipped to its rows. It
-// returns what commit needs to trust them without reading them again.
-func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManifest, schema *arrow.Schema) ([]verify.Checked, error) {
+// partition alone: its files, with the slices clipped to its rows (to its
+// queries, packed: a packed reduce numbers its rows from 0, and its
+// manifest has the partition's queries and items). It returns what commit
+// needs to trust them without reading them again.
+func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManifest) ([]verify.Checked, error) {
 	pp := lp.Partitions[task]
-	if len(d.Files) == 0 || d.Files[0].FirstRow != pp.Start {
-		return nil, fmt.Errorf("internal: reduce task %d wrote %d files starting at row %d; its partition starts at %d", task, len(d.Files), firstRow(d.Files), pp.Start)
+	start, rows, all := pp.Start, pp.Rows, lp.hist.Slices
+	if lp.Packing != nil {
+		start, rows, all = 0, pp.Queries, slicesInQueries(lp.hist, lp.Packing.PerSlice)
+		for _, q := range lp.Partitions[:task] {
+			start += q.Queries
+		}
+	}
+	first := start // the row its files start at
+	if lp.Packing != nil {
+		first = 0
+	}
+	if len(d.Files) == 0 || d.Files[0].FirstRow != first {
+		return nil, fmt.Errorf("internal: reduce task %d wrote %d files starting at row %d, want %d", task, len(d.Files), firstRow(d.Files), first)
 	}
 	files := slices.Clone(d.Files)
 	for k := range files {
-		files[k].FirstRow -= pp.Start
+		files[k].FirstRow -= first
 	}
 	var sl []partition.Slice
-	for _, s := range lp.hist.Slices {
-		lo, hi := max(s.Start, pp.Start), min(s.Start+s.Rows, pp.Start+pp.Rows)
+	for _, s := range all {
+		lo, hi := max(s.Start, start), min(s.Start+s.Rows, start+rows)
 		if hi > lo {
 			c := s
-			c.Start, c.Rows = lo-pp.Start, hi-lo
+			c.Start, c.Rows = lo-start, hi-lo
 			sl = append(sl, c)
 		}
 	}
@@ -746,7 +767,12 @@ func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManif
 	if err != nil {
 		return nil, err
 	}
+	schema := d.outSchema
 	m := buildManifest(source.SchemaOnly(schema), schema, sl, files, lp.Config, lp.ConfigHash, lp.opts, fp)
+	if lp.Packing != nil {
+		m.SortKeys = nonNil(lp.opts.QueryKey)
+		m.Packing = &manifests.Packing{Queries: pp.Queries, Items: fp.Rows}
+	}
 	vr, err := verify.Manifest(ctx, lp.out, m, false, lp.opts.Parallel, nil)
 	if err != nil {
 		return nil, err
@@ -760,6 +786,26 @@ func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManif
 		return nil, fmt.Errorf("reduce task %d: output check failed: its files do not read back as written (%s); nothing of it was committed: run it again", task, vr.Problem)
 	}
 	return vr.Checked, nil
+}
+
+// checkShards reads a reduce task's tensor shards back and checks each as
+// commit would (verify.Shards), returning what commit needs to trust them.
+func (lp *loadedPlan) checkShards(ctx context.Context, task int, d *TaskManifest) ([]verify.Checked, error) {
+	if len(d.Shards) == 0 {
+		return nil, nil
+	}
+	mt := &manifests.Tensors{SpecHash: d.tensors.Hash(), Schema: d.tensors.Tensors()}
+	for _, s := range d.Shards {
+		mt.Shards = append(mt.Shards, s.Shard)
+	}
+	checked, problem, err := verify.Shards(ctx, lp.out, mt, lp.opts.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	if problem != "" {
+		return nil, fmt.Errorf("reduce task %d: output check failed: its shards do not read back as written (%s); nothing of it was committed: run it again", task, problem)
+	}
+	return checked, nil
 }
 
 func firstRow(files []manifests.File) int64 {
@@ -841,23 +887,27 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			lp.out = lp.final
 		}
 	}
-	// Files a reduce task read back are only confirmed (size and ETag:
-	// unchanged since); a staged output was moved since, and packed
-	// reduces do not check: those are read again here.
-	var checked []verify.Checked
-	for _, d := range reduces {
-		if len(d.Checked) != len(d.Files) || lp.Staged || lp.Packing != nil {
-			checked = nil
-			break
+	// Files and shards a reduce task read back are only confirmed (size
+	// and ETag: unchanged since); a staged output was moved since: it is
+	// read again here, as is anything a reduce has no check on record for
+	// (a task manifest of an earlier version).
+	var prior verify.Prior
+	if !lp.Staged {
+		prior.Files, prior.Shards = []verify.Checked{}, []verify.Checked{}
+		for _, d := range reduces {
+			if prior.Files != nil && len(d.Checked) == len(d.Files) {
+				prior.Files = append(prior.Files, d.Checked...)
+			} else {
+				prior.Files = nil
+			}
+			if prior.Shards != nil && len(d.ShardsChecked) == len(d.Shards) {
+				prior.Shards = append(prior.Shards, d.ShardsChecked...)
+			} else {
+				prior.Shards = nil
+			}
 		}
-		checked = append(checked, d.Checked...)
 	}
-	var vr *verify.Result
-	if checked != nil {
-		vr, err = verify.ManifestChecked(ctx, lp.out, m, checked, lp.opts.Parallel)
-	} else {
-		vr, err = verify.Manifest(ctx, lp.out, m, false, lp.opts.Parallel, nil)
-	}
+	vr, err := verify.ManifestChecked(ctx, lp.out, m, prior, lp.opts.Parallel)
 	if err != nil {
 		return nil, err
 	}

@@ -410,6 +410,10 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 		return nil, err
 	}
 	d.Rows, d.Hash, d.Files, d.Shards = fp.Rows, fp.String(), w.Files, w.Shards
+	d.outSchema = outSchema
+	if tr != nil {
+		d.tensors = tr.plan
+	}
 	if packer != nil {
 		d.Queries = packer.Queries
 		if d.Queries != pp.Queries {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/verify"
 )
 
 // TestKeyTasksRefusals: what the key-task steps refuse, with the class an
@@ -153,77 +155,154 @@ func TestMapTaskOpensOnlyItsFiles(t *testing.T) {
 	}
 }
 
-// TestCommitConfirmsWhatReducesChecked: a flat reduce task reads its files
-// back and records what it found (size, ETag, first and last keys); commit
-// then only confirms each file is the object checked, and reads again a
-// file rewritten since: a damaged one fails the commit, a rewritten but
-// equal one passes, and the output is run's.
+// TestCommitConfirmsWhatReducesChecked: every reduce task, flat or packed,
+// reads its files and tensor shards back and records each one's ETag (and
+// a file's first and last keys); commit then only confirms them (size and
+// ETag), reads again anything rewritten since, refuses what was damaged,
+// and commits the same bytes as run.
 func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 2, Seed: 47, RowGroupRows: 4 << 10})
 	ctx := context.Background()
 	local := RunOptions{Parallel: 2}
-	base := t.TempDir()
-	ref := filepath.Join(base, "run")
-	if _, err := Run(ctx, distOpts(in, ref)); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(base, "out")
-	res, _, err := PlanJob(ctx, distOpts(in, out), 256<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ReduceTasks < 2 {
-		t.Fatalf("%d reduce tasks; the test wants several", res.ReduceTasks)
-	}
-	mapsAndReduces(t, ctx, res, local)
-	lp, err := loadPlan(ctx, res.Plan, local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for j := 0; j < res.ReduceTasks; j++ {
-		d, err := lp.readDone(ctx, reduceDoneName(j))
-		if err != nil || d == nil {
-			t.Fatalf("reduce %d: %v", j, err)
-		}
-		if len(d.Checked) != len(d.Files) || d.Checked[0].ETag == "" || d.Checked[0].First == nil || d.Checked[0].Last == nil {
-			t.Fatalf("reduce %d recorded %+v for %d files, want a check of each with its ETag and keys", j, d.Checked, len(d.Files))
-		}
-	}
-	part := func(k int) string { return filepath.Join(out, "parquet", fmt.Sprintf("part-%05d.parquet", k)) }
-	// Damage file 1 after its check, keeping its size.
-	data, err := os.ReadFile(part(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := bytes.Clone(data)
-	bad[len(bad)/3] ^= 0x01
-	if err := os.WriteFile(part(1), bad, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), "part-00001.parquet") || !strings.Contains(err.Error(), "xxhash64") {
-		t.Fatalf("commit over a file damaged after its check: %v, want the file read again and refused", err)
-	}
-	if _, err := os.Stat(filepath.Join(out, "manifest.json")); !os.IsNotExist(err) {
-		t.Fatalf("a refused commit left a manifest (%v)", err)
-	}
-	// Rewrite file 0 with its own bytes (a duplicated reduce does): a new
-	// ETag, the same content; and run reduce 1 again.
-	good, _ := os.ReadFile(part(0))
-	if err := os.WriteFile(part(0), good, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().Add(2 * time.Second)
-	os.Chtimes(part(0), now, now)
-	if _, err := ReduceTask(ctx, res.Plan, 1, local); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	want, got := readTree(t, ref), readTree(t, out)
-	for k, v := range want {
-		if k != "_report.json" && !bytes.Equal(got[k], v) {
-			t.Fatalf("%s differs from run's", k)
-		}
+	for _, tc := range []struct {
+		name   string
+		packed bool
+	}{{"flat", false}, {"packed", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			o := func(out string) RunOptions {
+				x := distOpts(in, out)
+				x.Tensors, x.ShardBytes = true, 256<<10
+				if tc.packed {
+					x.QueryKey = []string{"query_id"}
+				}
+				return x
+			}
+			ref := filepath.Join(base, "run")
+			if _, err := Run(ctx, o(ref)); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(base, "out")
+			res, _, err := PlanJob(ctx, o(out), 256<<10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ReduceTasks < 2 {
+				t.Fatalf("%d reduce tasks; the test wants several", res.ReduceTasks)
+			}
+			for i := 0; i < res.MapTasks; i++ {
+				if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for j := 0; j < res.DetectTasks; j++ {
+				if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
+					t.Fatal(err)
+				}
+			}
+			owner := map[string]int{} // shard path -> reduce task
+			for j := 0; j < res.ReduceTasks; j++ {
+				d, err := ReduceTask(ctx, res.Plan, j, local)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(d.Checked) != len(d.Files) || len(d.ShardsChecked) != len(d.Shards) {
+					t.Fatalf("reduce %d recorded %d file and %d shard checks for %d files and %d shards", j, len(d.Checked), len(d.ShardsChecked), len(d.Files), len(d.Shards))
+				}
+				for k, c := range d.Checked {
+					if c.Path != d.Files[k].Path || c.ETag == "" || c.First == nil || c.Last == nil {
+						t.Fatalf("reduce %d recorded %+v for %s, want its ETag and keys", j, c, d.Files[k].Path)
+					}
+				}
+				for k, c := range d.ShardsChecked {
+					if c.Path != d.Shards[k].Path || c.ETag == "" {
+						t.Fatalf("reduce %d recorded %+v for shard %s, want its ETag", j, c, d.Shards[k].Path)
+					}
+					owner[c.Path] = j
+				}
+			}
+			if len(owner) < 2 {
+				t.Fatalf("%d shards; the test wants several", len(owner))
+			}
+			part := func(k int) string { return filepath.Join(out, "parquet", fmt.Sprintf("part-%05d.parquet", k)) }
+			var shardPath string // the last shard
+			for p := range owner {
+				shardPath = max(shardPath, p)
+			}
+			shard := filepath.Join(out, filepath.FromSlash(shardPath))
+			shardName := path.Base(shardPath)
+			// flip changes a byte of a file in place, keeping its size, and
+			// sets its modification time (with it, a local file's ETag);
+			// put writes data back so.
+			put := func(path string, data []byte, mtime time.Time) {
+				t.Helper()
+				if err := os.WriteFile(path, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chtimes(path, mtime, mtime); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flip := func(path string, mtime time.Time) []byte {
+				t.Helper()
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bad := bytes.Clone(data)
+				bad[len(bad)-len(bad)/3] ^= 0x01
+				put(path, bad, mtime)
+				return data
+			}
+			noManifest := func() {
+				t.Helper()
+				if _, err := os.Stat(filepath.Join(out, "manifest.json")); !os.IsNotExist(err) {
+					t.Fatalf("a refused commit left a manifest (%v)", err)
+				}
+			}
+			later := time.Now().Add(2 * time.Second)
+			// A file damaged after its check: a new ETag, so commit reads
+			// it again and refuses it. Put back (a new ETag again, equal
+			// bytes), it is read again and passes.
+			good := flip(part(1), later)
+			if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), "part-00001.parquet") || !strings.Contains(err.Error(), "xxhash64") {
+				t.Fatalf("commit over a file damaged after its check: %v, want the file read again and refused", err)
+			}
+			noManifest()
+			put(part(1), good, later.Add(time.Second))
+			// The same for a shard.
+			st, err := os.Stat(shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkedTime := st.ModTime()
+			good = flip(shard, later)
+			if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), shardName) || !strings.Contains(err.Error(), "xxhash64") {
+				t.Fatalf("commit over a shard damaged after its check: %v, want the shard read again and refused", err)
+			}
+			noManifest()
+			// Damage that keeps the ETag the reduce recorded is not seen:
+			// commit confirms the object, it does not read it again (a
+			// full verify does).
+			put(shard, good, checkedTime)
+			flip(shard, checkedTime)
+			if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			vr, err := verify.Output(ctx, out, false, 2)
+			if err != nil || vr.OK || !strings.Contains(vr.Problem, shardName) {
+				t.Fatalf("verify of the committed output with a shard damaged behind commit's back: %+v, %v", vr, err)
+			}
+			put(shard, good, later)
+			want, got := readTree(t, ref), readTree(t, out)
+			for k, v := range want {
+				if k != "_report.json" && !bytes.Equal(got[k], v) {
+					t.Fatalf("%s differs from run's", k)
+				}
+			}
+			if vr, err := verify.Output(ctx, out, false, 2); err != nil || !vr.OK {
+				t.Fatalf("verify: %+v, %v", vr, err)
+			}
+		})
 	}
 }

@@ -106,23 +106,32 @@ type rgExpect struct {
 // does (a run checks its output so before it commits m). prog, which may
 // be nil, receives the rows checked.
 func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*Result, error) {
-	return manifest(ctx, out, m, deep, parallel, prog, nil)
+	return manifest(ctx, out, m, deep, parallel, prog, Prior{})
 }
 
-// ManifestChecked is Manifest for files an earlier check already read
-// (checked[i] for m.Files[i], from that check's Result.Checked): it checks
-// the manifest as Manifest does, and of each file only that it is still
-// the object checked (its size and ETag) and that keys do not decrease
-// from the previous file; a file rewritten since (another ETag) is read
-// and checked in full. Tensor shards are checked as Manifest checks them.
-func ManifestChecked(ctx context.Context, out storage.Location, m *manifests.Manifest, checked []Checked, parallel int) (*Result, error) {
-	if len(checked) != len(m.Files) {
-		return &Result{Files: len(m.Files), Problem: fmt.Sprintf("%d checked files for the manifest's %d", len(checked), len(m.Files))}, nil
+// Prior is what earlier checks found (their Result.Checked, or Shards'
+// result): Files[i] for m.Files[i] and Shards[i] for m.Tensors.Shards[i];
+// a nil list means none on record (those are read in full).
+type Prior struct {
+	Files  []Checked
+	Shards []Checked
+}
+
+// ManifestChecked is Manifest for files and shards an earlier check
+// already read (prior): it checks the manifest as Manifest does, and of
+// each file or shard on record only that it is still the object checked
+// (its size and ETag) and, for files, that keys do not decrease from the
+// previous file; one rewritten since (another ETag) is read and checked in
+// full, as is everything without a record.
+func ManifestChecked(ctx context.Context, out storage.Location, m *manifests.Manifest, prior Prior, parallel int) (*Result, error) {
+	if prior.Files != nil && len(prior.Files) != len(m.Files) {
+		return &Result{Files: len(m.Files), Problem: fmt.Sprintf("%d checked files for the manifest's %d", len(prior.Files), len(m.Files))}, nil
 	}
-	return manifest(ctx, out, m, false, parallel, nil, checked)
+	return manifest(ctx, out, m, false, parallel, nil, prior)
 }
 
-func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, checked []Checked) (*Result, error) {
+func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, prior Prior) (*Result, error) {
+	checked := prior.Files
 	if prog == nil {
 		prog = nopProgress{}
 	}
@@ -244,7 +253,7 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 		}
 	}
 	if m.Tensors != nil {
-		problem, err := verifyShards(ctx, out, m, parallel)
+		problem, err := verifyShards(ctx, out, m, parallel, prior.Shards)
 		if err != nil {
 			return nil, err
 		}
@@ -348,25 +357,33 @@ func strayFiles(ctx context.Context, out storage.Location, m *manifests.Manifest
 // on S3 the content's MD5 for a single-part upload; on local disks
 // modification time and size), which then needs no reading.
 func confirmFile(ctx context.Context, out storage.Location, mf manifests.File, c Checked) (problem string, first, last []byte, same bool, err error) {
-	url := out.URL(mf.Path)
-	if c.Path != mf.Path {
-		return fmt.Sprintf("%s: the check on record names %q", url, c.Path), nil, nil, false, nil
+	if problem, same, err = confirmObject(ctx, out, mf.Path, mf.Bytes, c); !same {
+		return problem, nil, nil, false, err
 	}
-	attrs, err := out.Bucket.Attributes(ctx, out.Key(mf.Path))
+	return "", c.First, c.Last, true, nil
+}
+
+// confirmObject reports whether the object at path is still the one an
+// earlier check read (c: its path and ETag) and has the manifest's size;
+// problem says what is wrong, and same is false (with no problem) for an
+// object that must be read again.
+func confirmObject(ctx context.Context, out storage.Location, path string, size int64, c Checked) (problem string, same bool, err error) {
+	url := out.URL(path)
+	if c.Path != path {
+		return fmt.Sprintf("%s: the check on record names %q", url, c.Path), false, nil
+	}
+	attrs, err := out.Bucket.Attributes(ctx, out.Key(path))
 	if err != nil {
 		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
 		if errs.Is(err, errs.BadInput) {
-			return fmt.Sprintf("%s: missing", url), nil, nil, false, nil
+			return fmt.Sprintf("%s: missing", url), false, nil
 		}
-		return "", nil, nil, false, err
+		return "", false, err
 	}
-	if attrs.Size != mf.Bytes {
-		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, mf.Bytes), nil, nil, false, nil
+	if attrs.Size != size {
+		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, size), false, nil
 	}
-	if c.ETag == "" || attrs.ETag != c.ETag {
-		return "", nil, nil, false, nil
-	}
-	return "", c.First, c.Last, true, nil
+	return "", c.ETag != "" && attrs.ETag == c.ETag, nil
 }
 
 // verifyFile checks file fi against the manifest; etag receives the

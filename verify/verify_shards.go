@@ -20,8 +20,10 @@ import (
 // and totals, the slice index, and for every shard its size, xxhash64 and a
 // safetensors header that parses (offsets tiling the buffer), holds the
 // schema's tensors with their dtypes and shapes for the shard's rows and
-// items, and repeats the spec hash.
-func verifyShards(ctx context.Context, out storage.Location, m *manifests.Manifest, parallel int) (string, error) {
+// items, and repeats the spec hash. A shard with an earlier check on record
+// (checked[i], nil for none) is only confirmed to be that object (size and
+// ETag); one rewritten since is checked in full.
+func verifyShards(ctx context.Context, out storage.Location, m *manifests.Manifest, parallel int, checked []Checked) (string, error) {
 	mt := m.Tensors
 	var rows, items, bytesSum int64
 	for _, s := range mt.Shards {
@@ -51,9 +53,24 @@ func verifyShards(ctx context.Context, out storage.Location, m *manifests.Manife
 	if m.Packing != nil && (items != m.Packing.Items || items != mt.Totals.Items) {
 		return fmt.Sprintf("manifest: shards hold %d items, packing says %d", items, m.Packing.Items), nil
 	}
+	if checked != nil && len(checked) != len(mt.Shards) {
+		return fmt.Sprintf("%d checked shards for the manifest's %d", len(checked), len(mt.Shards)), nil
+	}
+	workers := parallel
+	if checked != nil {
+		workers = max(min(16, len(mt.Shards)), 1) // a HEAD each: latency-bound
+	}
 	problems := make([]string, len(mt.Shards))
-	err := par.ForEach(ctx, len(mt.Shards), parallel, func(i int) error {
-		p, err := verifyShard(ctx, out, mt, i)
+	err := par.ForEach(ctx, len(mt.Shards), workers, func(i int) error {
+		if checked != nil {
+			p, same, err := confirmObject(ctx, out, mt.Shards[i].Path, mt.Shards[i].Bytes, checked[i])
+			if same || p != "" || err != nil {
+				problems[i] = p
+				return err
+			}
+		}
+		var etag string
+		p, err := verifyShard(ctx, out, mt, i, &etag)
 		problems[i] = p
 		return err
 	})
@@ -68,9 +85,47 @@ func verifyShards(ctx context.Context, out storage.Location, m *manifests.Manife
 	return "", nil
 }
 
-func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensors, i int) (string, error) {
+// Shards checks each shard of mt on its own, as a full check does (size,
+// xxhash64, header, block table, tensors and their offsets), but not the
+// shards against each other or a whole manifest. It returns, per shard,
+// what a later check needs to trust it without reading it again (its path
+// and ETag), and the first problem found ("" when none). A reduce task
+// checks the shards it wrote so; commit then only confirms them
+// (ManifestChecked).
+func Shards(ctx context.Context, out storage.Location, mt *manifests.Tensors, parallel int) ([]Checked, string, error) {
+	checked := make([]Checked, len(mt.Shards))
+	problems := make([]string, len(mt.Shards))
+	err := par.ForEach(ctx, len(mt.Shards), max(parallel, 1), func(i int) error {
+		checked[i].Path = mt.Shards[i].Path
+		p, err := verifyShard(ctx, out, mt, i, &checked[i].ETag)
+		problems[i] = p
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	for _, p := range problems {
+		if p != "" {
+			return nil, p, nil
+		}
+	}
+	return checked, "", nil
+}
+
+// verifyShard checks shard i of mt; etag receives the object's ETag as it
+// was when the check began.
+func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensors, i int, etag *string) (string, error) {
 	s := mt.Shards[i]
 	url := out.URL(s.Path)
+	attrs, err := out.Bucket.Attributes(ctx, out.Key(s.Path))
+	if err != nil {
+		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
+		if errs.Is(err, errs.BadInput) {
+			return fmt.Sprintf("%s: missing", url), nil
+		}
+		return "", err
+	}
+	*etag = attrs.ETag
 	// Stream the whole shard through the hash; read the header and the
 	// offsets tensors by range, so memory stays small whatever the shard size.
 	hw := xxhash.New()
