@@ -888,23 +888,22 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		}
 	}
 	// Files and shards a reduce task read back are only confirmed (size
-	// and ETag: unchanged since); a staged output was moved since: it is
-	// read again here, as is anything a reduce has no check on record for
-	// (a task manifest of an earlier version).
-	var prior verify.Prior
-	if !lp.Staged {
-		prior.Files, prior.Shards = []verify.Checked{}, []verify.Checked{}
-		for _, d := range reduces {
-			if prior.Files != nil && len(d.Checked) == len(d.Files) {
-				prior.Files = append(prior.Files, d.Checked...)
-			} else {
-				prior.Files = nil
-			}
-			if prior.Shards != nil && len(d.ShardsChecked) == len(d.Shards) {
-				prior.Shards = append(prior.Shards, d.ShardsChecked...)
-			} else {
-				prior.Shards = nil
-			}
+	// and ETag: unchanged since). A staged output was moved since: a
+	// rename keeps a local file's ETag, and a copy keeps an object's where
+	// the store's ETag is its content's hash; where it does not, the file
+	// is read again, as is anything a reduce has no check on record for (a
+	// task manifest of an earlier version).
+	prior := verify.Prior{Files: []verify.Checked{}, Shards: []verify.Checked{}}
+	for _, d := range reduces {
+		if prior.Files != nil && len(d.Checked) == len(d.Files) {
+			prior.Files = append(prior.Files, d.Checked...)
+		} else {
+			prior.Files = nil
+		}
+		if prior.Shards != nil && len(d.ShardsChecked) == len(d.Shards) {
+			prior.Shards = append(prior.Shards, d.ShardsChecked...)
+		} else {
+			prior.Shards = nil
 		}
 	}
 	vr, err := verify.ManifestChecked(ctx, lp.out, m, prior, lp.opts.Parallel)

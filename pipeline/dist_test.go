@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -704,8 +705,41 @@ func TestDistributedOverwriteStages(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		var damaged string // a staged file changed behind its recorded ETag
+		var undamaged []byte
+		var mtime time.Time
+		if !crash {
+			lp, err := loadPlan(ctx, res.Plan, local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel := filepath.FromSlash(writer.FileName(0))
+			staged := filepath.Join(lp.out.Local, rel)
+			st, err := os.Stat(staged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if undamaged, err = os.ReadFile(staged); err != nil {
+				t.Fatal(err)
+			}
+			mtime, damaged = st.ModTime(), filepath.Join(out, rel)
+			bad := bytes.Clone(undamaged)
+			bad[len(bad)/2] ^= 1
+			os.WriteFile(staged, bad, 0o644)
+			os.Chtimes(staged, mtime, mtime)
+		}
 		if _, err := CommitJob(ctx, res.Plan, local); err != nil {
 			t.Fatalf("crash=%v: commit: %v", crash, err)
+		}
+		if damaged != "" {
+			// The move kept the file's ETag, so commit confirmed what the
+			// reduce had read instead of reading it again: the damage is
+			// for a full verify to find.
+			if v, err := verify.Output(ctx, out, false, 2); err != nil || v.OK {
+				t.Fatalf("a staged file damaged behind its ETag: verify after commit says %+v %v, want the damage found", v, err)
+			}
+			os.WriteFile(damaged, undamaged, 0o644)
+			os.Chtimes(damaged, mtime, mtime)
 		}
 		got := readTree(t, out)
 		for k, v := range want {

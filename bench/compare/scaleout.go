@@ -371,7 +371,7 @@ func projectTenTB(inBytes int64, quota, planS, commitS float64, keyT, mapT, redT
 	// reaches every partition from every map task.
 	pairs := float64(segments) / float64(len(mapT)*len(redT))
 	gets := nMap * nRed * pairs
-	fmt.Printf("10 TB projection (%.0fx this input): %.0f map tasks of 256 MiB, %.0f reduce tasks of 1 GiB; task time linear in its bytes at the rates measured here (%.0f s/GB map, %.0f s/GB reduce, on workers of %.1f core: %.0f and %.0f core-s/GB); plan and commit scaled with the input as one process each (an upper bound: with plan --key-tasks the key pass runs as tasks, and a flat commit only confirms what the reduce tasks checked; docs/benchmarks.md); links (%.0f MB/s per worker at most, measured here) and the store assumed not binding:\n",
+	fmt.Printf("10 TB projection (%.0fx this input): %.0f map tasks of 256 MiB, %.0f reduce tasks of 1 GiB; task time linear in its bytes at the rates measured here (%.0f s/GB map, %.0f s/GB reduce, on workers of %.1f core: %.0f and %.0f core-s/GB); plan and commit scaled with the input as one process each (an upper bound: with plan --key-tasks the key pass runs as tasks, and a commit only confirms the files and shards the reduce tasks checked; docs/benchmarks.md); links (%.0f MB/s per worker at most, measured here) and the store assumed not binding:\n",
 		scale, nMap, nRed, mapRate*1e9, redRate*1e9, quota, quota*mapRate*1e9, quota*redRate*1e9, 3*1e-6*float64(inBytes)/(sum(mapT)+sum(redT)))
 	proj := map[string]any{}
 	for _, w := range []float64{64, 256} {
@@ -386,7 +386,7 @@ func projectTenTB(inBytes int64, quota, planS, commitS float64, keyT, mapT, redT
 	}
 	if keyTasks {
 		// With the key pass as tasks the plan step reads footers and
-		// summaries, and a flat commit confirms files: both grow with files,
+		// summaries, and commit confirms files and shards: both grow with files,
 		// not bytes. Scaled with them from this run (its fixed costs
 		// included, so still high): input files of 1 GiB, one output file
 		// per reduce task.
