@@ -551,16 +551,7 @@ func testPacked(t *testing.T, in string, unitRows int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < res.MapTasks; i++ {
-		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for j := 0; j < res.DetectTasks; j++ {
-		if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mapsAndDetects(t, ctx, res, local)
 	_, err = ReduceTask(ctx, res.Plan, res.ReduceTasks-1, local)
 	if !errs.Is(err, errs.BadInput) || err.Error() != runErr.Error() {
 		t.Fatalf("reduce with a varying declared query column:\n%v\nrun said:\n%v", err, runErr)
@@ -758,17 +749,29 @@ func TestDistributedOverwriteStages(t *testing.T) {
 	}
 }
 
-// mapsAndReduces runs every map task of a planned job, then every reduce
-// task, one after another in this process.
+// mapsAndReduces runs every map task of a planned job, then every detect
+// task (packed plans), then every reduce task, one after another in this
+// process.
 func mapsAndReduces(t *testing.T, ctx context.Context, res *PlanResult, local RunOptions) {
+	t.Helper()
+	mapsAndDetects(t, ctx, res, local)
+	for j := 0; j < res.ReduceTasks; j++ {
+		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// mapsAndDetects runs every map task, then every detect task.
+func mapsAndDetects(t *testing.T, ctx context.Context, res *PlanResult, local RunOptions) {
 	t.Helper()
 	for i := 0; i < res.MapTasks; i++ {
 		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for j := 0; j < res.ReduceTasks; j++ {
-		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+	for j := 0; j < res.DetectTasks; j++ {
+		if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -190,16 +190,7 @@ func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 			if res.ReduceTasks < 2 {
 				t.Fatalf("%d reduce tasks; the test wants several", res.ReduceTasks)
 			}
-			for i := 0; i < res.MapTasks; i++ {
-				if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for j := 0; j < res.DetectTasks; j++ {
-				if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mapsAndDetects(t, ctx, res, local)
 			owner := map[string]int{} // shard path -> reduce task
 			for j := 0; j < res.ReduceTasks; j++ {
 				d, err := ReduceTask(ctx, res.Plan, j, local)
