@@ -385,9 +385,11 @@ def _key_str(v):
 
 
 def _positions(pieces):
+    """The sample positions of pieces ((start, end) ranges), in order."""
     if not pieces:
         return np.zeros(0, dtype=np.int64)
-    return np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in pieces])
+    p = np.asarray(pieces, dtype=np.int64).reshape(-1, 2)
+    return _expand(p.reshape(-1), np.arange(0, 2 * len(p), 2))
 
 
 def _expand(offsets, r):
