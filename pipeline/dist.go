@@ -871,28 +871,10 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if err != nil {
 		return nil, err
 	}
-	if lp.Staged {
-		// Committed already by this plan (a retried commit)? Else move the
-		// staged files in: from here the old output is gone and the new one
-		// not yet committed (a retry finishes the move).
-		if old, err := storage.Get(ctx, lp.final, manifests.FileName); err == nil {
-			if data, _ := manifests.Marshal(m); bytes.Equal(old, data) {
-				lp.out = lp.final
-			}
-		}
-		if lp.out != lp.final {
-			if err := swapStaged(ctx, lp.final, lp.out, m, lp.work); err != nil {
-				return nil, err
-			}
-			lp.out = lp.final
-		}
-	}
 	// Files and shards a reduce task read back are only confirmed (size
-	// and ETag: unchanged since). A staged output was moved since: a
-	// rename keeps a local file's ETag, and a copy keeps an object's where
-	// the store's ETag is its content's hash; where it does not, the file
-	// is read again, as is anything a reduce has no check on record for (a
-	// task manifest of an earlier version).
+	// and ETag: unchanged since); anything rewritten since, or without a
+	// check on record (a task manifest of an earlier version), is read
+	// again.
 	prior := verify.Prior{Files: []verify.Checked{}, Shards: []verify.Checked{}}
 	for _, d := range reduces {
 		if prior.Files != nil && len(d.Checked) == len(d.Files) {
@@ -906,12 +888,48 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			prior.Shards = nil
 		}
 	}
-	vr, err := verify.ManifestChecked(ctx, lp.out, m, prior, lp.opts.Parallel)
-	if err != nil {
-		return nil, err
+	check := func() error {
+		vr, err := verify.ManifestChecked(ctx, lp.out, m, prior, lp.opts.Parallel)
+		if err != nil {
+			return err
+		}
+		if !vr.OK {
+			return fmt.Errorf("output check failed, nothing committed: %s", vr.Problem)
+		}
+		return nil
 	}
-	if !vr.OK {
-		return nil, fmt.Errorf("output check failed, nothing committed: %s", vr.Problem)
+	if lp.Staged {
+		// Committed already by this plan (a retried commit)? Else move the
+		// staged files in: from here the old output is gone and the new one
+		// not yet committed (a retry finishes the move).
+		if old, err := storage.Get(ctx, lp.final, manifests.FileName); err == nil {
+			if data, _ := manifests.Marshal(m); bytes.Equal(old, data) {
+				lp.out = lp.final
+			}
+		}
+		if lp.out != lp.final {
+			// The staged files pass the check before the old output is
+			// touched (unless a swap began already: a retry finishes it).
+			swapping, err := lp.work.Bucket.Exists(ctx, lp.work.Key(swapMarker))
+			if err != nil {
+				return nil, storage.Classify(fmt.Errorf("check %s: %w", lp.work.URL(swapMarker), err))
+			}
+			if !swapping {
+				if err := check(); err != nil {
+					return nil, err
+				}
+			}
+			if err := swapStaged(ctx, lp.final, lp.out, m, lp.work); err != nil {
+				return nil, err
+			}
+			lp.out = lp.final
+		}
+	}
+	// Checked (again, after a swap: a rename keeps a local file's ETag,
+	// and a copy an object's where the store's ETag is its content's hash;
+	// where it does not, the file is read again).
+	if err := check(); err != nil {
+		return nil, err
 	}
 	// The manifest is created only if absent (where the store supports
 	// it): two commits racing cannot both succeed.

@@ -716,7 +716,24 @@ func TestDistributedOverwriteStages(t *testing.T) {
 			mtime, damaged = st.ModTime(), filepath.Join(out, rel)
 			bad := bytes.Clone(undamaged)
 			bad[len(bad)/2] ^= 1
+			// Damaged after its check (a new ETag): read again and
+			// refused before the swap, the old output left committed
+			// and whole.
 			os.WriteFile(staged, bad, 0o644)
+			os.Chtimes(staged, mtime.Add(2*time.Second), mtime.Add(2*time.Second))
+			if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), "xxhash64") {
+				t.Fatalf("commit over a staged file damaged after its check: %v, want it refused", err)
+			}
+			if v, err := verify.Output(ctx, out, true, 2); err != nil || !v.OK {
+				t.Fatalf("the old output does not verify after a refused commit: %+v %v", v, err)
+			}
+			cur := readTree(t, out)
+			for k, v := range oldTree {
+				if k != "_report.json" && string(cur[k]) != string(v) {
+					t.Fatalf("%s changed in a refused commit", k)
+				}
+			}
+			// Damaged behind the ETag its reduce recorded.
 			os.Chtimes(staged, mtime, mtime)
 		}
 		if _, err := CommitJob(ctx, res.Plan, local); err != nil {
