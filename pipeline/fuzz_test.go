@@ -16,7 +16,8 @@ import (
 )
 
 // FuzzPlanAndTaskManifests: a tampered or truncated plan.json, or a
-// tampered map task manifest, makes map, reduce and commit fail with a
+// tampered map or reduce task manifest (the reduce's records of the files
+// and shards it checked included), makes map, reduce and commit fail with a
 // classified error (never a panic, never exit 1 "internal error") or
 // succeed. Seeded with a real plan and task manifest.
 func FuzzPlanAndTaskManifests(f *testing.F) {
@@ -24,6 +25,7 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 	out := filepath.Join(f.TempDir(), "out")
 	ctx := context.Background()
 	o := distOpts(in, out)
+	o.Tensors, o.ShardBytes = true, 64<<10
 	res, _, err := PlanJob(ctx, o, 64<<10)
 	if err != nil {
 		f.Fatal(err)
@@ -42,24 +44,62 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(planData, done)
-	f.Add(planData[:len(planData)/2], done)
-	f.Add(planData, done[:len(done)/3])
-	f.Add([]byte("{}"), []byte("{}"))
-	// A slice with fewer values or parts than slice keys (found by the
-	// fuzzer: reduce indexed past them).
-	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["values"] = []any{} }), done)
-	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["parts"] = []any{} }), done)
-	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["rows"], s["start"] = -5, -7 }), done)
+	// A reduce task manifest as reduce 0 writes it (on a copy: the
+	// fuzzed runs start from the mapped output).
+	rdir := filepath.Join(f.TempDir(), "out")
+	if err := os.CopyFS(rdir, os.DirFS(out)); err != nil {
+		f.Fatal(err)
+	}
 	planRel, err := filepath.Rel(out, filepath.FromSlash(res.Plan))
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, p, d []byte) {
+	if _, err := ReduceTask(ctx, filepath.Join(rdir, planRel), 0, local); err != nil {
+		f.Fatal(err)
+	}
+	red, err := os.ReadFile(filepath.Join(rdir, filepath.FromSlash(reduceDoneName(0))))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var rd map[string]any
+	if err := json.Unmarshal(red, &rd); err != nil {
+		f.Fatal(err)
+	}
+	if len(rd["checked"].([]any)) == 0 || len(rd["shards_checked"].([]any)) == 0 {
+		f.Fatalf("the seed reduce recorded no checks: %s", red)
+	}
+	none := []byte{} // the reduce's own manifest
+	f.Add(planData, done, none)
+	f.Add(planData[:len(planData)/2], done, none)
+	f.Add(planData, done[:len(done)/3], none)
+	f.Add([]byte("{}"), []byte("{}"), none)
+	// A slice with fewer values or parts than slice keys (found by the
+	// fuzzer: reduce indexed past them).
+	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["values"] = []any{} }), done, none)
+	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["parts"] = []any{} }), done, none)
+	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["rows"], s["start"] = -5, -7 }), done, none)
+	// The reduce's records: as written, and with checks missing, for
+	// other objects, or with keys out of order.
+	f.Add(planData, done, red)
+	f.Add(planData, done, red[:len(red)/2])
+	f.Add(planData, done, editJSON(f, red, func(d map[string]any) { d["shards_checked"] = d["shards_checked"].([]any)[1:] }))
+	f.Add(planData, done, editJSON(f, red, func(d map[string]any) { d["checked"] = []any{map[string]any{"path": "parquet/x", "etag": "1"}} }))
+	f.Add(planData, done, editJSON(f, red, func(d map[string]any) {
+		c := d["checked"].([]any)[0].(map[string]any)
+		c["first"], c["last"] = c["last"], "AA=="
+	}))
+	f.Fuzz(func(t *testing.T, p, d, r []byte) {
 		// Each input gets its own copy of the mapped output: commit
 		// consumes the plan, and one input must not change the next.
 		dir := filepath.Join(t.TempDir(), "out")
-		if err := os.CopyFS(dir, os.DirFS(out)); err != nil {
+		// With a reduce manifest to try, start from the reduced copy,
+		// modification times kept (with them the ETags its checks
+		// recorded), so that commit confirms rather than reads again.
+		base := out
+		if len(r) > 0 {
+			base = rdir
+		}
+		if err := copyTree(base, dir); err != nil {
 			t.Fatal(err)
 		}
 		planURL := filepath.Join(dir, planRel)
@@ -72,7 +112,13 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		for _, step := range []func() error{
-			func() error { _, err := ReduceTask(tctx, planURL, 0, local); return err },
+			func() error {
+				if len(r) > 0 {
+					return os.WriteFile(filepath.Join(dir, filepath.FromSlash(reduceDoneName(0))), r, 0o644)
+				}
+				_, err := ReduceTask(tctx, planURL, 0, local)
+				return err
+			},
 			func() error { _, err := CommitJob(tctx, planURL, local); return err },
 		} {
 			err := step()
@@ -86,17 +132,42 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 	})
 }
 
+// copyTree copies folder src to dst, modification times kept.
+func copyTree(src, dst string) error {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		return err
+	}
+	return filepath.WalkDir(src, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		return os.Chtimes(filepath.Join(dst, rel), st.ModTime(), st.ModTime())
+	})
+}
+
 // mutateSlice returns plan.json with its first slice changed by edit.
 func mutateSlice(f *testing.F, data []byte, edit func(map[string]any)) []byte {
+	return editJSON(f, data, func(p map[string]any) {
+		sl, _ := p["slices"].([]any)
+		if len(sl) == 0 {
+			f.Fatal("the seed plan has no slices")
+		}
+		edit(sl[0].(map[string]any))
+	})
+}
+
+// editJSON returns a JSON object changed by edit.
+func editJSON(f *testing.F, data []byte, edit func(map[string]any)) []byte {
 	var p map[string]any
 	if err := json.Unmarshal(data, &p); err != nil {
 		f.Fatal(err)
 	}
-	sl, _ := p["slices"].([]any)
-	if len(sl) == 0 {
-		f.Fatal("the seed plan has no slices")
-	}
-	edit(sl[0].(map[string]any))
+	edit(p)
 	out, err := json.Marshal(p)
 	if err != nil {
 		f.Fatal(err)
