@@ -99,6 +99,10 @@ func (r *RowGroupSlices) AddVectors(id int32, bits []uint64) {
 	r.Bits = append(r.Bits, bits...)
 }
 
+// HasVectors reports whether the bitsets were recorded (a key pass with
+// slice keys records them; one without records counts only).
+func (r *RowGroupSlices) HasVectors() bool { return r != nil && r.Words > 0 }
+
 // DropVectors forgets the bitsets, keeping the counts.
 func (r *RowGroupSlices) DropVectors() {
 	if r != nil {

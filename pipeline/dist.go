@@ -736,16 +736,11 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 // needs to trust them without reading them again.
 func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManifest) ([]verify.Checked, error) {
 	pp := lp.Partitions[task]
-	start, rows, all := pp.Start, pp.Rows, lp.hist.Slices
+	// Its rows among the output's (the slices are clipped to them), and
+	// the row its files start at.
+	start, rows, all, first := pp.Start, pp.Rows, lp.hist.Slices, pp.Start
 	if lp.Packing != nil {
-		start, rows, all = 0, pp.Queries, slicesInQueries(lp.hist, lp.Packing.PerSlice)
-		for _, q := range lp.Partitions[:task] {
-			start += q.Queries
-		}
-	}
-	first := start // the row its files start at
-	if lp.Packing != nil {
-		first = 0
+		start, rows, all, first = lp.firstQuery(task), pp.Queries, slicesInQueries(lp.hist, lp.Packing.PerSlice), 0
 	}
 	if len(d.Files) == 0 || d.Files[0].FirstRow != first {
 		return nil, fmt.Errorf("internal: reduce task %d wrote %d files starting at row %d, want %d", task, len(d.Files), firstRow(d.Files), first)
@@ -786,6 +781,15 @@ func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManif
 		return nil, fmt.Errorf("reduce task %d: output check failed: its files do not read back as written (%s); nothing of it was committed: run it again", task, vr.Problem)
 	}
 	return vr.Checked, nil
+}
+
+// firstQuery is the packed output's row (query) partition task starts at.
+func (lp *loadedPlan) firstQuery(task int) int64 {
+	var q int64
+	for _, p := range lp.Partitions[:task] {
+		q += p.Queries
+	}
+	return q
 }
 
 // checkShards reads a reduce task's tensor shards back and checks each as

@@ -710,17 +710,11 @@ func TestDistributedOverwriteStages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if undamaged, err = os.ReadFile(staged); err != nil {
-				t.Fatal(err)
-			}
 			mtime, damaged = st.ModTime(), filepath.Join(out, rel)
-			bad := bytes.Clone(undamaged)
-			bad[len(bad)/2] ^= 1
 			// Damaged after its check (a new ETag): read again and
 			// refused before the swap, the old output left committed
 			// and whole.
-			os.WriteFile(staged, bad, 0o644)
-			os.Chtimes(staged, mtime.Add(2*time.Second), mtime.Add(2*time.Second))
+			undamaged = flipByte(t, staged, mtime.Add(2*time.Second))
 			if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), "xxhash64") {
 				t.Fatalf("commit over a staged file damaged after its check: %v, want it refused", err)
 			}
@@ -734,7 +728,9 @@ func TestDistributedOverwriteStages(t *testing.T) {
 				}
 			}
 			// Damaged behind the ETag its reduce recorded.
-			os.Chtimes(staged, mtime, mtime)
+			if err := os.Chtimes(staged, mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if _, err := CommitJob(ctx, res.Plan, local); err != nil {
 			t.Fatalf("crash=%v: commit: %v", crash, err)
@@ -746,8 +742,7 @@ func TestDistributedOverwriteStages(t *testing.T) {
 			if v, err := verify.Output(ctx, out, false, 2); err != nil || v.OK {
 				t.Fatalf("a staged file damaged behind its ETag: verify after commit says %+v %v, want the damage found", v, err)
 			}
-			os.WriteFile(damaged, undamaged, 0o644)
-			os.Chtimes(damaged, mtime, mtime)
+			rewrite(t, damaged, undamaged, mtime)
 		}
 		got := readTree(t, out)
 		for k, v := range want {
@@ -764,6 +759,32 @@ func TestDistributedOverwriteStages(t *testing.T) {
 		}
 		oldTree = got
 	}
+}
+
+// rewrite writes data to path and sets its modification time (with it, a
+// local file's ETag).
+func rewrite(t *testing.T, path string, data []byte, mtime time.Time) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flipByte changes a byte in the middle of path, keeping its size, sets
+// its modification time, and returns the bytes it had.
+func flipByte(t *testing.T, path string, mtime time.Time) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(data)
+	bad[len(bad)/2] ^= 0x01
+	rewrite(t, path, bad, mtime)
+	return data
 }
 
 // mapsAndReduces runs every map task of a planned job, then every detect

@@ -359,10 +359,7 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 		if lp.Packing == nil {
 			tr.first.row = pp.Start
 		} else {
-			for _, q := range lp.Partitions[:task] {
-				tr.first.row += q.Queries
-			}
-			tr.first.item = pp.Start
+			tr.first.row, tr.first.item = lp.firstQuery(task), pp.Start
 		}
 	}
 	// The sinks: Parquet, and tensors when asked for, behind the packer

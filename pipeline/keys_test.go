@@ -222,29 +222,6 @@ func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 			}
 			shard := filepath.Join(out, filepath.FromSlash(shardPath))
 			shardName := path.Base(shardPath)
-			// flip changes a byte of a file in place, keeping its size, and
-			// sets its modification time (with it, a local file's ETag);
-			// put writes data back so.
-			put := func(path string, data []byte, mtime time.Time) {
-				t.Helper()
-				if err := os.WriteFile(path, data, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Chtimes(path, mtime, mtime); err != nil {
-					t.Fatal(err)
-				}
-			}
-			flip := func(path string, mtime time.Time) []byte {
-				t.Helper()
-				data, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bad := bytes.Clone(data)
-				bad[len(bad)-len(bad)/3] ^= 0x01
-				put(path, bad, mtime)
-				return data
-			}
 			noManifest := func() {
 				t.Helper()
 				if _, err := os.Stat(filepath.Join(out, "manifest.json")); !os.IsNotExist(err) {
@@ -255,19 +232,19 @@ func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 			// A file damaged after its check: a new ETag, so commit reads
 			// it again and refuses it. Put back (a new ETag again, equal
 			// bytes), it is read again and passes.
-			good := flip(part(1), later)
+			good := flipByte(t, part(1), later)
 			if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), "part-00001.parquet") || !strings.Contains(err.Error(), "xxhash64") {
 				t.Fatalf("commit over a file damaged after its check: %v, want the file read again and refused", err)
 			}
 			noManifest()
-			put(part(1), good, later.Add(time.Second))
+			rewrite(t, part(1), good, later.Add(time.Second))
 			// The same for a shard.
 			st, err := os.Stat(shard)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkedTime := st.ModTime()
-			good = flip(shard, later)
+			good = flipByte(t, shard, later)
 			if _, err := CommitJob(ctx, res.Plan, local); err == nil || !strings.Contains(err.Error(), shardName) || !strings.Contains(err.Error(), "xxhash64") {
 				t.Fatalf("commit over a shard damaged after its check: %v, want the shard read again and refused", err)
 			}
@@ -275,8 +252,8 @@ func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 			// Damage that keeps the ETag the reduce recorded is not seen:
 			// commit confirms the object, it does not read it again (a
 			// full verify does).
-			put(shard, good, checkedTime)
-			flip(shard, checkedTime)
+			rewrite(t, shard, good, checkedTime)
+			flipByte(t, shard, checkedTime)
 			if _, err := CommitJob(ctx, res.Plan, local); err != nil {
 				t.Fatalf("commit: %v", err)
 			}
@@ -284,7 +261,7 @@ func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 			if err != nil || vr.OK || !strings.Contains(vr.Problem, shardName) {
 				t.Fatalf("verify of the committed output with a shard damaged behind commit's back: %+v, %v", vr, err)
 			}
-			put(shard, good, later)
+			rewrite(t, shard, good, later)
 			want, got := readTree(t, ref), readTree(t, out)
 			for k, v := range want {
 				if k != "_report.json" && !bytes.Equal(got[k], v) {

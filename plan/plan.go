@@ -369,11 +369,7 @@ func scan(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o Options
 	}
 	// What reading each slice costs on the input, for the report; the
 	// per-row-group vectors are dropped here, before the rows are read.
-	var vectors []*partition.RowGroupSlices // where each slice's rows lie, known with slice keys
-	if len(keys.Slice) > 0 {
-		vectors = ex.RowGroups
-	}
-	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, vectors)
+	before, err := report.CostsBefore(tbl, o.SliceKeys, hist, ex.RowGroups)
 	if err != nil {
 		return nil, err
 	}

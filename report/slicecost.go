@@ -266,8 +266,8 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.Row
 				if missing && len(sliceKeys) > 0 {
 					tc.noStats++
 				}
-				if vectors != nil {
-					rc.vectors = vectors[i-sc.first]
+				if vectors != nil && vectors[i-sc.first].HasVectors() {
+					rc.vectors = vectors[i-sc.first] // else where its rows lie is unknown
 				}
 				tc.rgs = append(tc.rgs, rc)
 				i++
@@ -365,7 +365,7 @@ func PresentBytes(tbl *source.Table, sliceKeys []string, first, end int, parts [
 	_, err := costOfFiles(tbl, sliceKeys, vectors, costScope{first: first, end: end, pages: true}, func(tc *TableCost) {
 		for r := range tc.rgs {
 			rg := &tc.rgs[r]
-			if rg.vectors == nil || rg.vectors.Words == 0 {
+			if rg.vectors == nil {
 				continue
 			}
 			for j, id := range rg.vectors.IDs {

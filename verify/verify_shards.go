@@ -69,8 +69,7 @@ func verifyShards(ctx context.Context, out storage.Location, m *manifests.Manife
 				return err
 			}
 		}
-		var etag string
-		p, err := verifyShard(ctx, out, mt, i, &etag)
+		p, err := verifyShard(ctx, out, mt, i, nil)
 		problems[i] = p
 		return err
 	})
@@ -112,20 +111,22 @@ func Shards(ctx context.Context, out storage.Location, mt *manifests.Tensors, pa
 	return checked, "", nil
 }
 
-// verifyShard checks shard i of mt; etag receives the object's ETag as it
-// was when the check began.
+// verifyShard checks shard i of mt; etag, when not nil, receives the
+// object's ETag as it was when the check began (a HEAD more).
 func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensors, i int, etag *string) (string, error) {
 	s := mt.Shards[i]
 	url := out.URL(s.Path)
-	attrs, err := out.Bucket.Attributes(ctx, out.Key(s.Path))
-	if err != nil {
-		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
-		if errs.Is(err, errs.BadInput) {
-			return fmt.Sprintf("%s: missing", url), nil
+	if etag != nil {
+		attrs, err := out.Bucket.Attributes(ctx, out.Key(s.Path))
+		if err != nil {
+			err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
+			if errs.Is(err, errs.BadInput) {
+				return fmt.Sprintf("%s: missing", url), nil
+			}
+			return "", err
 		}
-		return "", err
+		*etag = attrs.ETag
 	}
-	*etag = attrs.ETag
 	// Stream the whole shard through the hash; read the header and the
 	// offsets tensors by range, so memory stays small whatever the shard size.
 	hw := xxhash.New()
