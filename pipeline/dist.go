@@ -55,9 +55,15 @@ type TaskManifest struct {
 	Partitions []partition.Segment `json:"partitions,omitempty"`  // map: its unit segments
 	Files      []manifests.File    `json:"files,omitempty"`       // reduce
 	Detection  *dedupe.Detection   `json:"detection,omitempty"`   // detect
-	Profile    map[string][2]int64 `json:"profile,omitempty"`     // map with tensors: list lengths seen
-	Shards     []writer.Shard      `json:"shards,omitempty"`      // reduce with tensors
-	Queries    int64               `json:"queries,omitempty"`     // packed reduce
+	// Digest is a packed map task's query digests (digest.go);
+	// DetectedBy says how a detect task decided ("digests" or "rows"),
+	// DigestsUnused why not by digests, when it read rows.
+	Digest        *QueryDigest        `json:"query_digests,omitempty"`
+	DetectedBy    string              `json:"detected_by,omitempty"`
+	DigestsUnused string              `json:"digests_unused,omitempty"`
+	Profile       map[string][2]int64 `json:"profile,omitempty"` // map with tensors: list lengths seen
+	Shards        []writer.Shard      `json:"shards,omitempty"`  // reduce with tensors
+	Queries       int64               `json:"queries,omitempty"` // packed reduce
 	// Checked is what a reduce task found when it read its files back
 	// (verify.Checked, one per file), ShardsChecked the same for its tensor
 	// shards: commit then only confirms them.
@@ -174,6 +180,9 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 	if ks.First != nil { // the plan step reads no rows
 		ks.First.Release()
 		ks.First = nil
+	}
+	if p.Packing != nil && ks.Sample != nil {
+		p.Packing.Probe = probeDetection(ks.Sample, pj.keys)
 	}
 	if ks.Sample != nil {
 		// Stored once, so reduce tasks need not each read the input's
@@ -638,18 +647,44 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if err != nil {
 		return nil, err
 	}
-	pr, err := lp.openPartition(ctx, task, "detect")
+	// The map tasks' digests first: when they agree, no row is read.
+	maps, err := lp.mapDones(ctx, "run every map task first")
 	if err != nil {
 		return nil, err
 	}
-	defer pr.close()
-	defer lp.opts.adviseHeap(lp.unitBytes(task))()
-	det, rows, err := pr.detect(ctx)
+	schema, err := readSchema(ctx, lp.work)
 	if err != nil {
 		return nil, err
+	}
+	det, ok, why, err := lp.detectByDigests(ctx, task, maps, schema)
+	if err != nil {
+		return nil, err
+	}
+	var rows int64
+	by := "digests"
+	if ok {
+		for _, m := range maps {
+			for _, s := range m.Partitions {
+				if s.Partition == task {
+					rows += s.Rows
+				}
+			}
+		}
+	} else {
+		by = "rows"
+		pr, err := lp.openPartition(ctx, task, "detect")
+		if err != nil {
+			return nil, err
+		}
+		defer pr.close()
+		defer lp.opts.adviseHeap(lp.unitBytes(task))()
+		if det, rows, err = pr.detect(ctx); err != nil {
+			return nil, err
+		}
 	}
 	attempt := newAttempt()
-	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det, Seconds: time.Since(t0).Seconds()}
+	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det,
+		DetectedBy: by, DigestsUnused: why, Seconds: time.Since(t0).Seconds()}
 	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", plan.WorkPrefix, task, attempt), detectDoneName(task), d)
 }
 
@@ -669,7 +704,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 		det.Merge(*d.Detection)
 		secs += d.Seconds
 	}
-	return det, secs, nil
+	return withProbe(det, lp.Packing.Probe), secs, nil
 }
 
 // ReduceTask is `relayout reduce --task j`: it reads partition j from every

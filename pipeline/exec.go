@@ -92,8 +92,23 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	// holding it several times over); run's map workers share the budget
 	// and read one each.
 	ahead := distributed && lp.opts.Parallel > 1 && largest <= lp.UnitRows
+	emit := sw.Write
+	var dg *digester
+	if distributed && lp.Packing != nil && lp.Packing.Probe != nil {
+		cand, err := candidates(lp.Packing.Probe, tbl.Schema, keys.Query)
+		if err != nil {
+			return nil, err
+		}
+		dg = newDigester(keys.Query, cand, part, len(lp.Partitions), lp.opts.MemoryLimit)
+		emit = func(u int, rec arrow.RecordBatch) error {
+			if err := dg.add(u, rec); err != nil {
+				return err
+			}
+			return sw.Write(u, rec)
+		}
+	}
 	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, func(ref source.RowGroupRef, rec arrow.RecordBatch) error {
-		s, err := partition.RouteRecord(ctx, rec, ref, rt, keys.Slice, parallel, observe, sw.Write)
+		s, err := partition.RouteRecord(ctx, rec, ref, rt, keys.Slice, parallel, observe, emit)
 		if err != nil {
 			return err
 		}
@@ -112,6 +127,11 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		return nil, err
 	}
 	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: segs}
+	if dg != nil {
+		if d.Digest, err = dg.finish(ctx, lp.work, prefix); err != nil {
+			return nil, err
+		}
+	}
 	if prof != nil {
 		d.Profile = prof.Lengths()
 	}

@@ -133,6 +133,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		return nil, err
 	}
 	ks.Extra = nil
+	if p.Packing != nil && ks.Sample != nil {
+		p.Packing.Probe = probeDetection(ks.Sample, keys) // for its conflicts (withProbe)
+	}
 	lp := &loadedPlan{Plan: p, out: claim.target, work: out, opts: opts, hist: ks.Hist, tensors: tr.config(opts)}
 	units, _ := p.Units()
 	rep.Units = len(units)
@@ -285,6 +288,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			}
 			det.Merge(d)
 		}
+		det = withProbe(det, p.Packing.Probe)
 		rep.AddStage("detect", t1)
 		t1 = time.Now()
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -114,6 +115,12 @@ type Packing struct {
 	ItemsPerQuery manifests.Distribution `json:"items_per_query"`
 	PerSlice      []int64                `json:"queries_per_slice"`
 	MaxItems      int64                  `json:"max_items_per_query"`
+	// Probe is the detection over the encoding sample (its rows grouped
+	// by slice and query key): the columns seen to vary inside a query
+	// there. The map tasks digest every other column per query, so that a
+	// detect task whose digests agree need not read its rows
+	// (pipeline/digest.go). Nil in plans of earlier versions.
+	Probe *dedupe.Detection `json:"probe,omitempty"`
 }
 
 // Slice is one histogram entry.

@@ -186,6 +186,32 @@ func get1(ctx context.Context, loc Location, rel string) ([]byte, error) {
 	return data, nil
 }
 
+// GetRange reads n bytes at off of the object rel under loc, retrying
+// transient failures as Get does. An object shorter than the range is bad
+// input (exit 3), not retried.
+func GetRange(ctx context.Context, loc Location, rel string, off, n int64) (data []byte, err error) {
+	err = Retry(ctx, func() error {
+		r, err := loc.Bucket.NewRangeReader(ctx, loc.Key(rel), off, n, nil)
+		if err != nil {
+			if IsNotFound(err) {
+				return err
+			}
+			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
+		}
+		defer r.Close()
+		if size := r.Size(); size >= 0 && off+n > size {
+			// Not a cut connection: a retry would read the same.
+			return errs.BadInputf("read %s: the object is %d bytes, shorter than the %d bytes at %d asked for (damaged, or not the object recorded)", loc.URL(rel), size, n, off)
+		}
+		data = make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return Classify(fmt.Errorf("read %s: %d bytes at %d: %w", loc.URL(rel), n, off, errs.TransientErr(err)))
+		}
+		return nil
+	})
+	return data, err
+}
+
 // IsNotFound reports whether err says an object does not exist.
 func IsNotFound(err error) bool {
 	return gcerrors.Code(err) == gcerrors.NotFound || errors.Is(err, fs.ErrNotExist)

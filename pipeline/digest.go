@@ -1,0 +1,383 @@
+package pipeline
+
+// Query digests: how a detect task of a packed plan decides its
+// partition's query-level columns without reading the partition's rows a
+// second time.
+//
+//  1. The plan step probes the encoding sample: its rows grouped by slice
+//     and query key, through the same Detector the detect tasks use. A
+//     column seen to vary there varies in the table too (the sample's
+//     groups are parts of the table's), so only the other columns, the
+//     candidates, are in doubt (plan.Packing.Probe).
+//  2. Each map task hashes, per row, the query key (q) and the candidate
+//     columns (c), and keeps for each partition one record per query,
+//     (q, c), sorted by q, in one object under its attempt prefix
+//     (QueryDigest).
+//  3. A detect task merges its partition's records from every map task. If
+//     every query has one c, every candidate column is constant inside
+//     every query of the partition (up to a 64-bit hash collision, the
+//     same assumption as the fingerprint), and the partition's detection
+//     is the probe's. The reading detection would find the same: it
+//     compares the rows of a query within a partition, and none differ.
+//
+// Anything else sends the task back to reading its rows, which decides
+// exactly as before: a query whose rows differ within one map task, two
+// map tasks that disagree on a query (or two queries whose keys' hashes
+// collide), a map task over its digest budget, a plan of an earlier
+// version without a probe. The packed fingerprint check of every reduce
+// task stands behind both ways: a value packing dropped would change it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/relayout/relayout/dedupe"
+	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/storage"
+)
+
+// QueryDigest names a map task's query digests (TaskManifest.Digest): per
+// partition, one 16-byte record per query of the task's rows there (the
+// query key's hash, then the candidate columns' hash, little-endian),
+// sorted by the first.
+type QueryDigest struct {
+	Path   string   `json:"path,omitempty"` // under the work location
+	Counts []int64  `json:"counts,omitempty"`
+	Sums   []uint64 `json:"xxhash64,omitempty"` // of each partition's records
+	// Unusable, when set, says why the digests cannot decide (none were
+	// written): the detect tasks read their rows.
+	Unusable string `json:"unusable,omitempty"`
+}
+
+const digestRecord = 16 // bytes per record
+
+// probeDetection detects over the sample's rows grouped by slice and query
+// key: what plan.Packing.Probe holds.
+func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *dedupe.Detection {
+	n := int(sample.NumRows())
+	cols := slices.Concat(keys.Slice, keys.Query)
+	key := make([][]byte, n)
+	var buf []byte
+	for i := range key {
+		start := len(buf)
+		for _, c := range cols {
+			buf = partition.AppendKey(buf, sample.Column(c), i)
+		}
+		key[i] = buf[start:len(buf):len(buf)]
+	}
+	ord := make([]int64, n)
+	for i := range ord {
+		ord[i] = int64(i)
+	}
+	sort.SliceStable(ord, func(a, b int) bool { return bytes.Compare(key[ord[a]], key[ord[b]]) < 0 })
+	d := dedupe.NewDetector(sample.Schema(), cols)
+	if err := d.Add(sample, ord); err != nil {
+		return nil // a value the hash cannot read: no probe, the tasks read rows
+	}
+	// A conflict names the query by its key alone, as the reading
+	// detection does.
+	det := dedupe.Detection{Varying: make([]bool, sample.NumCols()), Conflicts: map[string]string{}}
+	for c, k := range d.Constant() {
+		det.Varying[c] = !k
+		if cf, ok := d.Conflict(c); ok {
+			cf.Query = cf.Query[len(keys.Slice):]
+			det.Conflicts[strconv.Itoa(c)] = cf.String()
+		}
+	}
+	return &det
+}
+
+// candidates returns the columns a probe left in doubt: neither seen to
+// vary nor part of the query key.
+func candidates(probe *dedupe.Detection, schema *arrow.Schema, queryCols []int) ([]int, error) {
+	if len(probe.Varying) != schema.NumFields() {
+		return nil, errs.BadInputf("plan: the packing probe has %d columns, the input schema %d", len(probe.Varying), schema.NumFields())
+	}
+	var out []int
+	for c, v := range probe.Varying {
+		if !v && !slices.Contains(queryCols, c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// qrec is one query's digest: its key's hash and its candidates' hash.
+type qrec struct{ q, c uint64 }
+
+// prec is a qrec of a partition, not yet merged.
+type prec struct {
+	p int
+	qrec
+}
+
+// digester collects a map task's query digests as its rows are routed.
+// add may be called concurrently.
+type digester struct {
+	queryCols, candCols []int
+	part                []int // each unit's partition
+	limit               int   // records held at most (the memory budget)
+
+	mu       sync.Mutex
+	pending  []prec
+	parts    [][]qrec // per partition: sorted by q, one per query
+	held     int
+	unusable string
+}
+
+// pendingRecords is how many records a digester gathers before it sorts
+// them into its partitions' lists.
+const pendingRecords = 1 << 16
+
+func newDigester(queryCols, candCols, unitPart []int, partitions int, memoryLimit int64) *digester {
+	return &digester{queryCols: queryCols, candCols: candCols, part: unitPart,
+		// 1/32 of the task's memory: 4 MiB, 262,144 queries, at 128 MiB.
+		limit: max(int(memoryLimit/32/digestRecord), pendingRecords),
+		parts: make([][]qrec, partitions)}
+}
+
+// add digests rec, rows of unit u.
+func (g *digester) add(u int, rec arrow.RecordBatch) error {
+	n := int(rec.NumRows())
+	if n == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	done := g.unusable != ""
+	g.mu.Unlock()
+	if done {
+		return nil
+	}
+	cols := func(idx []int) []arrow.Array {
+		out := make([]arrow.Array, len(idx))
+		for i, c := range idx {
+			out[i] = rec.Column(c)
+		}
+		return out
+	}
+	qh, err := fingerprint.RowHashes(cols(g.queryCols), n)
+	if err != nil {
+		return err
+	}
+	ch, err := fingerprint.RowHashes(cols(g.candCols), n)
+	if err != nil {
+		return err
+	}
+	p := g.part[u]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.unusable != "" {
+		return nil
+	}
+	for i := range qh {
+		// Rows of a query usually come together: keep one of a run.
+		if i > 0 && qh[i] == qh[i-1] && ch[i] == ch[i-1] {
+			continue
+		}
+		g.pending = append(g.pending, prec{p, qrec{qh[i], ch[i]}})
+	}
+	if len(g.pending) >= pendingRecords {
+		g.flush()
+	}
+	return nil
+}
+
+// flush sorts the pending records into their partitions' lists. Called
+// with mu held.
+func (g *digester) flush() {
+	pend := g.pending
+	g.pending = g.pending[:0]
+	slices.SortFunc(pend, func(a, b prec) int {
+		if a.p != b.p {
+			return a.p - b.p
+		}
+		switch {
+		case a.q < b.q:
+			return -1
+		case a.q > b.q:
+			return 1
+		}
+		return 0
+	})
+	for i := 0; i < len(pend); {
+		j := i
+		for j < len(pend) && pend[j].p == pend[i].p {
+			j++
+		}
+		p := pend[i].p
+		merged, ok := mergeDigests(g.parts[p], pend[i:j])
+		if !ok {
+			g.giveUp(fmt.Sprintf("a query's rows differ in a column the plan's probe did not see vary (partition %d)", p))
+			return
+		}
+		g.held += len(merged) - len(g.parts[p])
+		g.parts[p] = merged
+		i = j
+	}
+	if g.held > g.limit {
+		g.giveUp(fmt.Sprintf("more than %d queries, the digests' share of --memory-limit", g.limit))
+	}
+}
+
+func (g *digester) giveUp(why string) {
+	g.unusable = why
+	g.parts, g.pending, g.held = nil, nil, 0
+}
+
+// mergeDigests merges sorted records add (one partition's, duplicates
+// allowed) into the sorted, duplicate-free list have; false when a query
+// has two candidate hashes.
+func mergeDigests(have []qrec, add []prec) ([]qrec, bool) {
+	out := make([]qrec, 0, len(have)+len(add))
+	i := 0
+	push := func(r qrec) bool {
+		if k := len(out) - 1; k >= 0 && out[k].q == r.q {
+			return out[k].c == r.c
+		}
+		out = append(out, r)
+		return true
+	}
+	for _, a := range add {
+		for i < len(have) && have[i].q <= a.q {
+			if !push(have[i]) {
+				return nil, false
+			}
+			i++
+		}
+		if !push(a.qrec) {
+			return nil, false
+		}
+	}
+	for ; i < len(have); i++ {
+		if !push(have[i]) {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// finish writes the digests under prefix (the map attempt's) and returns
+// what the map task's manifest records of them.
+func (g *digester) finish(ctx context.Context, work storage.Location, prefix string) (*QueryDigest, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.unusable == "" && len(g.pending) > 0 {
+		g.flush()
+	}
+	if g.unusable != "" {
+		return &QueryDigest{Unusable: g.unusable}, nil
+	}
+	d := &QueryDigest{Path: prefix + "digests.bin", Counts: make([]int64, len(g.parts)), Sums: make([]uint64, len(g.parts))}
+	data := make([]byte, 0, g.held*digestRecord)
+	for p, recs := range g.parts {
+		start := len(data)
+		for _, r := range recs {
+			data = binary.LittleEndian.AppendUint64(data, r.q)
+			data = binary.LittleEndian.AppendUint64(data, r.c)
+		}
+		d.Counts[p] = int64(len(recs))
+		d.Sums[p] = xxhash.Sum64(data[start:])
+	}
+	return d, putObject(ctx, work, d.Path, data)
+}
+
+// detectByDigests decides partition task's detection from the map tasks'
+// digests. It returns ok false, and why, when they cannot decide; an error
+// only for digests that cannot be read or are damaged.
+func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*TaskManifest, schema *arrow.Schema) (det dedupe.Detection, ok bool, why string, err error) {
+	probe := lp.Packing.Probe
+	if probe == nil {
+		return det, false, "the plan has no probe (an earlier version's)", nil
+	}
+	if len(probe.Varying) != schema.NumFields() {
+		return det, false, "", errs.BadInputf("plan: the packing probe has %d columns, the input schema %d", len(probe.Varying), schema.NumFields())
+	}
+	for m, d := range maps {
+		switch {
+		case d.Digest == nil:
+			return det, false, fmt.Sprintf("map task %d wrote no query digests", m), nil
+		case d.Digest.Unusable != "":
+			return det, false, fmt.Sprintf("map task %d: %s", m, d.Digest.Unusable), nil
+		case len(d.Digest.Counts) != len(lp.Partitions) || len(d.Digest.Sums) != len(lp.Partitions):
+			return det, false, "", errs.BadInputf("%s: its query digests list %d partitions, the plan has %d", lp.work.URL(mapDoneName(m)), len(d.Digest.Counts), len(lp.Partitions))
+		}
+	}
+	var all []prec
+	for m, d := range maps {
+		// A partition has at most a record per row (the plan's rows):
+		// a count beyond is a damaged manifest, not an allocation.
+		var off int64
+		for p := 0; p <= task; p++ {
+			if c := d.Digest.Counts[p]; c < 0 || c > lp.Partitions[p].Rows {
+				return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests for partition %d, which has %d rows", lp.work.URL(mapDoneName(m)), c, p, lp.Partitions[p].Rows), "run map task "+fmt.Sprint(m)+" again")
+			}
+			if p < task {
+				off += d.Digest.Counts[p] * digestRecord
+			}
+		}
+		n := d.Digest.Counts[task] * digestRecord
+		if n == 0 {
+			continue
+		}
+		data, err := storage.GetRange(ctx, lp.work, d.Digest.Path, off, n)
+		if err != nil {
+			return det, false, "", err
+		}
+		if xxhash.Sum64(data) != d.Digest.Sums[task] {
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: the query digests of partition %d are damaged (xxhash64 differs from map task %d's record)", lp.work.URL(d.Digest.Path), task, m),
+				"run map task "+fmt.Sprint(m)+" again")
+		}
+		for i := 0; i < len(data); i += digestRecord {
+			all = append(all, prec{0, qrec{binary.LittleEndian.Uint64(data[i:]), binary.LittleEndian.Uint64(data[i+8:])}})
+		}
+	}
+	slices.SortFunc(all, func(a, b prec) int {
+		switch {
+		case a.q < b.q:
+			return -1
+		case a.q > b.q:
+			return 1
+		}
+		return 0
+	})
+	if _, ok := mergeDigests(nil, all); !ok {
+		return det, false, "a query's rows differ between map tasks in a column the plan's probe did not see vary", nil
+	}
+	det = dedupe.Detection{Varying: slices.Clone(probe.Varying), Conflicts: map[string]string{}}
+	for k, v := range probe.Conflicts {
+		det.Conflicts[k] = v
+	}
+	return det, true, "", nil
+}
+
+// withProbe names, for each column the probe saw vary, the probe's
+// conflict, so that an error about one says the same whether the digests
+// or the rows decided (and in run). The reading detection finds every
+// column the probe does vary (see the top of this file).
+func withProbe(det dedupe.Detection, probe *dedupe.Detection) dedupe.Detection {
+	if probe == nil || len(probe.Varying) != len(det.Varying) {
+		return det
+	}
+	if det.Conflicts == nil {
+		det.Conflicts = map[string]string{}
+	}
+	for c, v := range probe.Varying {
+		k := strconv.Itoa(c)
+		if cf, ok := probe.Conflicts[k]; v && det.Varying[c] && ok {
+			det.Conflicts[k] = cf
+		}
+	}
+	return det
+}
