@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -218,6 +219,35 @@ func TestDetectByDigests(t *testing.T) {
 	_, err = DetectTask(ctx, res.Plan, task, local)
 	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "digests.bin") || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "map task 0") {
 		t.Fatalf("detect over a damaged digest: %v", err)
+	}
+	// Cut short: exit 3 naming it, not a retried read (exit 4).
+	if err := os.WriteFile(path, data[:off+8], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = DetectTask(ctx, res.Plan, task, local)
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "digests.bin") || !strings.Contains(err.Error(), "shorter") {
+		t.Fatalf("detect over a truncated digest: %v", err)
+	}
+	// A count the partition cannot hold is refused before any read.
+	donePath := filepath.Join(dir, "out", filepath.FromSlash(mapDoneName(0)))
+	doneData, err := os.ReadFile(donePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(doneData, &raw); err != nil {
+		t.Fatal(err)
+	}
+	raw["query_digests"].(map[string]any)["counts"].([]any)[task] = 1 << 60
+	if doneData, err = json.Marshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(donePath, doneData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = DetectTask(ctx, res.Plan, task, local)
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "query digests for partition") {
+		t.Fatalf("detect with a count beyond the partition's rows: %v", err)
 	}
 }
 

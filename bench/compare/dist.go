@@ -38,19 +38,19 @@ func makespan(times []float64, w int) float64 {
 // shuffle bytes per input byte, each step's wall time, the speed-up with 1,
 // 2 and 4 local worker processes against relayout run, and a projection to
 // 16 and 64 workers from the measured task times.
-func distBench(dir, in string, inBytes int64, res map[string]any) {
+func distBench(dir, in string, inBytes int64, reps int, res map[string]any) {
 	all := map[string]any{}
 	for _, c := range []struct {
 		name  string
 		extra []string
 	}{{"flat", nil}, {"packed+tensors", []string{"--query-key", "query_id", "--tensors"}}} {
-		all[c.name] = distCase(dir, in, inBytes, c.name, c.extra)
+		all[c.name] = distCase(dir, in, inBytes, c.name, c.extra, reps)
 	}
 	res["distributed"] = all
 }
 
 // distCase is one configuration of the distributed benchmark.
-func distCase(dir, in string, inBytes int64, name string, extra []string) map[string]any {
+func distCase(dir, in string, inBytes int64, name string, extra []string, reps int) map[string]any {
 	sizes := append([]string{"--slice-keys", "country,date", "--file-bytes", "8MiB", "--row-group-bytes", "8MiB"}, extra...)
 	fmt.Printf("\n== distributed run (%s): plan, map, detect, reduce, commit as separate processes (--file-bytes 8MiB, --map-bytes 8MiB)\n", name)
 	dir = filepath.Join(dir, strings.ReplaceAll(name, "+", "-"))
@@ -130,38 +130,38 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 	listRatio := map[int]float64{}
 	for _, k := range []int{1, 2} {
 		dst := filepath.Join(dir, fmt.Sprintf("dist-1-list-%d", k))
-		counts, tPlan := distPlan(in, dst, sizes)
-		step := func(name string, n int) float64 {
-			if n == 0 {
-				return 0
-			}
-			t0 := time.Now()
-			args := []string{name, "--quiet", "--plan", counts.Plan, "--task", fmt.Sprintf("0-%d", n-1)}
-			if k > 1 {
-				args = append(args, "--concurrent", fmt.Sprint(k), "--memory-limit", fmt.Sprintf("%dGiB", 2*k))
-			}
-			if out, err := exec.Command("bin/relayout", args...).CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "%s: %v: %s\n", name, err, out)
-				os.Exit(1)
-			}
-			return time.Since(t0).Seconds()
-		}
-		tMap := step("map", counts.MapTasks)
-		tDetect := step("detect", counts.DetectTasks)
-		tReduce := step("reduce", counts.ReduceTasks)
-		tCommit := distCommit(counts.Plan)
-		total := tPlan + tMap + tDetect + tReduce + tCommit
+		st := distList(in, dst, sizes, k)
 		same := sameTree(runOut, dst)
 		label, what := "1 list", "one worker, each step's tasks as one --task list"
 		if k > 1 {
 			label, what = fmt.Sprintf("1 list%d", k), fmt.Sprintf("the same, --concurrent %d --memory-limit %dGiB", k, 2*k)
 		}
-		fmt.Printf("%-8s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v   (%s)\n", label, tPlan, tMap, tDetect, tReduce, tCommit, total, m.Seconds/total, same, what)
-		listRatio[k] = total / m.Seconds
-		out[fmt.Sprintf("workers_1_list_%d", k)] = map[string]any{"plan": tPlan, "map": tMap, "detect": tDetect, "reduce": tReduce, "commit": tCommit, "total": total, "identical_to_run": same}
+		fmt.Printf("%-8s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2fx %9v   (%s)\n", label, st["plan"], st["map"], st["detect"], st["reduce"], st["commit"], st["total"], m.Seconds/st["total"], same, what)
+		listRatio[k] = st["total"] / m.Seconds
+		o := map[string]any{"identical_to_run": same}
+		for k, v := range st {
+			o[k] = v
+		}
+		out[fmt.Sprintf("workers_1_list_%d", k)] = o
 	}
 	fmt.Printf("         one worker, all steps ÷ run: %.2fx with a process per task, %.2fx with a process per step, %.2fx with two tasks at once (target <= 1.3x)\n",
 		out["workers_1"].(map[string]any)["total"].(float64)/m.Seconds, listRatio[1], listRatio[2])
+	// The ratio of two single runs moves by a third on a shared VM: the
+	// two-at-once list and run again, alternating, reps times; the median
+	// of the pairs' ratios.
+	var ratios, runs, lists []float64
+	for i := 0; i < reps; i++ {
+		rm, _ := timed("bin/relayout", append([]string{"run", "--quiet", "--overwrite", "--input", in, "--output", runOut}, sizes...)...)
+		st := distList(in, filepath.Join(dir, "dist-1-list-2"), sizes, 2)
+		runs, lists, ratios = append(runs, rm.Seconds), append(lists, st["total"]), append(ratios, st["total"]/rm.Seconds)
+	}
+	var rs []string
+	for _, r := range ratios {
+		rs = append(rs, fmt.Sprintf("%.2fx", r))
+	}
+	fmt.Printf("         alternating, %d pairs: run %.2f s, one worker two tasks at once %.2f s (medians); ratio median %.2fx (%s; target <= 1.3x)\n",
+		reps, medianF(runs), medianF(lists), medianF(ratios), strings.Join(rs, ", "))
+	out["one_worker_pairs"] = map[string]any{"run_seconds": runs, "list2_seconds": lists, "ratios": ratios, "median_ratio": medianF(ratios)}
 	// Projection: plan + makespan(map tasks) + makespan(reduce tasks) +
 	// commit, with the task times measured alone (1 worker), each worker on
 	// its own machine. With more workers than tasks the longest task bounds
@@ -184,6 +184,35 @@ func distCase(dir, in string, inBytes int64, name string, extra []string) map[st
 		scaled(1, 64), scaled(16, 64), scaled(1, 64)/scaled(16, 64), scaled(64, 64), scaled(1, 64)/scaled(64, 64))
 	out["map_task_seconds"], out["detect_task_seconds"], out["reduce_task_seconds"] = mapTimes, detectTimes, reduceTimes
 	return out
+}
+
+// distList runs plan, each step's tasks as one list (--task 0-N) with k at
+// once, and commit, into a fresh dst; it returns each step's seconds and
+// their total.
+func distList(in, dst string, sizes []string, k int) map[string]float64 {
+	counts, tPlan := distPlan(in, dst, sizes)
+	step := func(name string, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		t0 := time.Now()
+		args := []string{name, "--quiet", "--plan", counts.Plan, "--task", fmt.Sprintf("0-%d", n-1)}
+		if k > 1 {
+			args = append(args, "--concurrent", fmt.Sprint(k), "--memory-limit", fmt.Sprintf("%dGiB", 2*k))
+		}
+		if out, err := exec.Command("bin/relayout", args...).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v: %s\n", name, err, out)
+			os.Exit(1)
+		}
+		return time.Since(t0).Seconds()
+	}
+	st := map[string]float64{"plan": tPlan}
+	st["map"] = step("map", counts.MapTasks)
+	st["detect"] = step("detect", counts.DetectTasks)
+	st["reduce"] = step("reduce", counts.ReduceTasks)
+	st["commit"] = distCommit(counts.Plan)
+	st["total"] = st["plan"] + st["map"] + st["detect"] + st["reduce"] + st["commit"]
+	return st
 }
 
 // planCounts is what `relayout plan` prints.

@@ -263,7 +263,7 @@ func main() {
 
 	// 3c. Distributed run: plan, map, reduce, commit.
 	if run("dist") && os.Getenv("BENCH_SKIP_DIST") == "" {
-		distBench(dir, in, inBytes, res)
+		distBench(dir, in, inBytes, reps, res)
 	}
 
 	// 3c'. The key pass as tasks on tables 16-256x the input.
