@@ -60,6 +60,7 @@ FUZZ_HEADER ?= 50000x
 FUZZ_CONFIG ?= 10000x
 FUZZ_PARQUET ?= 20000x
 FUZZ_PLAN ?= 5000x
+FUZZ_DETECT ?= 3000x
 # FuzzPlanAndTaskManifests runs reduce and commit on a fresh copy of a
 # mapped output per input; minimizing an interesting input that way at Go's
 # default (60 s each) stalled the run for minutes.
@@ -69,6 +70,7 @@ fuzz-short:
 	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(or $(FUZZTIME),$(FUZZ_CONFIG)) ./cmd/relayout
 	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzParquetInput$$' -fuzztime $(or $(FUZZTIME),$(FUZZ_PARQUET)) ./source
 	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzPlanAndTaskManifests$$' -fuzztime $(or $(FUZZTIME),$(FUZZ_PLAN)) -fuzzminimizetime $(FUZZ_PLAN_MINIMIZE) ./pipeline
+	RELAYOUT_REQUIRE_PEERS=1 $(GO) test -run '^$$' -fuzz '^FuzzPackedDetect$$' -fuzztime $(or $(FUZZTIME),$(FUZZ_DETECT)) -fuzzminimizetime $(FUZZ_PLAN_MINIMIZE) ./pipeline
 
 # The reliability probes many times over (docs/reliability.md): random
 # kills, network faults, flipped bytes, racing runs. PROBE_SCALE multiplies

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -173,4 +174,100 @@ func editJSON(f *testing.F, data []byte, edit func(map[string]any)) []byte {
 		f.Fatal(err)
 	}
 	return out
+}
+
+// FuzzPackedDetect feeds a packed plan's detect and reduce tasks a damaged
+// or edited plan.json (its probe) and map task manifest (its query
+// digests): they must fail with a classified error (bad input, a
+// precondition), never panic or allocate what a count claims.
+func FuzzPackedDetect(f *testing.F) {
+	in := testutil.Generate(f, gen.Options{Rows: 3_000, Files: 2, Seed: 51})
+	out := filepath.Join(f.TempDir(), "out")
+	ctx := context.Background()
+	o := distOpts(in, out)
+	o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
+	o.RowGroupBytes, o.MinRowGroupBytes, o.FileBytes = 32<<10, 8<<10, 64<<10 // several partitions
+	res, _, err := PlanJob(ctx, o, 64<<10)
+	if err != nil {
+		f.Fatal(err)
+	}
+	local := RunOptions{Parallel: 1}
+	var m0 *TaskManifest
+	for i := 0; i < res.MapTasks; i++ {
+		d, err := MapTask(ctx, res.Plan, i, local)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if i == 0 {
+			m0 = d
+		}
+	}
+	// Map task 0's attempt under a fixed name: the seeds the coordinator
+	// makes name objects that every fuzzing worker's own setup has too.
+	doneFile := filepath.Join(out, filepath.FromSlash(mapDoneName(0)))
+	attemptDir := filepath.Dir(filepath.Join(out, filepath.FromSlash(m0.Digest.Path)))
+	if err := os.Rename(attemptDir, filepath.Join(filepath.Dir(attemptDir), "a-fuzz")); err != nil {
+		f.Fatal(err)
+	}
+	done, err := os.ReadFile(doneFile)
+	if err != nil {
+		f.Fatal(err)
+	}
+	done = bytes.ReplaceAll(done, []byte(filepath.Base(attemptDir)), []byte("a-fuzz"))
+	if err := os.WriteFile(doneFile, done, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	planData, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(plan.FileName)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	planRel, err := filepath.Rel(out, filepath.FromSlash(res.Plan))
+	if err != nil {
+		f.Fatal(err)
+	}
+	digests := func(edit func(map[string]any)) []byte {
+		return editJSON(f, done, func(d map[string]any) { edit(d["query_digests"].(map[string]any)) })
+	}
+	probe := func(edit func(map[string]any)) []byte {
+		return editJSON(f, planData, func(p map[string]any) { edit(p["packing"].(map[string]any)["probe"].(map[string]any)) })
+	}
+	f.Add(planData, done)
+	f.Add(planData, done[:len(done)/2])
+	f.Add(planData, digests(func(d map[string]any) { d["counts"].([]any)[0] = -3 }))
+	f.Add(planData, digests(func(d map[string]any) { d["counts"].([]any)[0] = 1 << 62 }))
+	f.Add(planData, digests(func(d map[string]any) { d["counts"] = d["counts"].([]any)[1:] }))
+	f.Add(planData, digests(func(d map[string]any) { d["path"] = "../../../etc/passwd" }))
+	f.Add(planData, digests(func(d map[string]any) { d["xxhash64"] = []any{} }))
+	f.Add(planData, digests(func(d map[string]any) { d["unusable"] = "x" }))
+	f.Add(probe(func(p map[string]any) { p["varying"] = p["varying"].([]any)[1:] }), done)
+	f.Add(probe(func(p map[string]any) { p["varying"] = nil }), done)
+	f.Add(probe(func(p map[string]any) { p["conflicts"] = nil }), done)
+	f.Fuzz(func(t *testing.T, p, d []byte) {
+		dir := filepath.Join(t.TempDir(), "out")
+		if err := copyTree(out, dir); err != nil {
+			t.Fatal(err)
+		}
+		planURL := filepath.Join(dir, planRel)
+		for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
+			if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		check := func(err error) {
+			if err == nil {
+				return
+			}
+			if c := errs.ClassOf(err); strings.Contains(err.Error(), "panic") || (c == errs.Internal && !strings.Contains(err.Error(), "internal:") && !strings.Contains(err.Error(), "check failed")) {
+				t.Fatalf("%v (class %v)", err, c)
+			}
+		}
+		for j := 0; j < res.DetectTasks; j++ {
+			_, err := DetectTask(tctx, planURL, j, local)
+			check(err)
+		}
+		_, err := ReduceTask(tctx, planURL, 0, local)
+		check(err)
+	})
 }

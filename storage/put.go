@@ -193,10 +193,7 @@ func GetRange(ctx context.Context, loc Location, rel string, off, n int64) (data
 	err = Retry(ctx, func() error {
 		r, err := loc.Bucket.NewRangeReader(ctx, loc.Key(rel), off, n, nil)
 		if err != nil {
-			if IsNotFound(err) {
-				return err
-			}
-			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
+			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err)) // not found: bad input
 		}
 		defer r.Close()
 		if size := r.Size(); size >= 0 && off+n > size {
