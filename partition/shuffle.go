@@ -182,8 +182,14 @@ func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) erro
 // shuffleZstd compresses the shuffle: each batch's IPC bytes become one
 // zstd frame, and a unit's file is the frames one after another, which a
 // zstd reader decodes as one stream. The fastest level measured best
-// (docs/benchmarks.md). EncodeAll is safe for concurrent use.
-var shuffleZstd, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+// (docs/benchmarks.md). A pool, not one Encoder: an Encoder's EncodeAll is
+// safe for concurrent use but runs one call at a time per encoder it was
+// given (WithEncoderConcurrency), and a map process compresses units of
+// several tasks at once.
+var shuffleZstd = sync.Pool{New: func() any {
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+	return enc
+}}
 
 // flush moves what the unit's writer wrote to its sink into its file:
 // as it is (plain), or as one zstd frame (lean).
@@ -204,7 +210,9 @@ func (s *ShuffleWriter) flush(u int, us *unitStream) error {
 		return err
 	}
 	frame := s.getBuf()
-	out := shuffleZstd.EncodeAll(us.sink.buf.Bytes(), frame.AvailableBuffer())
+	enc := shuffleZstd.Get().(*zstd.Encoder)
+	out := enc.EncodeAll(us.sink.buf.Bytes(), frame.AvailableBuffer())
+	shuffleZstd.Put(enc)
 	us.sink.buf.Reset()
 	_, err := us.file.Write(out)
 	*frame = *bytes.NewBuffer(out[:0]) // keeps what EncodeAll grew

@@ -65,7 +65,7 @@ const digestRecord = 16 // bytes per record
 
 // probeDetection detects over the sample's rows grouped by slice and query
 // key: what plan.Packing.Probe holds.
-func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *dedupe.Detection {
+func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *plan.Probe {
 	n := int(sample.NumRows())
 	cols := slices.Concat(keys.Slice, keys.Query)
 	key := make([][]byte, n)
@@ -88,7 +88,7 @@ func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *dedupe.Detection 
 	}
 	// A conflict names the query by its key alone, as the reading
 	// detection does.
-	det := dedupe.Detection{Varying: make([]bool, sample.NumCols()), Conflicts: map[string]string{}}
+	det := plan.Probe{Varying: make([]bool, sample.NumCols()), Conflicts: map[string]string{}}
 	for c, k := range d.Constant() {
 		det.Varying[c] = !k
 		if cf, ok := d.Conflict(c); ok {
@@ -101,7 +101,7 @@ func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *dedupe.Detection 
 
 // candidates returns the columns a probe left in doubt: neither seen to
 // vary nor part of the query key.
-func candidates(probe *dedupe.Detection, schema *arrow.Schema, queryCols []int) ([]int, error) {
+func candidates(probe *plan.Probe, schema *arrow.Schema, queryCols []int) ([]int, error) {
 	if len(probe.Varying) != schema.NumFields() {
 		return nil, errs.BadInputf("plan: the packing probe has %d columns, the input schema %d", len(probe.Varying), schema.NumFields())
 	}
@@ -366,7 +366,7 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 // conflict, so that an error about one says the same whether the digests
 // or the rows decided (and in run). The reading detection finds every
 // column the probe does vary (see the top of this file).
-func withProbe(det dedupe.Detection, probe *dedupe.Detection) dedupe.Detection {
+func withProbe(det dedupe.Detection, probe *plan.Probe) dedupe.Detection {
 	if probe == nil || len(probe.Varying) != len(det.Varying) {
 		return det
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -120,7 +119,15 @@ type Packing struct {
 	// there. The map tasks digest every other column per query, so that a
 	// detect task whose digests agree need not read its rows
 	// (pipeline/digest.go). Nil in plans of earlier versions.
-	Probe *dedupe.Detection `json:"probe,omitempty"`
+	Probe *Probe `json:"probe,omitempty"`
+}
+
+// Probe is a detection's result as the plan records it (dedupe.Detection's
+// fields, which the plan does not import): per column, whether it varied
+// inside a query, and where, by column index.
+type Probe struct {
+	Varying   []bool            `json:"varying"`
+	Conflicts map[string]string `json:"conflicts"`
 }
 
 // Slice is one histogram entry.
