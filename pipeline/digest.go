@@ -29,6 +29,7 @@ package pipeline
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -117,6 +118,9 @@ func candidates(probe *plan.Probe, schema *arrow.Schema, queryCols []int) ([]int
 // qrec is one query's digest: its key's hash and its candidates' hash.
 type qrec struct{ q, c uint64 }
 
+// byQuery orders records by their query key's hash.
+func byQuery(a, b prec) int { return cmp.Compare(a.q, b.q) }
+
 // prec is a qrec of a partition, not yet merged.
 type prec struct {
 	p int
@@ -203,13 +207,7 @@ func (g *digester) flush() {
 		if a.p != b.p {
 			return a.p - b.p
 		}
-		switch {
-		case a.q < b.q:
-			return -1
-		case a.q > b.q:
-			return 1
-		}
-		return 0
+		return byQuery(a, b)
 	})
 	for i := 0; i < len(pend); {
 		j := i
@@ -343,15 +341,7 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 			all = append(all, prec{0, qrec{binary.LittleEndian.Uint64(data[i:]), binary.LittleEndian.Uint64(data[i+8:])}})
 		}
 	}
-	slices.SortFunc(all, func(a, b prec) int {
-		switch {
-		case a.q < b.q:
-			return -1
-		case a.q > b.q:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, byQuery)
 	if _, ok := mergeDigests(nil, all); !ok {
 		return det, false, "a query's rows differ between map tasks in a column the plan's probe did not see vary", nil
 	}

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -234,14 +233,9 @@ func TestDetectByDigests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var raw map[string]any
-	if err := json.Unmarshal(doneData, &raw); err != nil {
-		t.Fatal(err)
-	}
-	raw["query_digests"].(map[string]any)["counts"].([]any)[task] = 1 << 60
-	if doneData, err = json.Marshal(raw); err != nil {
-		t.Fatal(err)
-	}
+	doneData = editJSON(t, doneData, func(d map[string]any) {
+		d["query_digests"].(map[string]any)["counts"].([]any)[task] = 1 << 60
+	})
 	if err := os.WriteFile(donePath, doneData, 0o644); err != nil {
 		t.Fatal(err)
 	}

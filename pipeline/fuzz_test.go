@@ -100,15 +100,7 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 		if len(r) > 0 {
 			base = rdir
 		}
-		if err := copyTree(base, dir); err != nil {
-			t.Fatal(err)
-		}
-		planURL := filepath.Join(dir, planRel)
-		for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
-			if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		planURL := fuzzedCopy(t, base, dir, planRel, p, d)
 		// Bounded: a plan can ask for a lot of work (that is not a crash).
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -122,15 +114,36 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 			},
 			func() error { _, err := CommitJob(tctx, planURL, local); return err },
 		} {
-			err := step()
-			if err == nil {
-				continue
-			}
-			if c := errs.ClassOf(err); strings.Contains(err.Error(), "panic") || (c == errs.Internal && !strings.Contains(err.Error(), "internal:") && !strings.Contains(err.Error(), "check failed")) {
-				t.Fatalf("%v (class %v)", err, c)
-			}
+			checkClassified(t, step())
 		}
 	})
+}
+
+// fuzzedCopy copies the output at base to dir, with the fuzzed plan.json
+// p and map task 0's manifest d, and returns the copy's plan URL.
+func fuzzedCopy(t *testing.T, base, dir, planRel string, p, d []byte) string {
+	t.Helper()
+	if err := copyTree(base, dir); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, planRel)
+}
+
+// checkClassified fails on a panic or an unclassified error: a damaged
+// plan or manifest must be bad input, a precondition, or a refused check.
+func checkClassified(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if c := errs.ClassOf(err); strings.Contains(err.Error(), "panic") || (c == errs.Internal && !strings.Contains(err.Error(), "internal:") && !strings.Contains(err.Error(), "check failed")) {
+		t.Fatalf("%v (class %v)", err, c)
+	}
 }
 
 // copyTree copies folder src to dst, modification times kept.
@@ -163,7 +176,7 @@ func mutateSlice(f *testing.F, data []byte, edit func(map[string]any)) []byte {
 }
 
 // editJSON returns a JSON object changed by edit.
-func editJSON(f *testing.F, data []byte, edit func(map[string]any)) []byte {
+func editJSON(f testing.TB, data []byte, edit func(map[string]any)) []byte {
 	var p map[string]any
 	if err := json.Unmarshal(data, &p); err != nil {
 		f.Fatal(err)
@@ -243,31 +256,14 @@ func FuzzPackedDetect(f *testing.F) {
 	f.Add(probe(func(p map[string]any) { p["varying"] = nil }), done)
 	f.Add(probe(func(p map[string]any) { p["conflicts"] = nil }), done)
 	f.Fuzz(func(t *testing.T, p, d []byte) {
-		dir := filepath.Join(t.TempDir(), "out")
-		if err := copyTree(out, dir); err != nil {
-			t.Fatal(err)
-		}
-		planURL := filepath.Join(dir, planRel)
-		for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
-			if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		planURL := fuzzedCopy(t, out, filepath.Join(t.TempDir(), "out"), planRel, p, d)
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		check := func(err error) {
-			if err == nil {
-				return
-			}
-			if c := errs.ClassOf(err); strings.Contains(err.Error(), "panic") || (c == errs.Internal && !strings.Contains(err.Error(), "internal:") && !strings.Contains(err.Error(), "check failed")) {
-				t.Fatalf("%v (class %v)", err, c)
-			}
-		}
 		for j := 0; j < res.DetectTasks; j++ {
 			_, err := DetectTask(tctx, planURL, j, local)
-			check(err)
+			checkClassified(t, err)
 		}
 		_, err := ReduceTask(tctx, planURL, 0, local)
-		check(err)
+		checkClassified(t, err)
 	})
 }
