@@ -853,3 +853,57 @@ func TestCommitRefusesAPlanThatDoesNotMatchItsMaps(t *testing.T) {
 		t.Fatalf("a manifest was committed: %v", err)
 	}
 }
+
+// TestTasksShareSampleAndEncodings: the tasks of one plan in one process
+// (a --task list) decode its sample and choose its encodings once; another
+// plan's sample is its own.
+func TestTasksShareSampleAndEncodings(t *testing.T) {
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	load := func(seed uint64) (*loadedPlan, *loadedPlan) {
+		in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 1, Seed: seed})
+		res, _, err := PlanJob(ctx, distOpts(in, filepath.Join(t.TempDir(), "out")), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := loadTask(ctx, res.Plan, local, "reduce", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := loadTask(ctx, res.Plan, local, "reduce", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+	schema, err := func() (*arrow.Schema, error) {
+		a, _ := load(61)
+		return readSchema(ctx, a.work)
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	encOf := func(lp *loadedPlan) (arrow.RecordBatch, *writer.Encodings) {
+		s, err := lp.sample(ctx, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Release()
+		e, err := lp.encodings(s, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, e
+	}
+	a, b := load(61)
+	sa, ea := encOf(a)
+	sb, eb := encOf(b)
+	if sa != sb || ea != eb {
+		t.Fatalf("two tasks of one plan: samples %p %p, encodings %p %p; want one of each", sa, sb, ea, eb)
+	}
+	c, _ := load(62)
+	sc, ec := encOf(c)
+	if sc == sa || ec == ea || c.sampleKey == a.sampleKey {
+		t.Fatalf("another input's plan shares the first plan's sample or encodings")
+	}
+}

@@ -463,9 +463,19 @@ func (lp *loadedPlan) encodings(sample arrow.RecordBatch, sc *arrow.Schema) (*wr
 	if e, ok := lp.enc[key]; ok {
 		return e, nil
 	}
+	var shared any
+	if lp.sampleKey != 0 { // a task's sample (sample): shared by the process's tasks
+		shared = fmt.Sprint(lp.sampleKey, "\x00", key, "\x00", lp.opts.hiveColumns())
+		if e, ok := sampleEncodings.Load(shared); ok {
+			return e.(*writer.Encodings), nil
+		}
+	}
 	e, err := writer.NewEncodings(sample, sc, lp.opts.hiveColumns())
 	if err != nil {
 		return nil, err
+	}
+	if shared != nil {
+		sampleEncodings.Store(shared, e)
 	}
 	if lost := writer.LostUTCTimes(sc); len(lost) > 0 { // once per output schema
 		lp.opts.Log.Warn("TIME columns the input declares isAdjustedToUTC=true are written as local time (inside a map, where relayout cannot declare UTC)",
