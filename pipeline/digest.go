@@ -73,9 +73,7 @@ func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *plan.Probe {
 	var buf []byte
 	for i := range key {
 		start := len(buf)
-		for _, c := range cols {
-			buf = partition.AppendKey(buf, sample.Column(c), i)
-		}
+		buf = partition.SortKeyOf(buf, sample, cols, i)
 		key[i] = buf[start:len(buf):len(buf)]
 	}
 	ord := make([]int64, n)
@@ -103,8 +101,8 @@ func probeDetection(sample arrow.RecordBatch, keys plan.Keys) *plan.Probe {
 // candidates returns the columns a probe left in doubt: neither seen to
 // vary nor part of the query key.
 func candidates(probe *plan.Probe, schema *arrow.Schema, queryCols []int) ([]int, error) {
-	if len(probe.Varying) != schema.NumFields() {
-		return nil, errs.BadInputf("plan: the packing probe has %d columns, the input schema %d", len(probe.Varying), schema.NumFields())
+	if err := checkProbe(probe, schema); err != nil {
+		return nil, err
 	}
 	var out []int
 	for c, v := range probe.Varying {
@@ -113,6 +111,14 @@ func candidates(probe *plan.Probe, schema *arrow.Schema, queryCols []int) ([]int
 		}
 	}
 	return out, nil
+}
+
+// checkProbe refuses a plan's probe that does not describe schema.
+func checkProbe(probe *plan.Probe, schema *arrow.Schema) error {
+	if len(probe.Varying) != schema.NumFields() {
+		return errs.BadInputf("plan: the packing probe has %d columns, the input schema %d", len(probe.Varying), schema.NumFields())
+	}
+	return nil
 }
 
 // qrec is one query's digest: its key's hash and its candidates' hash.
@@ -299,8 +305,8 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 	if probe == nil {
 		return det, false, "the plan has no probe (an earlier version's)", nil
 	}
-	if len(probe.Varying) != schema.NumFields() {
-		return det, false, "", errs.BadInputf("plan: the packing probe has %d columns, the input schema %d", len(probe.Varying), schema.NumFields())
+	if err := checkProbe(probe, schema); err != nil {
+		return det, false, "", err
 	}
 	for m, d := range maps {
 		switch {

@@ -655,12 +655,12 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if err != nil {
 		return nil, err
 	}
-	// The map tasks' digests first: when they agree, no row is read.
-	maps, err := lp.mapDones(ctx, "run every map task first")
-	if err != nil {
+	// Refused as a reduce task is (a task that reads rows holds a unit).
+	if err := lp.checkUnitMemory(task, "detect"); err != nil {
 		return nil, err
 	}
-	schema, err := readSchema(ctx, lp.work)
+	// The map tasks' digests first: when they agree, no row is read.
+	maps, schema, err := lp.mapsAndSchema(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -680,7 +680,7 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 		}
 	} else {
 		by = "rows"
-		pr, err := lp.openPartition(ctx, task, "detect")
+		pr, err := lp.openPartitionOf(task, maps, schema)
 		if err != nil {
 			return nil, err
 		}

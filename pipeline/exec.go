@@ -230,20 +230,41 @@ type partitionReader struct {
 // limit, reads the plan's schema and lists the partition's map objects. Every map
 // task must have completed.
 func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*partitionReader, error) {
+	if err := lp.checkUnitMemory(task, step); err != nil {
+		return nil, err
+	}
+	dones, schema, err := lp.mapsAndSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lp.openPartitionOf(task, dones, schema)
+}
+
+// checkUnitMemory refuses a detect or reduce task given less memory than
+// the plan sized its units for.
+func (lp *loadedPlan) checkUnitMemory(task int, step string) error {
 	if lp.opts.MemoryLimit < lp.MemoryLimit {
-		return nil, errs.Usagef("%s task %d: the plan sized its units for --memory-limit %d MiB, more than this task's %d MiB; raise --memory-limit, or plan again with --memory-limit %d MiB",
+		return errs.Usagef("%s task %d: the plan sized its units for --memory-limit %d MiB, more than this task's %d MiB; raise --memory-limit, or plan again with --memory-limit %d MiB",
 			step, task, lp.MemoryLimit>>20, lp.opts.MemoryLimit>>20, lp.opts.MemoryLimit>>20)
 	}
+	return nil
+}
+
+// mapsAndSchema reads every map task's manifest (each must have completed)
+// and the plan's schema: the shuffle holds the rows, so the schema is all
+// a detect or reduce task needs of the input (no footers, no listing).
+func (lp *loadedPlan) mapsAndSchema(ctx context.Context) ([]*TaskManifest, *arrow.Schema, error) {
 	dones, err := lp.mapDones(ctx, "run every map task first")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// The shuffle holds the rows: the plan's schema is all a detect or
-	// reduce task needs of the input (no footers, no listing).
 	schema, err := readSchema(ctx, lp.work)
-	if err != nil {
-		return nil, err
-	}
+	return dones, schema, err
+}
+
+// openPartitionOf is openPartition with the map manifests and the schema
+// read already.
+func (lp *loadedPlan) openPartitionOf(task int, dones []*TaskManifest, schema *arrow.Schema) (*partitionReader, error) {
 	tbl := source.SchemaOnly(schema)
 	keys, err := resolveKeys(tbl, lp.opts)
 	if err != nil {

@@ -372,18 +372,30 @@ func confirmObject(ctx context.Context, out storage.Location, path string, size 
 	if c.Path != path {
 		return fmt.Sprintf("%s: the check on record names %q", url, c.Path), false, nil
 	}
+	etag, problem, err := statObject(ctx, out, path, size)
+	if problem != "" || err != nil {
+		return problem, false, err
+	}
+	return "", c.ETag != "" && etag == c.ETag, nil
+}
+
+// statObject returns the ETag of the object at path (one HEAD), with a
+// problem, failing the check, when it is missing or, for size >= 0, has
+// another size; an error only when the store cannot answer.
+func statObject(ctx context.Context, out storage.Location, path string, size int64) (etag, problem string, err error) {
+	url := out.URL(path)
 	attrs, err := out.Bucket.Attributes(ctx, out.Key(path))
 	if err != nil {
 		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
 		if errs.Is(err, errs.BadInput) {
-			return fmt.Sprintf("%s: missing", url), false, nil
+			return "", fmt.Sprintf("%s: missing", url), nil
 		}
-		return "", false, err
+		return "", "", err
 	}
-	if attrs.Size != size {
-		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, size), false, nil
+	if size >= 0 && attrs.Size != size {
+		return attrs.ETag, fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, size), nil
 	}
-	return "", c.ETag != "" && attrs.ETag == c.ETag, nil
+	return attrs.ETag, "", nil
 }
 
 // verifyFile checks file fi against the manifest; etag receives the
@@ -391,18 +403,8 @@ func confirmObject(ctx context.Context, out storage.Location, path string, size 
 func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
 	mf := m.Files[fi]
 	url := out.URL(mf.Path)
-	key := out.Key(mf.Path)
-	attrs, err := out.Bucket.Attributes(ctx, key)
-	if err != nil {
-		err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
-		if errs.Is(err, errs.BadInput) {
-			return fmt.Sprintf("%s: missing", url), fp, nil, nil, nil
-		}
-		return "", fp, nil, nil, err
-	}
-	*etag = attrs.ETag
-	if attrs.Size != mf.Bytes {
-		return fmt.Sprintf("%s: %d bytes, manifest says %d", url, attrs.Size, mf.Bytes), fp, nil, nil, nil
+	if *etag, problem, err = statObject(ctx, out, mf.Path, mf.Bytes); problem != "" || err != nil {
+		return problem, fp, nil, nil, err
 	}
 	h := xxhash.New()
 	if _, err := storage.HashObject(ctx, out, mf.Path, h); err != nil {

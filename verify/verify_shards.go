@@ -117,15 +117,11 @@ func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensor
 	s := mt.Shards[i]
 	url := out.URL(s.Path)
 	if etag != nil {
-		attrs, err := out.Bucket.Attributes(ctx, out.Key(s.Path))
-		if err != nil {
-			err = storage.Classify(fmt.Errorf("stat %s: %w", url, err))
-			if errs.Is(err, errs.BadInput) {
-				return fmt.Sprintf("%s: missing", url), nil
-			}
-			return "", err
+		var problem string
+		var err error
+		if *etag, problem, err = statObject(ctx, out, s.Path, -1); problem != "" || err != nil {
+			return problem, err
 		}
-		*etag = attrs.ETag
 	}
 	// Stream the whole shard through the hash; read the header and the
 	// offsets tensors by range, so memory stays small whatever the shard size.
