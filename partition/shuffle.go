@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -304,45 +303,18 @@ func (s *ShuffleWriter) Abort() {
 	}
 }
 
-// ReadSegment reads a unit's rows from a map task's segment; a read cut
-// short by the network is retried from the segment's start.
-func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema *arrow.Schema) (recs []arrow.RecordBatch, err error) {
-	err = storage.Retry(ctx, func() error {
-		var err error
-		recs, err = readSegmentOnce(ctx, work, seg, schema)
-		return err
-	})
-	return recs, err
-}
-
-func readSegmentOnce(ctx context.Context, work storage.Location, seg Segment, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+// ReadSegment reads a unit's rows from a map task's segment. The segment
+// is read whole first (storage.GetRange: a read cut short by the network
+// is retried from the segment's start, an object shorter than the segment
+// is bad input); an error after that is damaged bytes.
+func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
 	url := work.URL(seg.Path)
-	var r io.Reader
-	if work.Local != "" {
-		f, err := os.Open(filepath.Join(work.Local, filepath.FromSlash(seg.Path)))
-		if err != nil {
-			return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+	comp, err := storage.GetRange(ctx, work, seg.Path, seg.Offset, seg.Length)
+	if err != nil {
+		if errs.Is(err, errs.BadInput) { // missing or cut short
+			err = errs.WithHint(err, "run the map task that wrote it again")
 		}
-		defer f.Close()
-		// Read once: its pages would only crowd the memory cgroup.
-		defer storage.DropCached(f, seg.Offset, seg.Length)
-		r = io.NewSectionReader(f, seg.Offset, seg.Length)
-	} else {
-		rr, err := work.Bucket.NewRangeReader(ctx, work.Key(seg.Path), seg.Offset, seg.Length, nil)
-		if err != nil {
-			return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
-		}
-		defer rr.Close()
-		r = rr
-	}
-	// The compressed segment is read whole first: an error there is the
-	// storage's (retried when transient); one after it is damaged bytes.
-	comp := make([]byte, seg.Length)
-	if _, err := io.ReadFull(r, comp); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			err = fmt.Errorf("%w (the segment is %d bytes at %d)", io.ErrUnexpectedEOF, seg.Length, seg.Offset)
-		}
-		return nil, storage.Classify(fmt.Errorf("read %s: %w", url, err))
+		return nil, err
 	}
 	// A segment is zstd frames of one or more IPC streams
 	// (shufflecodec.go), read until its bytes end.
@@ -367,7 +339,7 @@ func readSegmentOnce(ctx context.Context, work storage.Location, seg Segment, sc
 	}
 	br := bufio.NewReaderSize(src, 1<<16)
 	var recs []arrow.RecordBatch
-	err := eachStreamBatch(br, func(rec arrow.RecordBatch) error {
+	err = eachStreamBatch(br, func(rec arrow.RecordBatch) error {
 		dec, err := decodeBatch(rec, schema)
 		if err != nil {
 			return err

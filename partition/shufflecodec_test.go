@@ -265,4 +265,22 @@ func TestShuffleSegmentRejectsAnotherSchema(t *testing.T) {
 	if err == nil || !errs.Is(err, errs.BadInput) {
 		t.Fatalf("read of a damaged segment: %v, want bad input", err)
 	}
+	// An object shorter than its segment (cut, or replaced) is bad input
+	// naming it, on a local folder and in an object store alike: a retry
+	// would read the same, and orchestrators retry exit 4 forever.
+	ctx := context.Background()
+	mem, err := storage.OpenDir(ctx, "mem://shuffle-truncated", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storage.DropMemBucket("shuffle-truncated")
+	for _, loc := range []storage.Location{work, mem} {
+		if err := storage.Put(ctx, loc, segs[0].Path, data[:len(data)/2], storage.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = ReadSegment(ctx, loc, segs[0], full.Schema())
+		if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "shorter") || !strings.Contains(err.Error(), segs[0].Path) {
+			t.Fatalf("%s: read of a truncated segment: %v, want bad input naming it", loc.URL(""), err)
+		}
+	}
 }

@@ -186,27 +186,53 @@ func get1(ctx context.Context, loc Location, rel string) ([]byte, error) {
 	return data, nil
 }
 
-// GetRange reads n bytes at off of the object rel under loc, retrying
-// transient failures as Get does. An object shorter than the range is bad
-// input (exit 3), not retried.
+// GetRange reads n bytes at off of the object rel under loc, whole before
+// it returns: a read cut short (a reset, a timeout) is retried from the
+// range's start, as Get retries. An object shorter than the range is bad
+// input (exit 3), not retried: a retry would read the same, and an
+// orchestrator retries exit 4 forever. From a local folder the range's
+// pages are dropped from the page cache after (it is read once).
 func GetRange(ctx context.Context, loc Location, rel string, off, n int64) (data []byte, err error) {
 	err = Retry(ctx, func() error {
-		r, err := loc.Bucket.NewRangeReader(ctx, loc.Key(rel), off, n, nil)
-		if err != nil {
-			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err)) // not found: bad input
-		}
-		defer r.Close()
-		if size := r.Size(); size >= 0 && off+n > size {
-			// Not a cut connection: a retry would read the same.
-			return errs.BadInputf("read %s: the object is %d bytes, shorter than the %d bytes at %d asked for (damaged, or not the object recorded)", loc.URL(rel), size, n, off)
-		}
-		data = make([]byte, n)
-		if _, err := io.ReadFull(r, data); err != nil {
-			return Classify(fmt.Errorf("read %s: %d bytes at %d: %w", loc.URL(rel), n, off, errs.TransientErr(err)))
-		}
-		return nil
+		data, err = readRange(ctx, loc, rel, off, n)
+		return err
 	})
 	return data, err
+}
+
+func readRange(ctx context.Context, loc Location, rel string, off, n int64) ([]byte, error) {
+	url := loc.URL(rel)
+	short := func(size int64) error {
+		return errs.BadInputf("read %s: the object is %d bytes, shorter than the %d bytes at %d asked for (damaged, or not the object recorded)", url, size, n, off)
+	}
+	var r io.Reader
+	if loc.Local != "" {
+		f, err := os.Open(filepath.Join(loc.Local, filepath.FromSlash(rel)))
+		if err != nil {
+			return nil, Classify(fmt.Errorf("read %s: %w", url, err)) // not found: bad input
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && off+n > st.Size() {
+			return nil, short(st.Size())
+		}
+		defer DropCached(f, off, n)
+		r = io.NewSectionReader(f, off, n)
+	} else {
+		rr, err := loc.Bucket.NewRangeReader(ctx, loc.Key(rel), off, n, nil)
+		if err != nil {
+			return nil, Classify(fmt.Errorf("read %s: %w", url, err))
+		}
+		defer rr.Close()
+		if size := rr.Size(); size >= 0 && off+n > size {
+			return nil, short(size)
+		}
+		r = rr
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, errs.TransientErr(fmt.Errorf("read %s: %d bytes at %d: %w", url, n, off, err))
+	}
+	return data, nil
 }
 
 // IsNotFound reports whether err says an object does not exist.
