@@ -183,6 +183,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 		first := ks.First
 		ks.First = nil
+		tbl.Compact = true // every row group is held to the end
 		recs, fp, err := partition.ReadAll(ctx, tbl, opts.Parallel, opts.Progress.Add, observe, first)
 		opts.Progress.Finish()
 		if err != nil {

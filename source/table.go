@@ -160,6 +160,11 @@ type Table struct {
 	mem      memory.Allocator
 	// MaxOpen bounds the files kept open (DefaultMaxOpen).
 	MaxOpen int
+	// Compact, for reads whose arrays are kept (a table held in memory),
+	// copies each decoded column out of buffers the reader grew to about
+	// twice its size (compact); reads that are routed or checked and
+	// released at once reuse those buffers instead.
+	Compact bool
 
 	// parts are the Hive partitions (nil: none); partCol maps a table
 	// field to its partition key (-1: none). Fields past the files' own
@@ -455,6 +460,9 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 	arr, err = concat(ch)
 	if err != nil {
 		return nil, err
+	}
+	if f.t.Compact {
+		arr = compact(arr, f.t.mem)
 	}
 	if verr := validateArray(arr); verr != nil {
 		arr.Release()

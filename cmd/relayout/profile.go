@@ -13,7 +13,8 @@ import (
 // startProfile writes a CPU profile to $RELAYOUT_CPUPROFILE, an execution
 // trace (where wall time waits: go tool trace) to $RELAYOUT_TRACE and heap
 // profiles every 2 s to $RELAYOUT_MEMPROFILE.N when set (for benchmarking
-// and memory work; undocumented).
+// and memory work; undocumented; RELAYOUT_MEMPROFILE_EVERY sets another
+// interval, such as 300ms).
 func startProfile() func() {
 	stop := func() {}
 	if p := os.Getenv("RELAYOUT_CPUPROFILE"); p != "" {
@@ -29,13 +30,17 @@ func startProfile() func() {
 		}
 	}
 	if p := os.Getenv("RELAYOUT_MEMPROFILE"); p != "" {
+		every := 2 * time.Second
+		if d, err := time.ParseDuration(os.Getenv("RELAYOUT_MEMPROFILE_EVERY")); err == nil && d > 0 {
+			every = d
+		}
 		done := make(chan struct{})
 		go func() {
 			for i := 0; ; i++ {
 				select {
 				case <-done:
 					return
-				case <-time.After(2 * time.Second):
+				case <-time.After(every):
 				}
 				if f, err := os.Create(fmt.Sprintf("%s.%d", p, i)); err == nil {
 					pprof.Lookup("heap").WriteTo(f, 0)
