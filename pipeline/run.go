@@ -224,6 +224,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, errs.TransientErr(err)
 		}
 		tbl.MaxOpen = 2 * max(ks.Memory.MapWorkers, 1)
+		// A spilling run's heap sits at its soft limit, and a row group
+		// routed in arrays twice its size makes the collector and the
+		// scavenger work harder (16x the log at 128 MiB: map 20.5 -> 17.0 s,
+		// system time 24.7 -> 20.7 s; 1x no different).
+		tbl.Compact = true
 		opts.Progress.Start("map", tbl.Rows)
 		maps = make([]*TaskManifest, len(p.Maps))
 		err = par.ForEach(ctx, len(p.Maps), ks.Memory.MapWorkers, func(i int) error {

@@ -160,10 +160,10 @@ type Table struct {
 	mem      memory.Allocator
 	// MaxOpen bounds the files kept open (DefaultMaxOpen).
 	MaxOpen int
-	// Compact, for reads whose arrays are kept (a table held in memory),
-	// copies each decoded column out of buffers the reader grew to about
-	// twice its size (compact); reads that are routed or checked and
-	// released at once reuse those buffers instead.
+	// Compact copies each decoded column out of buffers the reader grew to
+	// up to twice its size (compact): for reads whose arrays are kept (a
+	// table held in memory) or whose heap is tight (a spilling run's map).
+	// Other reads (checks, map tasks given room) reuse the grown buffers.
 	Compact bool
 
 	// parts are the Hive partitions (nil: none); partCol maps a table
