@@ -89,6 +89,18 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 		c := d["checked"].([]any)[0].(map[string]any)
 		c["first"], c["last"] = c["last"], "AA=="
 	}))
+	// A shard whose "rows" key was damaged (found by the fuzzer: commit
+	// counted it as 0 samples and took the shortfall for a bug), and one
+	// that starts where its neighbour does not end.
+	f.Add(planData, done, editJSON(f, red, func(d map[string]any) {
+		sh := d["shards"].([]any)[1].(map[string]any)
+		sh["r@ws"] = sh["rows"]
+		delete(sh, "rows")
+	}))
+	f.Add(planData, done, editJSON(f, red, func(d map[string]any) {
+		sh := d["shards"].([]any)[1].(map[string]any)
+		sh["first_row"] = sh["first_row"].(float64) + 1
+	}))
 	f.Fuzz(func(t *testing.T, p, d, r []byte) {
 		// Each input gets its own copy of the mapped output: commit
 		// consumes the plan, and one input must not change the next.
