@@ -546,36 +546,6 @@ func (lp *loadedPlan) dedupeCuts(j int) dedupe.Cuts {
 // each other (files, rows, fingerprints) and builds the manifest as run
 // builds it. It returns the manifest, the queries per slice (packed) and
 // the shards.
-// checkShards checks what a reduce task's manifest says of its tensor
-// shards against its partition: shards that follow one another, none
-// empty, holding the partition's samples (its queries, packed) and no
-// more. A damaged or edited manifest (the fuzzer's: a shard's "rows" key
-// renamed, so it read as 0) would otherwise surface at the end as a count
-// mismatch taken for a bug.
-func checkShards(shards []writer.Shard, pp plan.Partition, packed bool) error {
-	want := pp.Rows
-	if packed {
-		want = pp.Queries
-	}
-	var rows int64
-	for i, sh := range shards {
-		if sh.Rows <= 0 {
-			return fmt.Errorf("shard %s holds %d samples", sh.Path, sh.Rows)
-		}
-		if i > 0 {
-			prev := shards[i-1]
-			if sh.FirstRow != prev.FirstRow+prev.Rows || (packed && sh.FirstItem != prev.FirstItem+prev.Items) {
-				return fmt.Errorf("shard %s starts at sample %d (item %d), not where %s ends", sh.Path, sh.FirstRow, sh.FirstItem, prev.Path)
-			}
-		}
-		rows += sh.Rows
-	}
-	if rows != want {
-		return fmt.Errorf("its shards hold %d samples, the partition %d", rows, want)
-	}
-	return nil
-}
-
 func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest, det dedupe.Detection) (*manifests.Manifest, []int64, []writer.Shard, error) {
 	var inFP, outFP fingerprint.Sum
 	prof := tensors.NewProfile()
@@ -670,4 +640,38 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 		}
 	}
 	return m, queries, shards, nil
+}
+
+// checkShards checks what a reduce task's manifest says of its tensor
+// shards against its partition: shards that follow one another, none
+// empty, holding the partition's samples (its queries and items, packed)
+// and no more. A damaged or edited manifest (the fuzzer's: a shard's "rows" key
+// renamed, so it read as 0) would otherwise surface at the end as a count
+// mismatch taken for a bug.
+func checkShards(shards []writer.Shard, pp plan.Partition, packed bool) error {
+	want := pp.Rows
+	if packed {
+		want = pp.Queries
+	}
+	var rows, items int64
+	for i, sh := range shards {
+		if sh.Rows <= 0 {
+			return fmt.Errorf("shard %s holds %d samples", sh.Path, sh.Rows)
+		}
+		if i > 0 {
+			prev := shards[i-1]
+			if sh.FirstRow != prev.FirstRow+prev.Rows || (packed && sh.FirstItem != prev.FirstItem+prev.Items) {
+				return fmt.Errorf("shard %s starts at sample %d (item %d), not where %s ends", sh.Path, sh.FirstRow, sh.FirstItem, prev.Path)
+			}
+		}
+		rows += sh.Rows
+		items += sh.Items
+	}
+	if rows != want {
+		return fmt.Errorf("its shards hold %d samples, the partition %d", rows, want)
+	}
+	if packed && items != pp.Rows {
+		return fmt.Errorf("its shards hold %d items, the partition %d", items, pp.Rows)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
+	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -136,18 +137,8 @@ func writePow2File(t *testing.T, path string, rows, rgRows int) {
 			}
 		}
 	}
-	rec := b.NewRecordBatch()
-	defer rec.Release()
-	tbl := array.NewTableFromRecords(sc, []arrow.RecordBatch{rec})
-	defer tbl.Release()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDictionaryDefault(false), parquet.WithDictionaryFor("tags.list.element", true))
-	if err := pqarrow.WriteTable(tbl, f, int64(rgRows), props, pqarrow.DefaultWriterProps()); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteArrow(t, path, b.NewRecordBatch(), parquet.WithMaxRowGroupLength(int64(rgRows)),
+		parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDictionaryDefault(false), parquet.WithDictionaryFor("tags.list.element", true))
 }
 
 // readPlain reads path whole with arrow-go alone, into one record.
