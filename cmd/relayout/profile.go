@@ -14,7 +14,8 @@ import (
 // trace (where wall time waits: go tool trace) to $RELAYOUT_TRACE and heap
 // profiles every 2 s to $RELAYOUT_MEMPROFILE.N when set (for benchmarking
 // and memory work; undocumented; RELAYOUT_MEMPROFILE_EVERY sets another
-// interval, such as 300ms).
+// interval, such as 300ms), and one more to $RELAYOUT_MEMPROFILE.final at
+// the end, whose allocation counts cover the whole run.
 func startProfile() func() {
 	stop := func() {}
 	if p := os.Getenv("RELAYOUT_CPUPROFILE"); p != "" {
@@ -49,7 +50,15 @@ func startProfile() func() {
 			}
 		}()
 		prev := stop
-		stop = func() { close(done); prev() }
+		stop = func() {
+			close(done)
+			// One more at the end: its alloc_space covers the whole run.
+			if f, err := os.Create(p + ".final"); err == nil {
+				pprof.Lookup("heap").WriteTo(f, 0)
+				f.Close()
+			}
+			prev()
+		}
 	}
 	if p := os.Getenv("RELAYOUT_MEMSTATS"); p != "" {
 		done := make(chan struct{})
