@@ -74,7 +74,13 @@ func (s Sum) String() string { return fmt.Sprintf("%016x", s.Hash) }
 
 // Record returns the fingerprint of the record's rows.
 func Record(rec arrow.RecordBatch) (Sum, error) {
-	hs, err := RowHashes(rec.Columns(), int(rec.NumRows()))
+	return RecordWith(rec, nil, nil)
+}
+
+// RecordWith returns the fingerprint of the record's rows and fills extra
+// with per-row hashes of groups of its columns, as RowHashesWith does.
+func RecordWith(rec arrow.RecordBatch, group []int, extra [][]uint64) (Sum, error) {
+	hs, err := RowHashesWith(rec.Columns(), int(rec.NumRows()), group, extra)
 	if err != nil {
 		return Sum{}, err
 	}
@@ -88,13 +94,38 @@ func Record(rec arrow.RecordBatch) (Sum, error) {
 
 // RowHashes returns each row's hash over the given columns.
 func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
+	return RowHashesWith(cols, n, nil, nil)
+}
+
+// RowHashesWith returns each row's hash over cols, as RowHashes does, and
+// also writes to extra[g][i] row i's hash over the columns k with group[k]
+// == g (in their order), which is what RowHashes over those columns alone
+// returns. Each value is hashed once for both. group may be nil (no
+// extra), else one entry per column, negative for none; len(extra[g])
+// must be n.
+func RowHashesWith(cols []arrow.Array, n int, group []int, extra [][]uint64) ([]uint64, error) {
+	if group != nil && len(group) != len(cols) {
+		return nil, fmt.Errorf("internal: %d column groups for %d columns", len(group), len(cols))
+	}
+	for _, e := range extra {
+		if len(e) != n {
+			return nil, fmt.Errorf("internal: %d extra hashes for %d rows", len(e), n)
+		}
+		for i := range e {
+			e[i] = seed
+		}
+	}
 	acc := make([]uint64, n)
 	for i := range acc {
 		acc[i] = seed
 	}
 	var tmp []uint64
-	for _, c := range cols {
-		if foldValues(c, acc) {
+	for k, c := range cols {
+		g := -1
+		if group != nil {
+			g = group[k]
+		}
+		if g < 0 && foldValues(c, acc) {
 			continue
 		}
 		if tmp == nil {
@@ -106,9 +137,20 @@ func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
 		for i := range acc {
 			acc[i] = fold(acc[i], tmp[i])
 		}
+		if g >= 0 {
+			e := extra[g]
+			for i := range e {
+				e[i] = fold(e[i], tmp[i])
+			}
+		}
 	}
 	for i := range acc {
 		acc[i] = mix(acc[i])
+	}
+	for _, e := range extra {
+		for i := range e {
+			e[i] = mix(e[i])
+		}
 	}
 	return acc, nil
 }

@@ -332,3 +332,79 @@ func TestFoldedEqualsValueHashes(t *testing.T) {
 	defer nullChild.Release()
 	check("list with a null element", nullChild, false)
 }
+
+// TestRowHashesWith: the extra hashes of each group of columns are what
+// hashing those columns alone gives, value by value (ValueHash, folded in
+// column order, then mixed), and the row hashes stay RowHashes'. Columns
+// the fused path folds (id: int64 without nulls) are in groups too.
+func TestRowHashesWith(t *testing.T) {
+	rec := record(append(rows(), rows()...))
+	defer rec.Release()
+	n := int(rec.NumRows())
+	want, err := RowHashes(rec.Columns(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byValue := func(cols []int) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			h := seed
+			for _, c := range cols {
+				v, err := ValueHash(rec.Column(c), i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h = fold(h, v)
+			}
+			out[i] = mix(h)
+		}
+		return out
+	}
+	for _, group := range [][]int{
+		{0, -1, 1, 0, -1, 1},
+		{-1, 0, -1, -1, -1, -1},
+		{0, 0, 0, 0, 0, 0},
+		{-1, -1, -1, -1, -1, -1},
+	} {
+		groups := 0
+		for _, g := range group {
+			groups = max(groups, g+1)
+		}
+		extra := make([][]uint64, groups)
+		for g := range extra {
+			extra[g] = make([]uint64, n)
+		}
+		got, err := RowHashesWith(rec.Columns(), n, group, extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("groups %v: row %d hashes to %x, RowHashes gives %x", group, i, got[i], want[i])
+			}
+		}
+		for g := range extra {
+			var cols []int
+			for c, gc := range group {
+				if gc == g {
+					cols = append(cols, c)
+				}
+			}
+			w := byValue(cols)
+			for i := range w {
+				if extra[g][i] != w[i] {
+					t.Fatalf("groups %v: group %d (columns %v), row %d: %x, hashing its values gives %x", group, g, cols, i, extra[g][i], w[i])
+				}
+			}
+		}
+		// Rows 0 and 3 are equal: so are their hashes in every group.
+		for g := range extra {
+			if extra[g][0] != extra[g][3] {
+				t.Fatalf("groups %v: equal rows hash differently in group %d", group, g)
+			}
+		}
+	}
+	if _, err := RowHashesWith(rec.Columns(), n, []int{0}, [][]uint64{make([]uint64, n)}); err == nil {
+		t.Fatal("a group list shorter than the columns was accepted")
+	}
+}

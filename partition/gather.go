@@ -296,14 +296,44 @@ func WriteUnit(ctx context.Context, schema *arrow.Schema, src *UnitRows, unit Un
 	return firstErr
 }
 
+// RowDigest asks ReadAll for per-row hashes of groups of columns, taken in
+// the fingerprint's pass over the values (fingerprint.RowHashesWith), so
+// that no column is hashed twice.
+type RowDigest struct {
+	// Group holds, per column of the table, the group it is hashed into
+	// (-1: none).
+	Group []int
+	// Hashes is filled by ReadAll: per group, a hash per row of the table,
+	// in row order.
+	Hashes [][]uint64
+}
+
 // ReadAll decodes every row group (all columns) and fingerprints it,
 // handing each to observe and its row count to progress as it is read.
 // first, when not nil, is the first non-empty row group already decoded
 // (the plan's sample): ReadAll takes it over instead of decoding it again.
-func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(rows int64), observe func(arrow.RecordBatch), first arrow.RecordBatch) ([]arrow.RecordBatch, fingerprint.Sum, error) {
+// dig, when not nil, gets the per-row hashes it asks for.
+func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(rows int64), observe func(arrow.RecordBatch), first arrow.RecordBatch, dig *RowDigest) ([]arrow.RecordBatch, fingerprint.Sum, error) {
 	refs := t.RowGroups()
 	recs := make([]arrow.RecordBatch, len(refs))
 	sums := make([]fingerprint.Sum, len(refs))
+	starts := make([]int64, len(refs)+1)
+	for i, ref := range refs {
+		starts[i+1] = starts[i] + ref.Rows()
+	}
+	groups := 0
+	if dig != nil {
+		if len(dig.Group) != t.Schema.NumFields() {
+			return nil, fingerprint.Sum{}, fmt.Errorf("internal: %d column groups for %d columns", len(dig.Group), t.Schema.NumFields())
+		}
+		for _, g := range dig.Group {
+			groups = max(groups, g+1)
+		}
+		dig.Hashes = make([][]uint64, groups)
+		for g := range dig.Hashes {
+			dig.Hashes[g] = make([]uint64, starts[len(refs)])
+		}
+	}
 	if first != nil {
 		for i, ref := range refs {
 			if ref.Rows() > 0 {
@@ -333,8 +363,19 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 	if err == nil {
 		err = par.ForEach(ctx, len(refs), parallel, func(i int) error {
 			observe(recs[i])
+			if n := recs[i].NumRows(); n != starts[i+1]-starts[i] {
+				return errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", refs[i].File.Obj.URL, refs[i].RowGroup, n, starts[i+1]-starts[i])
+			}
+			var group []int
+			extra := make([][]uint64, groups)
+			if dig != nil {
+				group = dig.Group
+				for g := range extra {
+					extra[g] = dig.Hashes[g][starts[i]:starts[i+1]]
+				}
+			}
 			var err error
-			if sums[i], err = RecordSum(recs[i], refs[i].File.Obj.URL); err != nil {
+			if sums[i], err = recordSumWith(recs[i], refs[i].File.Obj.URL, group, extra); err != nil {
 				return errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
 			}
 			progress(refs[i].Rows())
@@ -457,11 +498,16 @@ func NewRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.RecordBa
 // damaged pages can make the hashing index out of range: that is bad input
 // (exit 3) naming what was read, not a crash.
 func RecordSum(rec arrow.RecordBatch, what string) (sum fingerprint.Sum, err error) {
+	return recordSumWith(rec, what, nil, nil)
+}
+
+// recordSumWith is RecordSum, filling extra as fingerprint.RecordWith does.
+func recordSumWith(rec arrow.RecordBatch, what string, group []int, extra [][]uint64) (sum fingerprint.Sum, err error) {
 	if what == "" {
 		what = "fingerprint"
 	}
 	defer errs.Recover(&err, what)
-	sum, err = fingerprint.Record(rec)
+	sum, err = fingerprint.RecordWith(rec, group, extra)
 	if err != nil && errs.ClassOf(err) == errs.Internal {
 		err = errs.BadInputf("%s: %v", what, err)
 	}

@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,8 +17,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 
+	"github.com/relayout/relayout/dedupe"
+	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -337,4 +342,107 @@ func leU64(b []byte) uint64 {
 		v = v<<8 | uint64(b[i])
 	}
 	return v
+}
+
+// TestDetectSorted: run's in-memory detection from the read's row digests
+// agrees with the detector reading every row (and the probe's conflicts),
+// and gives way to it whenever a query's rows differ: in a candidate
+// column outside the sample, and at a slice boundary where the same query
+// key continues in the next slice.
+func TestDetectSorted(t *testing.T) {
+	type r struct {
+		country string
+		q, item int64
+		user    int64
+	}
+	build := func(rows []r) arrow.RecordBatch {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, digestSchema)
+		defer b.Release()
+		for _, x := range rows {
+			b.Field(0).(*array.StringBuilder).Append(x.country)
+			b.Field(1).(*array.Int64Builder).Append(x.q)
+			b.Field(2).(*array.Int64Builder).Append(x.item)
+			b.Field(3).(*array.Int64Builder).Append(x.user)
+			b.Field(4).(*array.Float64Builder).Append(float64(x.item) / 3)
+		}
+		return b.NewRecordBatch()
+	}
+	queries := func(country string, from, to int64) []r {
+		var out []r
+		for q := from; q <= to; q++ {
+			for i := int64(0); i < 4; i++ {
+				out = append(out, r{country, q, q*10 + i, q * 7})
+			}
+		}
+		return out
+	}
+	keys := plan.Keys{Slice: []int{0}, Query: []int{1}, Sort: []int{1}}
+	for _, tc := range []struct {
+		name   string
+		rows   []r
+		wantOK bool
+	}{
+		{"constant", slices.Concat(queries("DE", 1, 50), queries("FR", 51, 100)), true},
+		// Query 80's last row has another user, far from the sample.
+		{"varies-late", slices.Concat(queries("DE", 1, 50), queries("FR", 51, 100), []r{{"FR", 80, 1, 9}}), false},
+		// Query 50 is DE's last and FR's first: neighbours in the sorted
+		// order with one key, and country differs between them.
+		{"across-slices", slices.Concat(queries("DE", 1, 50), queries("FR", 50, 100)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Two batches, in an order the sort must undo (FR first).
+			rows := slices.Clone(tc.rows)
+			slices.Reverse(rows)
+			half := len(rows) / 2
+			recs := []arrow.RecordBatch{build(rows[:half]), build(rows[half:])}
+			defer recs[0].Release()
+			defer recs[1].Release()
+			sample := build(tc.rows[:40]) // the head of the input, as a plan's
+			defer sample.Release()
+			probe := probeDetection(sample, keys)
+			if probe == nil || !probe.Varying[2] || probe.Varying[3] {
+				t.Fatalf("probe %+v: want item seen to vary, user not", probe)
+			}
+			dig := rowDigest(probe, digestSchema, keys.Query)
+			var hashes [2][]uint64
+			for _, rec := range recs {
+				extra := [][]uint64{make([]uint64, rec.NumRows()), make([]uint64, rec.NumRows())}
+				if _, err := fingerprint.RecordWith(rec, dig.Group, extra); err != nil {
+					t.Fatal(err)
+				}
+				hashes[0], hashes[1] = append(hashes[0], extra[0]...), append(hashes[1], extra[1]...)
+			}
+			dig.Hashes = hashes[:]
+			// Sorted by country, then query key, stably (the run's order).
+			all := slices.Concat(rows[:half], rows[half:])
+			ord := make([]int64, len(all))
+			for i := range ord {
+				ord[i] = int64(i)
+			}
+			slices.SortStableFunc(ord, func(a, b int64) int {
+				if c := strings.Compare(all[a].country, all[b].country); c != 0 {
+					return c
+				}
+				return cmp.Compare(all[a].q, all[b].q)
+			})
+			got, ok := detectSorted(ord, dig, probe)
+			if ok != tc.wantOK {
+				t.Fatalf("decided from digests: %v, want %v", ok, tc.wantOK)
+			}
+			d := dedupe.NewDetector(digestSchema, keys.Query)
+			if err := d.AddBatches(recs, ord); err != nil {
+				t.Fatal(err)
+			}
+			want := withProbe(dedupe.DetectionOf(d), probe)
+			if !ok {
+				if slices.Equal(want.Varying, probe.Varying) {
+					t.Fatalf("the detector found only what the probe did (%v): the case tests nothing", want.Varying)
+				}
+				return
+			}
+			if !slices.Equal(got.Varying, want.Varying) || !maps.Equal(got.Conflicts, want.Conflicts) {
+				t.Fatalf("from digests %+v, the detector %+v", got, want)
+			}
+		})
+	}
 }

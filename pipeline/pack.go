@@ -1,6 +1,11 @@
 package pipeline
 
 import (
+	"maps"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/manifests"
@@ -12,6 +17,58 @@ import (
 // detectUnit feeds a sorted unit to the detector.
 func detectUnit(det *dedupe.Detector, src *partition.UnitRows) error {
 	return det.AddBatches(src.Batches(), src.Ord)
+}
+
+// rowDigest asks the in-memory read for the hashes detectSorted decides
+// from: per row, of the query key (group 0) and of the columns the plan's
+// probe left in doubt (group 1). Nil without a probe.
+func rowDigest(probe *plan.Probe, schema *arrow.Schema, queryCols []int) *partition.RowDigest {
+	if probe == nil {
+		return nil
+	}
+	cand, err := candidates(probe, schema, queryCols)
+	if err != nil {
+		return nil // the detector reads the rows
+	}
+	group := make([]int, schema.NumFields())
+	for c := range group {
+		group[c] = -1
+	}
+	for _, c := range queryCols {
+		group[c] = 0
+	}
+	for _, c := range cand {
+		group[c] = 1
+	}
+	return &partition.RowDigest{Group: group}
+}
+
+// detectSorted decides the detection of a table held in memory, in its
+// sorted order ord, from the read's row digests, as a detect task does from
+// its map tasks' (detectByDigests): if no two neighbouring rows with the
+// same query key hash have different candidate hashes, every candidate is
+// constant inside every query (up to a 64-bit collision of the candidates'
+// hashes, the fingerprint's assumption), and the detection is the probe's.
+// The detector, comparing the same neighbours by their keys, would find
+// the same: a pair of rows with equal keys has equal key hashes, and the
+// columns the probe saw vary vary in the table too. ok is false when some
+// query's rows differ: the detector must read them to say where.
+func detectSorted(ord []int64, dig *partition.RowDigest, probe *plan.Probe) (det dedupe.Detection, ok bool) {
+	if dig == nil || len(dig.Hashes) != 2 || probe == nil {
+		return det, false
+	}
+	q, c := dig.Hashes[0], dig.Hashes[1]
+	for j := 1; j < len(ord); j++ {
+		a, b := ord[j-1], ord[j]
+		if q[a] == q[b] && c[a] != c[b] {
+			return det, false
+		}
+	}
+	det = dedupe.Detection{Varying: slices.Clone(probe.Varying), Conflicts: maps.Clone(probe.Conflicts)}
+	if det.Conflicts == nil {
+		det.Conflicts = map[string]string{}
+	}
+	return det, true
 }
 
 // decidePacking fixes the packed layout from the detection over all rows.

@@ -172,6 +172,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	t1 := time.Now()
 	var maps []*TaskManifest
 	var sorted *partition.UnitRows
+	var dig *partition.RowDigest // the in-memory read's, for the detection
 	if whole {
 		// The whole table is decoded at once: its heap is faulted in once.
 		defer opts.adviseHeap(int64(float64(tbl.Rows) * ks.Memory.MemRowBytes))()
@@ -184,7 +185,10 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		first := ks.First
 		ks.First = nil
 		tbl.Compact = true // every row group is held to the end
-		recs, fp, err := partition.ReadAll(ctx, tbl, opts.Parallel, opts.Progress.Add, observe, first)
+		if p.Packing != nil {
+			dig = rowDigest(p.Packing.Probe, tbl.Schema, keys.Query)
+		}
+		recs, fp, err := partition.ReadAll(ctx, tbl, opts.Parallel, opts.Progress.Add, observe, first, dig)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
@@ -278,11 +282,17 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	var det dedupe.Detection
 	if p.Packing != nil {
 		if sorted != nil { // every row in order at once
-			d := dedupe.NewDetector(tbl.Schema, keys.Query)
-			if err := detectUnit(d, sorted); err != nil {
-				return nil, err
+			var ok bool
+			det, ok = detectSorted(sorted.Ord, dig, p.Packing.Probe)
+			dig = nil
+			log.Info("detected", "by", map[bool]string{true: "digests", false: "rows"}[ok])
+			if !ok {
+				d := dedupe.NewDetector(tbl.Schema, keys.Query)
+				if err := detectUnit(d, sorted); err != nil {
+					return nil, err
+				}
+				det = dedupe.DetectionOf(d)
 			}
-			det = dedupe.DetectionOf(d)
 		}
 		for j := range p.Partitions {
 			if sorted != nil {
