@@ -15,13 +15,21 @@ const decodedPerInput = 1.5
 // process that will hold about held decoded bytes at once, and returns
 // the function that stops asking (internal/hugepages). Faulting a fresh
 // heap in 4 KiB pages cost a quarter of a run's CPU on a VM
-// (docs/benchmarks.md). It asks only with --huge-pages auto, a
+// (docs/benchmarks.md). It asks only with --huge-pages auto, where
+// huge pages are worthwhile (hugepages.Worthwhile: not in a VM that gives
+// free memory back to its host), with a
 // --memory-limit of at least 512 MiB, and for processes whose decoded
 // rows the plan holds to a fifth of the budget (an in-memory run; a map or
 // reduce task): their measured peak is about 3x what they hold, so the
 // coarser resident set of huge pages (about 10% more) stays within it.
 func (o RunOptions) adviseHeap(held int64) (stop func()) {
 	if o.HugePages == HugePagesOff || o.sample || o.MemoryLimit < hugePagesFloor {
+		return func() {}
+	}
+	if ok, why := hugepages.Worthwhile(); !ok {
+		if o.Log != nil {
+			o.Log.Debug("huge pages not asked for", "why", why)
+		}
 		return func() {}
 	}
 	done := hugepages.Advise(min(4*held, o.MemoryLimit/2))

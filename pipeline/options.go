@@ -102,7 +102,8 @@ type RunOptions struct {
 	Parallel int
 	// HugePages is whether a run that sorts its table in memory asks the
 	// kernel for transparent huge pages for its heap: HugePagesAuto
-	// (default; where the kernel grants them on request) or HugePagesOff.
+	// (default; where the kernel grants them on request and does not give
+	// free memory back to a hypervisor) or HugePagesOff.
 	// It changes speed and resident memory, never the output.
 	HugePages string
 	// Overwrite replaces an existing output.

@@ -30,14 +30,25 @@ func vmFlags(t *testing.T, p uintptr) string {
 	return ""
 }
 
-// TestAdviseMarksTheHeap checks, on this machine's setting, that Advise
-// advises the mapping a later large heap allocation lands in (the kernel
-// shows it as "hg" in /proc/self/smaps) where the setting is "madvise",
-// and does nothing where it is not.
+// TestAdviseMarksTheHeap checks, on this machine's setting, that the
+// mechanism advises the mapping a later large heap allocation lands in
+// (the kernel shows it as "hg" in /proc/self/smaps) where the setting is
+// "madvise", and does nothing where it is not; and that Advise does
+// nothing where huge pages are not worthwhile (free page reporting).
 func TestAdviseMarksTheHeap(t *testing.T) {
 	mode := Mode()
-	t.Logf("transparent huge pages: %q", mode)
-	stop := Advise(256 << 20)
+	worth, why := Worthwhile()
+	t.Logf("transparent huge pages: %q; free page reporting: %v; worthwhile: %v %s", mode, FreePageReporting(), worth, why)
+	if worth != (mode == "madvise" && !FreePageReporting()) {
+		t.Fatalf("Worthwhile says %v (%s) with the setting %q", worth, why, mode)
+	}
+	if !worth {
+		if n := Advise(256 << 20)(); n != 0 {
+			t.Fatalf("Advise advised %d mappings where it is not worthwhile (%s)", n, why)
+		}
+	}
+	// The mechanism, wherever the setting allows it.
+	stop := advise(256 << 20)
 	// What a run then decodes lands in the room Advise made.
 	var bufs [][]byte
 	for i := 0; i < 16; i++ {
@@ -115,7 +126,7 @@ func TestAdviseTouchesNoRoom(t *testing.T) {
 	}
 	runtime.GC()
 	before := vmRSS(t)
-	stop := Advise(1 << 30)
+	stop := advise(1 << 30)
 	after := vmRSS(t)
 	stop()
 	t.Logf("setting %q: resident %d MiB before Advise(1 GiB), %d MiB after", Mode(), before>>20, after>>20)
@@ -127,7 +138,7 @@ func TestAdviseTouchesNoRoom(t *testing.T) {
 	// heap over the freed room, zeroing what it landed on (22 MiB more
 	// resident here, against 0-3 MiB now over eight runs). The bound
 	// leaves room for khugepaged's collapses, as above.
-	stop = Advise(1 << 30)
+	stop = advise(1 << 30)
 	again := vmRSS(t)
 	stop()
 	t.Logf("resident %d MiB after a second Advise(1 GiB)", again>>20)
