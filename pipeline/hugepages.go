@@ -26,13 +26,17 @@ func (o RunOptions) adviseHeap(held int64) (stop func()) {
 	if o.HugePages == HugePagesOff || o.sample || o.MemoryLimit < hugePagesFloor {
 		return func() {}
 	}
-	if ok, why := hugepages.Worthwhile(); !ok {
-		if o.Log != nil {
-			o.Log.Debug("huge pages not asked for", "why", why)
+	advise := hugepages.AdviseGranted
+	if o.HugePages != HugePagesOn {
+		if ok, why := hugepages.Worthwhile(); !ok {
+			if o.Log != nil {
+				o.Log.Debug("huge pages not asked for", "why", why)
+			}
+			return func() {}
 		}
-		return func() {}
+		advise = hugepages.Advise
 	}
-	done := hugepages.Advise(min(4*held, o.MemoryLimit/2))
+	done := advise(min(4*held, o.MemoryLimit/2))
 	return func() {
 		if n := done(); n > 0 && o.Log != nil {
 			o.Log.Debug("heap advised for huge pages", "mappings", n)

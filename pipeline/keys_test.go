@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -272,5 +273,27 @@ func TestCommitConfirmsWhatReducesChecked(t *testing.T) {
 				t.Fatalf("verify: %+v, %v", vr, err)
 			}
 		})
+	}
+}
+
+// TestHugePagesOption: --huge-pages takes auto (the default), on and off,
+// and anything else is a usage error naming the three.
+func TestHugePagesOption(t *testing.T) {
+	base := RunOptions{Inputs: []string{"in"}, Output: "out"}
+	for _, v := range []string{"", HugePagesAuto, HugePagesOn, HugePagesOff} {
+		o := base
+		o.HugePages = v
+		got, err := o.withDefaults()
+		if err != nil {
+			t.Fatalf("--huge-pages %q: %v", v, err)
+		}
+		if want := cmp.Or(v, HugePagesAuto); got.HugePages != want {
+			t.Fatalf("--huge-pages %q became %q, want %q", v, got.HugePages, want)
+		}
+	}
+	o := base
+	o.HugePages = "always"
+	if _, err := o.withDefaults(); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "auto, on or off") {
+		t.Fatalf("--huge-pages always: %v", err)
 	}
 }

@@ -103,7 +103,8 @@ type RunOptions struct {
 	// HugePages is whether a run that sorts its table in memory asks the
 	// kernel for transparent huge pages for its heap: HugePagesAuto
 	// (default; where the kernel grants them on request and does not give
-	// free memory back to a hypervisor) or HugePagesOff.
+	// free memory back to a hypervisor), HugePagesOn (wherever it grants
+	// them) or HugePagesOff.
 	// It changes speed and resident memory, never the output.
 	HugePages string
 	// Overwrite replaces an existing output.
@@ -177,17 +178,18 @@ const (
 	DefaultRowGroupRows  = 1 << 20
 	DefaultFileBytes     = 1 << 30
 	DefaultMemoryLimit   = 2 << 30
-	// HugePagesAuto and HugePagesOff are the values of RunOptions.HugePages.
-	HugePagesAuto, HugePagesOff = "auto", "off"
-	DefaultShardBytes           = 256 << 20
-	DefaultBlockSamples         = 4096
-	DefaultReportSlices         = 100
-	DefaultSampleRows           = 16 << 10
-	DefaultBoundaryKeys         = 1
-	DefaultZstdLevel            = 3
-	DefaultPageBytes            = 1 << 20
-	DefaultCheck                = CheckKeys
-	DefaultOnConflict           = "fail"
+	// HugePagesAuto, HugePagesOn and HugePagesOff are the values of
+	// RunOptions.HugePages.
+	HugePagesAuto, HugePagesOn, HugePagesOff = "auto", "on", "off"
+	DefaultShardBytes                        = 256 << 20
+	DefaultBlockSamples                      = 4096
+	DefaultReportSlices                      = 100
+	DefaultSampleRows                        = 16 << 10
+	DefaultBoundaryKeys                      = 1
+	DefaultZstdLevel                         = 3
+	DefaultPageBytes                         = 1 << 20
+	DefaultCheck                             = CheckKeys
+	DefaultOnConflict                        = "fail"
 	// MaxTinyFolders and TinyFolderBytes: Hive output that would make more
 	// folders than MaxTinyFolders, averaging under TinyFolderBytes of
 	// output each, is refused unless forced (a folder per few rows makes
@@ -303,9 +305,9 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	switch o.HugePages {
 	case "":
 		o.HugePages = HugePagesAuto
-	case HugePagesAuto, HugePagesOff:
+	case HugePagesAuto, HugePagesOn, HugePagesOff:
 	default:
-		return o, errs.Usagef("--huge-pages must be auto or off (got %q)", o.HugePages)
+		return o, errs.Usagef("--huge-pages must be auto, on or off (got %q)", o.HugePages)
 	}
 	switch o.Check {
 	case "":

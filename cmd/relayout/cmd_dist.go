@@ -117,7 +117,7 @@ func stepFlags(planFlag cli.Flag) []cli.Flag {
 		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget"),
 		strFlag("tmp-dir", "", "folder for temporary files"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
-		strFlag("huge-pages", pipeline.HugePagesAuto, "auto (ask Linux for transparent huge pages for the heap where it grants them on request, does not give free memory back to a hypervisor, and --memory-limit is at least 512MiB) or off"),
+		strFlag("huge-pages", pipeline.HugePagesAuto, "auto (ask Linux for transparent huge pages for the heap where it grants them on request, does not give free memory back to a hypervisor, and --memory-limit is at least 512MiB), on (also where it does) or off"),
 	}
 	return append(fs, logFlags()...)
 }
@@ -185,8 +185,8 @@ func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		return pipeline.RunOptions{}, err
 	}
 	o := pipeline.RunOptions{TmpDir: c.String("tmp-dir"), Parallel: c.Int("parallel"), Log: log, HugePages: c.String("huge-pages")}
-	if h := o.HugePages; h != pipeline.HugePagesAuto && h != pipeline.HugePagesOff {
-		return o, errs.Usagef("--huge-pages must be auto or off (got %q)", h)
+	if h := o.HugePages; h != pipeline.HugePagesAuto && h != pipeline.HugePagesOn && h != pipeline.HugePagesOff {
+		return o, errs.Usagef("--huge-pages must be auto, on or off (got %q)", h)
 	}
 	if o.MemoryLimit, err = parseSize("memory-limit", c.String("memory-limit")); err != nil {
 		return o, err

@@ -42,6 +42,12 @@ import (
 	"time"
 )
 
+// room is the largest room an Advise of this process has made.
+var (
+	roomMu sync.Mutex
+	room   int64
+)
+
 // Tick is how often new heap mappings are advised: the heap grows by a
 // 64 MiB arena in about 100 ms while a table is decoded.
 const Tick = 10 * time.Millisecond
@@ -95,12 +101,13 @@ func Advise(expect int64) (stop func() int) {
 	if ok, _ := Worthwhile(); !ok {
 		return func() int { return 0 }
 	}
-	return advise(expect)
+	return AdviseGranted(expect)
 }
 
-// advise is Advise wherever the setting is "madvise", whether or not huge
-// pages are worth it (the tests' way to the mechanism on any such host).
-func advise(expect int64) (stop func() int) {
+// AdviseGranted is Advise wherever the setting is "madvise", whether or
+// not Worthwhile says huge pages pay (--huge-pages on; the tests' way to
+// the mechanism on any such host).
+func AdviseGranted(expect int64) (stop func() int) {
 	if Mode() != "madvise" {
 		return func() int { return 0 }
 	}
@@ -127,7 +134,19 @@ func advise(expect int64) (stop func() int) {
 	// Memory the heap holds free already takes the table first (Go reuses
 	// the lowest free pages), and growing over it would zero it: a second
 	// Advise in one process (a worker running a list of tasks) zeroed,
-	// and so faulted in, the room the first had left.
+	// and so faulted in, the room the first had left. Nor does a later
+	// call grow the heap for what an earlier one made room for: the
+	// earlier call's pieces filled the heap's free pages before they grew
+	// it, so its room is less than it asked by what was free then, and a
+	// second call of the same size found 240 MiB "missing" of 1 GiB and
+	// zeroed it over freed pages.
+	roomMu.Lock()
+	if expect <= room {
+		expect = 0
+	} else {
+		room = expect
+	}
+	roomMu.Unlock()
 	expect -= heapSpare()
 	if expect >= 1<<20 {
 		// Mapped, never written: it costs address space, not memory. In

@@ -48,7 +48,7 @@ func TestAdviseMarksTheHeap(t *testing.T) {
 		}
 	}
 	// The mechanism, wherever the setting allows it.
-	stop := advise(256 << 20)
+	stop := AdviseGranted(256 << 20)
 	// What a run then decodes lands in the room Advise made.
 	var bufs [][]byte
 	for i := 0; i < 16; i++ {
@@ -126,7 +126,7 @@ func TestAdviseTouchesNoRoom(t *testing.T) {
 	}
 	runtime.GC()
 	before := vmRSS(t)
-	stop := advise(1 << 30)
+	stop := AdviseGranted(1 << 30)
 	after := vmRSS(t)
 	stop()
 	t.Logf("setting %q: resident %d MiB before Advise(1 GiB), %d MiB after", Mode(), before>>20, after>>20)
@@ -138,7 +138,7 @@ func TestAdviseTouchesNoRoom(t *testing.T) {
 	// heap over the freed room, zeroing what it landed on (22 MiB more
 	// resident here, against 0-3 MiB now over eight runs). The bound
 	// leaves room for khugepaged's collapses, as above.
-	stop = advise(1 << 30)
+	stop = AdviseGranted(1 << 30)
 	again := vmRSS(t)
 	stop()
 	t.Logf("resident %d MiB after a second Advise(1 GiB)", again>>20)
