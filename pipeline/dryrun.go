@@ -268,10 +268,10 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 // estimated.
 const (
 	decodedPeakFlat         = 2.4
-	decodedPeakPacked       = 2.9
+	decodedPeakPacked       = 2.5
 	spillRatio              = 0.4
-	coreSecondsPerDecodedGB = 29
-	packedWork              = 1.1
+	coreSecondsPerDecodedGB = 15
+	packedWork              = 1.0
 	tensorWork              = 1.1
 	spillWork               = 1.45
 	rebinWork               = 1.15 // the second pass of a two-pass shuffle: 15-16% of the run at 4x and 16x
