@@ -21,6 +21,7 @@ import (
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/storage"
 )
@@ -444,5 +445,12 @@ func TestDetectSorted(t *testing.T) {
 				t.Fatalf("from digests %+v, the detector %+v", got, want)
 			}
 		})
+	}
+	// No column in doubt (the probe saw every one but the key vary): the
+	// read hashed no group 1, and the probe decides.
+	probe := &plan.Probe{Varying: []bool{true, false, true, true, true}, Conflicts: map[string]string{"2": "x"}}
+	got, ok := detectSorted([]int64{1, 0, 2}, &partition.RowDigest{Hashes: [][]uint64{{5, 5, 7}}}, probe)
+	if !ok || !slices.Equal(got.Varying, probe.Varying) || got.Conflicts["2"] != "x" {
+		t.Fatalf("with no candidates: %+v, %v; want the probe's", got, ok)
 	}
 }

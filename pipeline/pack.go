@@ -54,14 +54,18 @@ func rowDigest(probe *plan.Probe, schema *arrow.Schema, queryCols []int) *partit
 // columns the probe saw vary vary in the table too. ok is false when some
 // query's rows differ: the detector must read them to say where.
 func detectSorted(ord []int64, dig *partition.RowDigest, probe *plan.Probe) (det dedupe.Detection, ok bool) {
-	if dig == nil || len(dig.Hashes) != 2 || probe == nil {
+	if dig == nil || len(dig.Hashes) == 0 || probe == nil {
 		return det, false
 	}
-	q, c := dig.Hashes[0], dig.Hashes[1]
-	for j := 1; j < len(ord); j++ {
-		a, b := ord[j-1], ord[j]
-		if q[a] == q[b] && c[a] != c[b] {
-			return det, false
+	// Without group 1 no column is in doubt: the probe saw every other
+	// one vary.
+	if len(dig.Hashes) > 1 {
+		q, c := dig.Hashes[0], dig.Hashes[1]
+		for j := 1; j < len(ord); j++ {
+			a, b := ord[j-1], ord[j]
+			if q[a] == q[b] && c[a] != c[b] {
+				return det, false
+			}
 		}
 	}
 	det = dedupe.Detection{Varying: slices.Clone(probe.Varying), Conflicts: maps.Clone(probe.Conflicts)}
