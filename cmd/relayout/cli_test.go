@@ -17,6 +17,7 @@ import (
 
 	"github.com/relayout/relayout/internal/arrowmem"
 	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/hugepages"
 	"github.com/relayout/relayout/internal/testutil"
 )
 
@@ -949,5 +950,46 @@ func TestTasksPerIndex(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
 	if len(a) == 0 || !bytes.Equal(a, b) {
 		t.Fatal("the manifest differs from relayout run's")
+	}
+}
+
+// TestHugePagesFlag: --huge-pages auto asks for huge pages for an
+// in-memory run's heap where they are worthwhile on this host and says why
+// not where not; on asks wherever the kernel grants them on request; off
+// never asks (the run's debug log says which).
+func TestHugePagesFlag(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 1, Seed: 5})
+	mode := hugepages.Mode()
+	worth, why := hugepages.Worthwhile()
+	t.Logf("setting %q, worthwhile %v %s", mode, worth, why)
+	for _, tc := range []struct {
+		flag            string
+		advised, refuse bool // the log says the heap was advised; says why not
+	}{
+		{"auto", worth, !worth},
+		{"on", mode == "madvise", false},
+		{"off", false, false},
+	} {
+		r := relayout(t, nil, "run", "--log-format", "json", "--log-level", "debug", "--huge-pages", tc.flag,
+			"--input", in, "--output", filepath.Join(t.TempDir(), "o"), "--slice-keys", "country")
+		if r.code != 0 {
+			t.Fatalf("--huge-pages %s: exit %d: %s", tc.flag, r.code, r.stderr)
+		}
+		var advised, refused bool
+		for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("not a JSON log line: %q", l)
+			}
+			switch m["msg"] {
+			case "heap advised for huge pages":
+				advised = true
+			case "huge pages not asked for":
+				refused = m["why"] == why
+			}
+		}
+		if advised != tc.advised || refused != tc.refuse {
+			t.Fatalf("--huge-pages %s: advised %v (want %v), said why not %v (want %v)\n%s", tc.flag, advised, tc.advised, refused, tc.refuse, r.stderr)
+		}
 	}
 }
