@@ -440,7 +440,7 @@ func (pr *Reader) Each(ctx context.Context, fn func(src *UnitRows, un Unit) erro
 			release()
 			return err
 		}
-		ord, err := Sort(pr.Hist, recs, pr.SliceCols, pr.SortCols)
+		ord, err := Sort(pr.Hist, recs, pr.SliceCols, pr.SortCols, pr.Parallel)
 		if err == nil && int64(len(ord)) != un.Rows {
 			err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.IDs[k], len(ord), un.Rows)
 		}

@@ -196,7 +196,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		maps = []*TaskManifest{{Kind: "map", Rows: fp.Rows, Hash: fp.String(), Profile: prof.Lengths()}}
 		rep.AddStage("read", t1)
 		t1 = time.Now()
-		ord, err := partition.Sort(ks.Hist, recs, keys.Slice, keys.Sort)
+		ord, err := partition.Sort(ks.Hist, recs, keys.Slice, keys.Sort, opts.Parallel)
 		if err == nil && int64(len(ord)) != tbl.Rows {
 			err = fmt.Errorf("internal: read %d rows, the footers say %d", len(ord), tbl.Rows)
 		}
