@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -351,11 +352,17 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 	if _, ok := mergeDigests(nil, all); !ok {
 		return det, false, "a query's rows differ between map tasks in a column the plan's probe did not see vary", nil
 	}
-	det = dedupe.Detection{Varying: slices.Clone(probe.Varying), Conflicts: map[string]string{}}
-	for k, v := range probe.Conflicts {
-		det.Conflicts[k] = v
+	return probeDetectionOf(probe), true, "", nil
+}
+
+// probeDetectionOf is the detection a probe decides when the digests show
+// no query whose rows differ in a column it left in doubt: its own.
+func probeDetectionOf(probe *plan.Probe) dedupe.Detection {
+	det := dedupe.Detection{Varying: slices.Clone(probe.Varying), Conflicts: maps.Clone(probe.Conflicts)}
+	if det.Conflicts == nil {
+		det.Conflicts = map[string]string{}
 	}
-	return det, true, "", nil
+	return det
 }
 
 // withProbe names, for each column the probe saw vary, the probe's

@@ -26,7 +26,6 @@ func (o RunOptions) adviseHeap(held int64) (stop func()) {
 	if o.HugePages == HugePagesOff || o.sample || o.MemoryLimit < hugePagesFloor {
 		return func() {}
 	}
-	advise := hugepages.AdviseGranted
 	if o.HugePages != HugePagesOn {
 		if ok, why := hugepages.Worthwhile(); !ok {
 			if o.Log != nil {
@@ -34,9 +33,9 @@ func (o RunOptions) adviseHeap(held int64) (stop func()) {
 			}
 			return func() {}
 		}
-		advise = hugepages.Advise
 	}
-	done := advise(min(4*held, o.MemoryLimit/2))
+	// Checked above (auto) or not to be (on): the mechanism itself.
+	done := hugepages.AdviseGranted(min(4*held, o.MemoryLimit/2))
 	return func() {
 		if n := done(); n > 0 && o.Log != nil {
 			o.Log.Debug("heap advised for huge pages", "mappings", n)

@@ -1,9 +1,6 @@
 package pipeline
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/relayout/relayout/dedupe"
@@ -68,11 +65,7 @@ func detectSorted(ord []int64, dig *partition.RowDigest, probe *plan.Probe) (det
 			}
 		}
 	}
-	det = dedupe.Detection{Varying: slices.Clone(probe.Varying), Conflicts: maps.Clone(probe.Conflicts)}
-	if det.Conflicts == nil {
-		det.Conflicts = map[string]string{}
-	}
-	return det, true
+	return probeDetectionOf(probe), true
 }
 
 // decidePacking fixes the packed layout from the detection over all rows.
