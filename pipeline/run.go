@@ -13,6 +13,7 @@ import (
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gcfloor"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -86,11 +87,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// runtime spent 40-50% of the run's CPU scavenging pages it would fault
 	// back in and collecting (measured at 1x and 4x the generated log: CPU
 	// 36 -> 21 s and ~290 -> 145 s; peak RSS +3 MiB at 1x).
+	var gc *gcfloor.Tuner // the GOGC and floor, unless GOGC is set
 	if !opts.sample {
 		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-plan.RuntimeReserve, opts.MemoryLimit/2))
 		defer debug.SetMemoryLimit(prevLimit)
 		if os.Getenv("GOGC") == "" {
-			defer debug.SetGCPercent(debug.SetGCPercent(30))
+			gc = gcfloor.Start(30, gcFloor(opts.MemoryLimit))
+			defer gc.Stop()
 		}
 	}
 	tbl, keys, in, counts, err := openTable(ctx, &opts)
@@ -156,14 +159,16 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	whole := len(ks.Memory.Units) == 1 // the table fits one unit: no shuffle
 	if whole {
 		rep.Units = 1
-	} else if !opts.sample && os.Getenv("GOGC") == "" {
+	} else if gc != nil {
 		// A run that spills holds a unit or a row group at a time, and the
 		// soft limit bounds its heap: at GOGC 30 the collector ran 100
 		// times a second. 50 measured fastest (--memory-limit 128MiB, the
 		// 1M-row log: 5.7 -> 4.6 s; 4x: 23.5 -> 21.4 s; 100 was slower at
 		// 4x, the heap at the limit and its pages returned and faulted
 		// back) and the peak RSS grew 5 MB.
-		debug.SetGCPercent(50) // the deferred call above restores it
+		// No floor either: the soft limit bounds the heap, and a floor
+		// let it grow 8 MiB nearer the limit (--memory-limit 128MiB).
+		gc.Set(50, 0) // Stop restores what was set before
 	}
 	log.Info("planned", "slices", len(ks.Hist.Slices), "files", len(ks.Layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.Layout.TargetRows,
 		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.RowBytes), "decoded_row_bytes", int(ks.Memory.MemRowBytes), "fixed_mib", ks.Memory.Fixed>>20)
@@ -429,3 +434,9 @@ func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.S
 	m.SetFiles(files, spans)
 	return m
 }
+
+// gcFloor is the heap growth below which a run does not collect, until a
+// spilling run sets GOGC 50 without one: an eighth of the memory limit, at
+// most 64 MiB (the default 2 GiB limit's floor; 16 MiB at --memory-limit
+// 128MiB). See internal/gcfloor.
+func gcFloor(limit int64) int64 { return min(limit/8, 64<<20) }
