@@ -425,7 +425,48 @@ func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 	return sum, err
 }
 
+// RouteRecords is RouteRecord for consecutive row groups of one map task
+// (refs, in input order, each read into recs) routed as one batch: each is
+// fingerprinted and observed on its own, as RouteRecord does, and their
+// rows are joined and routed at once, so that small row groups (many small
+// files) do not cut every unit's rows into pieces of a few rows. mem
+// allocates the joined batch.
+func RouteRecords(ctx context.Context, recs []arrow.RecordBatch, refs []source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
+	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error, mem memory.Allocator) (fingerprint.Sum, error) {
+	if len(recs) == 1 {
+		return RouteRecord(ctx, recs[0], refs[0], rt, sliceCols, parallel, observe, emit)
+	}
+	var sum fingerprint.Sum
+	for i, rec := range recs {
+		s, err := RecordSum(rec, fmt.Sprintf("%s: row group %d", refs[i].File.Obj.URL, refs[i].RowGroup))
+		if err != nil {
+			return sum, err
+		}
+		if rec.NumRows() != refs[i].Rows() {
+			return sum, errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", refs[i].File.Obj.URL, refs[i].RowGroup, rec.NumRows(), refs[i].Rows())
+		}
+		if observe != nil {
+			observe(rec)
+		}
+		sum.Add(s)
+	}
+	joined, err := JoinBatches(recs, mem)
+	if err != nil {
+		return sum, err
+	}
+	defer joined.Release()
+	return sum, routeRows(ctx, joined, refs[0].Offset(), rt, sliceCols, parallel, emit)
+}
+
 func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
+	if rec.NumRows() != ref.Rows() {
+		return errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", ref.File.Obj.URL, ref.RowGroup, rec.NumRows(), ref.Rows())
+	}
+	return routeRows(ctx, rec, ref.Offset(), rt, sliceCols, parallel, emit)
+}
+
+// routeRows routes rec's rows, the first at input position off.
+func routeRows(ctx context.Context, rec arrow.RecordBatch, off int64, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
 	byUnit := map[int][]int64{} // by bin, when rt.Bins is set
 	var unitsOf map[int][]int32 // by bin: each row's unit
 	var binSchema *arrow.Schema
@@ -433,9 +474,8 @@ func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 		unitsOf = map[int][]int32{}
 		binSchema = BinSchema(rec.Schema())
 	}
-	off := ref.Offset()
 	var buf []byte
-	for i := 0; i < int(ref.Rows()); i++ {
+	for i := 0; i < int(rec.NumRows()); i++ {
 		buf = buf[:0]
 		for _, c := range sliceCols {
 			buf = AppendKey(buf, rec.Column(c), i)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
@@ -107,13 +108,35 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 			return sw.Write(u, rec)
 		}
 	}
+	// Small row groups are routed a run at a time (partition.Runs), so
+	// that each unit gets pieces of a useful size.
+	runs := partition.Runs(refRows(refs), lp.joinRows())
+	run := 0
+	var held []arrow.RecordBatch
+	defer func() {
+		for _, r := range held {
+			r.Release()
+		}
+	}()
 	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, func(ref source.RowGroupRef, rec arrow.RecordBatch) error {
-		s, err := partition.RouteRecord(ctx, rec, ref, rt, keys.Slice, parallel, observe, emit)
+		rec.Retain()
+		held = append(held, rec)
+		from, to := runs[run], runs[run+1]
+		if from+len(held) < to {
+			return nil
+		}
+		s, err := partition.RouteRecords(ctx, held, refs[from:to], rt, keys.Slice, parallel, observe, emit, memory.DefaultAllocator)
+		for _, r := range held {
+			r.Release()
+		}
+		held, run = held[:0], run+1
 		if err != nil {
 			return err
 		}
 		fp.Add(s)
-		lp.opts.Progress.Add(ref.Rows())
+		for _, r := range refs[from:to] {
+			lp.opts.Progress.Add(r.Rows())
+		}
 		return nil
 	})
 	if err != nil {
@@ -121,6 +144,9 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	}
 	if fp.Rows != pm.Rows {
 		return nil, fmt.Errorf("internal: map %d read %d rows, the plan says %d", task, fp.Rows, pm.Rows)
+	}
+	if len(runs)-1 < len(refs) {
+		lp.opts.Log.Debug("small row groups routed together", "map", task, "row_groups", len(refs), "batches", len(runs)-1)
 	}
 	segs, err := sw.Publish(ctx, part)
 	if err != nil {
@@ -674,4 +700,41 @@ func checkShards(shards []writer.Shard, pp plan.Partition, packed bool) error {
 		return fmt.Errorf("its shards hold %d items, the partition %d", items, pp.Rows)
 	}
 	return nil
+}
+
+// refRows returns each row group's rows.
+func refRows(refs []source.RowGroupRef) []int64 {
+	rows := make([]int64, len(refs))
+	for i, r := range refs {
+		rows[i] = r.Rows()
+	}
+	return rows
+}
+
+// joinRows is how many rows of small input row groups a map routes at
+// once (partition.Runs): partition.CoalesceRows, or half a unit where
+// units are smaller (the plan gives a unit room for holding a row group
+// several times over).
+func (lp *loadedPlan) joinRows() int64 {
+	return max(min(partition.CoalesceRows, lp.UnitRows/2), 1)
+}
+
+// routedBatches is how many batches the map tasks route: their row groups,
+// with runs of small ones counted once (joinRows).
+func (lp *loadedPlan) routedBatches(tbl *source.Table) int {
+	byIndex := make(map[int]*source.File, len(tbl.Files))
+	for _, f := range tbl.Files {
+		byIndex[f.Index] = f
+	}
+	n := 0
+	for _, pm := range lp.Maps {
+		rows := make([]int64, 0, len(pm.RowGroups))
+		for _, rgi := range pm.RowGroups {
+			if f := byIndex[rgi[0]]; f != nil && rgi[1] >= 0 && rgi[1] < len(f.RowGroupRows) {
+				rows = append(rows, f.RowGroupRows[rgi[1]])
+			}
+		}
+		n += len(partition.Runs(rows, lp.joinRows())) - 1
+	}
+	return n
 }

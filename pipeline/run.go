@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
@@ -199,6 +200,15 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 		maps = []*TaskManifest{{Kind: "map", Rows: fp.Rows, Hash: fp.String(), Profile: prof.Lengths()}}
+		// Row groups of a few rows each (many small files) are joined,
+		// in order, once they are checked and fingerprinted.
+		groups := len(recs)
+		if recs, err = partition.Coalesce(ctx, recs, partition.CoalesceRows, opts.Parallel, memory.DefaultAllocator); err != nil {
+			return nil, err
+		}
+		if len(recs) < groups {
+			log.Debug("small row groups joined", "row_groups", groups, "batches", len(recs))
+		}
 		rep.AddStage("read", t1)
 		t1 = time.Now()
 		ord, err := partition.Sort(ks.Hist, recs, keys.Slice, keys.Sort, opts.Parallel)
@@ -225,7 +235,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if lp.work, err = storage.OpenDir(ctx, dir, true); err != nil {
 			return nil, err
 		}
-		lp.bins = partition.Bins(units, tbl.NumRowGroups())
+		lp.bins = partition.Bins(units, lp.routedBatches(tbl))
 		// The map tasks read the files in order, a few at a time: the
 		// others' footers (128 KB each on the generated log, every file
 		// open after the plan) need not stay in the heap meanwhile.
