@@ -47,11 +47,14 @@ type File struct {
 	RowGroupBytes []int64
 	Leaves        int64
 
-	t      *Table
-	pos    int     // position in t.Files (Index is the file's in a larger table, see Place)
-	h      *handle // nil while closed (the table keeps at most MaxOpen)
-	pins   int     // uses in progress: the file is not closed meanwhile
-	schema *arrow.Schema
+	t    *Table
+	pos  int     // position in t.Files (Index is the file's in a larger table, see Place)
+	h    *handle // nil while closed (the table keeps at most MaxOpen)
+	pins int     // uses in progress: the file is not closed meanwhile
+	// opening is closed when an open in progress (outside the table's
+	// lock) ends; nil when none is.
+	opening chan struct{}
+	schema  *arrow.Schema
 	// colMap maps a table field index to this file's field index (-1: a
 	// partition column only the path holds); leaves
 	// holds each table field's leaf column indices in this file.
@@ -103,25 +106,41 @@ const (
 	openParallel = 16
 )
 
-// acquire opens f if it is closed and pins it.
+// acquire opens f if it is closed and pins it. The footer is read and
+// parsed outside the table's lock, so files are opened in parallel (the
+// readers of a table of many small files open one per row group); a
+// second reader of a file being opened waits for that open.
 func (t *Table) acquire(f *File) (*handle, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if f.h == nil {
+	for f.h == nil {
+		if f.opening != nil {
+			wait := f.opening
+			t.mu.Unlock()
+			<-wait
+			t.mu.Lock()
+			continue // opened, or failed (then this reader tries), or closed again
+		}
+		wait := make(chan struct{})
+		f.opening = wait
+		t.mu.Unlock()
 		h, err := openHandle(t.ctx, f.Obj, t.Counts)
+		if err == nil && (h.pq.NumRows() != f.Rows || h.pq.NumRowGroups() != len(f.RowGroupRows)) {
+			h.ra.Close()
+			err = errs.BadInputf("%s changed while it was read (its footer now says %d rows in %d row groups, it said %d in %d)",
+				f.Obj.URL, h.pq.NumRows(), h.pq.NumRowGroups(), f.Rows, len(f.RowGroupRows))
+		}
+		t.mu.Lock()
+		f.opening = nil
+		close(wait)
 		if err != nil {
 			return nil, err
 		}
-		if h.pq.NumRows() != f.Rows || h.pq.NumRowGroups() != len(f.RowGroupRows) {
-			h.ra.Close()
-			return nil, errs.BadInputf("%s changed while it was read (its footer now says %d rows in %d row groups, it said %d in %d)",
-				f.Obj.URL, h.pq.NumRows(), h.pq.NumRowGroups(), f.Rows, len(f.RowGroupRows))
-		}
 		f.h = h
 		h.elem = t.lru.PushFront(f)
-	} else {
-		t.lru.MoveToFront(f.h.elem)
+		break
 	}
+	t.lru.MoveToFront(f.h.elem)
 	f.pins++
 	t.evict()
 	return f.h, nil
