@@ -1,6 +1,7 @@
 package report
 
 import (
+	"context"
 	"math/bits"
 	"sort"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
@@ -177,112 +179,146 @@ type costScope struct {
 // model after each file and then drops that file's row groups (the footer
 // and noStats keep adding up): memory for one file, not the whole input.
 func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.RowGroupSlices, sc costScope, perFile func(*TableCost)) (tc TableCost, err error) {
-	defer errs.Recover(&err, "read page indexes")
-	i := 0
 	end := sc.end
 	if end < 0 {
 		end = tbl.NumRowGroups()
 	}
+	// The files in scope, each with its first row group's index.
+	var files []*source.File
+	var firsts []int
+	i := 0
 	for _, f := range tbl.Files {
-		if i+len(f.RowGroupRows) <= sc.first || i >= end {
-			i += len(f.RowGroupRows)
-			continue
+		if i+len(f.RowGroupRows) > sc.first && i < end {
+			files, firsts = append(files, f), append(firsts, i)
 		}
-		err := f.WithParquet(func(pq *file.Reader) error {
-			md := pq.MetaData()
-			tc.footer += int64(md.Size()) + 8
-			keyLeaf := map[int]bool{}
-			for _, name := range sliceKeys {
-				if idx := md.Schema.ColumnIndexByName(name); idx >= 0 {
-					keyLeaf[idx] = true
-				}
-			}
-			var pir *metadata.PageIndexReader
-			if sc.pages {
-				pir = pq.GetPageIndexReader()
-			}
-			for g := range f.RowGroupRows {
-				if i < sc.first || i >= end {
-					i++
-					continue
-				}
-				rg := md.RowGroup(g)
-				rc := rgCost{rows: f.RowGroupRows[g]}
-				var rgIdx *metadata.RowGroupPageIndexReader
-				if pir != nil {
-					rgIdx, _ = pir.RowGroup(g)
-				}
-				for c := 0; c < rg.NumColumns(); c++ {
-					cc, err := rg.ColumnChunk(c)
-					if err != nil {
-						continue
-					}
-					size := cc.TotalCompressedSize()
-					rc.bytes += size
-					if keyLeaf[c] {
-						rc.keyBytes += size
-						continue
-					}
-					col := colCost{bytes: size}
-					if rgIdx != nil {
-						if idx, err := rgIdx.GetOffsetIndex(c); err == nil && idx != nil {
-							locs := idx.GetPageLocations()
-							start := cc.DataPageOffset()
-							if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
-								start = cc.DictionaryPageOffset()
-							}
-							if len(locs) > 0 {
-								col.dict = max(locs[0].Offset-start, 0)
-								first, sizes := make([]int64, len(locs)), make([]int64, len(locs))
-								for i, l := range locs {
-									first[i], sizes[i] = l.FirstRowIndex, int64(l.CompressedPageSize)
-								}
-								col.setPages(first, sizes)
-							}
-						}
-					}
-					rc.others = append(rc.others, col)
-				}
-				missing := false
-				for _, name := range sliceKeys {
-					sr := partition.StatsRange{MayHaveNulls: true}
-					fi, err := tbl.FieldIndex(name)
-					idx := md.Schema.ColumnIndexByName(name)
-					if v := f.PartitionValue(fi); err == nil && v != nil {
-						sr = partition.ConstantStats(v)
-						v.Release()
-					} else if err == nil && idx >= 0 {
-						if cc, err := rg.ColumnChunk(idx); err == nil {
-							if st, err := cc.Statistics(); err == nil && st != nil {
-								sr = partition.StatsFor(tbl.Schema.Field(fi).Type, st)
-							}
-						}
-					}
-					if !sr.MinMax {
-						missing = true
-					}
-					rc.stats = append(rc.stats, sr)
-				}
-				if missing && len(sliceKeys) > 0 {
-					tc.noStats++
-				}
-				if vectors != nil && vectors[i-sc.first].HasVectors() {
-					rc.vectors = vectors[i-sc.first] // else where its rows lie is unknown
-				}
-				tc.rgs = append(tc.rgs, rc)
-				i++
-			}
-			if perFile != nil {
-				perFile(&tc)
-				tc.rgs = tc.rgs[:0]
-			}
-			return nil
+		i += len(f.RowGroupRows)
+	}
+	// Windows of files are read at once (a file's footer and page index:
+	// opening it again, a footer parse and on an object store a request or
+	// two each) and added in order, so that a table of many small files
+	// is not read one file at a time, and at most a window's models are
+	// held.
+	for w := 0; w < len(files); w += costWindow {
+		parts := make([]TableCost, min(costWindow, len(files)-w))
+		err := par.ForEach(context.Background(), len(parts), costParallel, func(k int) error {
+			var err error
+			parts[k], err = costOfFile(tbl, files[w+k], firsts[w+k], sliceKeys, vectors, sc, end)
+			return err
 		})
 		if err != nil {
 			return tc, err
 		}
+		for _, part := range parts {
+			tc.footer += part.footer
+			tc.noStats += part.noStats
+			tc.rgs = append(tc.rgs, part.rgs...)
+			if perFile != nil {
+				perFile(&tc)
+				tc.rgs = tc.rgs[:0]
+			}
+		}
 	}
 	return tc, nil
+}
+
+// costWindow and costParallel are how many files costOfFiles reads ahead
+// and at once.
+const (
+	costWindow   = 32
+	costParallel = 8
+)
+
+// costOfFile is the model of file f's row groups in scope (its first row
+// group is row group i of the table).
+func costOfFile(tbl *source.Table, f *source.File, i int, sliceKeys []string, vectors []*partition.RowGroupSlices, sc costScope, end int) (tc TableCost, err error) {
+	defer errs.Recover(&err, "read page indexes")
+	err = f.WithParquet(func(pq *file.Reader) error {
+		md := pq.MetaData()
+		tc.footer += int64(md.Size()) + 8
+		keyLeaf := map[int]bool{}
+		for _, name := range sliceKeys {
+			if idx := md.Schema.ColumnIndexByName(name); idx >= 0 {
+				keyLeaf[idx] = true
+			}
+		}
+		var pir *metadata.PageIndexReader
+		if sc.pages {
+			pir = pq.GetPageIndexReader()
+		}
+		for g := range f.RowGroupRows {
+			if i < sc.first || i >= end {
+				i++
+				continue
+			}
+			rg := md.RowGroup(g)
+			rc := rgCost{rows: f.RowGroupRows[g]}
+			var rgIdx *metadata.RowGroupPageIndexReader
+			if pir != nil {
+				rgIdx, _ = pir.RowGroup(g)
+			}
+			for c := 0; c < rg.NumColumns(); c++ {
+				cc, err := rg.ColumnChunk(c)
+				if err != nil {
+					continue
+				}
+				size := cc.TotalCompressedSize()
+				rc.bytes += size
+				if keyLeaf[c] {
+					rc.keyBytes += size
+					continue
+				}
+				col := colCost{bytes: size}
+				if rgIdx != nil {
+					if idx, err := rgIdx.GetOffsetIndex(c); err == nil && idx != nil {
+						locs := idx.GetPageLocations()
+						start := cc.DataPageOffset()
+						if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+							start = cc.DictionaryPageOffset()
+						}
+						if len(locs) > 0 {
+							col.dict = max(locs[0].Offset-start, 0)
+							first, sizes := make([]int64, len(locs)), make([]int64, len(locs))
+							for i, l := range locs {
+								first[i], sizes[i] = l.FirstRowIndex, int64(l.CompressedPageSize)
+							}
+							col.setPages(first, sizes)
+						}
+					}
+				}
+				rc.others = append(rc.others, col)
+			}
+			missing := false
+			for _, name := range sliceKeys {
+				sr := partition.StatsRange{MayHaveNulls: true}
+				fi, err := tbl.FieldIndex(name)
+				idx := md.Schema.ColumnIndexByName(name)
+				if v := f.PartitionValue(fi); err == nil && v != nil {
+					sr = partition.ConstantStats(v)
+					v.Release()
+				} else if err == nil && idx >= 0 {
+					if cc, err := rg.ColumnChunk(idx); err == nil {
+						if st, err := cc.Statistics(); err == nil && st != nil {
+							sr = partition.StatsFor(tbl.Schema.Field(fi).Type, st)
+						}
+					}
+				}
+				if !sr.MinMax {
+					missing = true
+				}
+				rc.stats = append(rc.stats, sr)
+			}
+			if missing && len(sliceKeys) > 0 {
+				tc.noStats++
+			}
+			if vectors != nil && vectors[i-sc.first].HasVectors() {
+				rc.vectors = vectors[i-sc.first] // else where its rows lie is unknown
+			}
+			tc.rgs = append(tc.rgs, rc)
+			i++
+		}
+		return nil
+	})
+	return tc, err
 }
 
 // statsOfSlices is the statistics a writer records for a row group holding

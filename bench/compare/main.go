@@ -82,7 +82,7 @@ func median(ms []measure) measure {
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
 // names (compare, pack, dryrun, dist, keypass, scaleout, tensors, remote,
-// dataset, scale, memcap).
+// dataset, scale, smallfiles, memcap).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -335,6 +335,10 @@ func main() {
 		res["scaling"] = map[string]any{"memory_limit": limit, "x1": m1, "x4": m4, "input_x4_bytes": dirBytes(in4 + "/*.parquet")}
 	}
 	// 8. The memory ceiling, free and in a memory cgroup (memcap.go).
+	if run("smallfiles") && os.Getenv("BENCH_SKIP_SMALLFILES") == "" {
+		smallFilesBench(dir, reps, res)
+	}
+
 	if run("memcap") && os.Getenv("BENCH_SKIP_MEMCAP") == "" {
 		memcapBench(dir, in, int64(rows), res)
 	}
