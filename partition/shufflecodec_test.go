@@ -284,3 +284,48 @@ func TestShuffleSegmentRejectsAnotherSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestShuffleDictionaryIndexWidth: a dictionary of up to 127 values gets
+// int8 indices, up to 32,767 int16, more int32, and each decodes to the
+// strings written (nulls included); a sliced batch too.
+func TestShuffleDictionaryIndexWidth(t *testing.T) {
+	for _, c := range []struct {
+		distinct int
+		want     arrow.DataType
+	}{
+		{127, arrow.PrimitiveTypes.Int8},
+		{128, arrow.PrimitiveTypes.Int16},
+		{32767, arrow.PrimitiveTypes.Int16},
+		{32768, arrow.PrimitiveTypes.Int32},
+	} {
+		n := 2*c.distinct + 10
+		b := array.NewStringBuilder(memory.DefaultAllocator)
+		for i := 0; i < n; i++ {
+			if i%97 == 5 {
+				b.AppendNull()
+				continue
+			}
+			b.Append(fmt.Sprintf("v%d", (i*7919)%c.distinct))
+		}
+		col := b.NewArray()
+		b.Release()
+		schema := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+		rec := array.NewRecordBatch(schema, []arrow.Array{col}, int64(n))
+		col.Release()
+		enc := encodeBatch(rec)
+		dt, ok := enc.Column(0).DataType().(*arrow.DictionaryType)
+		if !ok || !arrow.TypeEqual(dt.IndexType, c.want) {
+			t.Errorf("%d distinct values encoded as %s, want a dictionary with %s indices", c.distinct, enc.Column(0).DataType(), c.want)
+		}
+		enc.Release()
+		sliced := rec.NewSlice(3, int64(n)-2)
+		want := []arrow.RecordBatch{rec, sliced}
+		got := shuffleRoundTrip(t, want, true)
+		sameBatches(t, got, want)
+		for _, g := range got {
+			g.Release()
+		}
+		sliced.Release()
+		rec.Release()
+	}
+}
