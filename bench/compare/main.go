@@ -88,6 +88,22 @@ func run(section string) bool {
 	return only == "" || only == section
 }
 
+// duckdbSort and polarsSort time the peers' flat job on the Parquet files
+// of folder in: DuckDB's ORDER BY COPY and Polars' sort + write, zstd,
+// into out (removed first).
+func duckdbSort(in, out string) measure {
+	os.Remove(out)
+	m, _ := timed("node", "tools/node/duckdb.mjs", "--threads", "2",
+		fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd)", in, out))
+	return m
+}
+
+func polarsSort(in, out string) measure {
+	os.Remove(out)
+	m, _ := timed("node", "tools/node/polars.mjs", in+"/*.parquet", out, "country,date")
+	return m
+}
+
 func envInt(k string, d int64) int64 {
 	if v, err := strconv.ParseInt(os.Getenv(k), 10, 64); err == nil && v > 0 {
 		return v
@@ -182,14 +198,9 @@ func main() {
 			m, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", out, "--slice-keys", "country,date")
 			rl = append(rl, m)
 		}, func() {
-			os.Remove(duckOut)
-			m, _ := timed("node", "tools/node/duckdb.mjs", "--threads", "2",
-				fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd)", in, duckOut))
-			dk = append(dk, m)
+			dk = append(dk, duckdbSort(in, duckOut))
 		}, func() {
-			os.Remove(polarsOut)
-			m, _ := timed("node", "tools/node/polars.mjs", in+"/*.parquet", polarsOut, "country,date")
-			pl = append(pl, m)
+			pl = append(pl, polarsSort(in, polarsOut))
 		})
 		r, d, p := median(rl), median(dk), median(pl)
 		rlBytes, dkBytes, plBytes := dirBytes(out+"/parquet/*.parquet"), dirBytes(duckOut), dirBytes(polarsOut)

@@ -33,14 +33,9 @@ func smallFilesBench(dir string, reps int, res map[string]any) {
 		m, _ := timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", in, "--output", out+"-128", "--slice-keys", "country,date", "--memory-limit", "128MiB")
 		rc = append(rc, m)
 	}, func() {
-		os.Remove(duckOut)
-		m, _ := timed("node", "tools/node/duckdb.mjs", "--threads", "2",
-			fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd)", in, duckOut))
-		dk = append(dk, m)
+		dk = append(dk, duckdbSort(in, duckOut))
 	}, func() {
-		os.Remove(polarsOut)
-		m, _ := timed("node", "tools/node/polars.mjs", in+"/*.parquet", polarsOut, "country,date")
-		pl = append(pl, m)
+		pl = append(pl, polarsSort(in, polarsOut))
 	})
 	r, c, d, p := median(rl), median(rc), median(dk), median(pl)
 	fmt.Printf("\n== %d small files of 20 rows (%.1f MB): relayout vs DuckDB (ORDER BY COPY) and Polars (sort + write), median of %d\n", files, float64(dirBytes(in+"/*.parquet"))/1e6, reps)
