@@ -20,14 +20,16 @@ const SmallRows = 8 << 10
 
 // Runs splits batches of the given row counts, in order, into runs held or
 // routed as one batch: consecutive batches under SmallRows are joined until
-// a run reaches limit rows; any other batch is a run alone. It returns
-// each run's first index, then len(rows).
-func Runs(rows []int64, limit int64) []int {
+// a run reaches limit rows; any other batch is a run alone. joins, when
+// set, says whether batch i may join batch i-1 (its rows follow on); a
+// run ends where it may not. It returns each run's first index, then
+// len(rows).
+func Runs(rows []int64, limit int64, joins func(i int) bool) []int {
 	starts := make([]int, 0, 8)
 	for i := 0; i < len(rows); {
 		starts = append(starts, i)
 		j, n := i, int64(0)
-		for j < len(rows) && rows[j] < SmallRows && n < limit {
+		for j < len(rows) && rows[j] < SmallRows && n < limit && (j == i || joins == nil || joins(j)) {
 			n += rows[j]
 			j++
 		}
@@ -50,7 +52,7 @@ func Coalesce(ctx context.Context, recs []arrow.RecordBatch, limit int64, parall
 	for i, r := range recs {
 		rows[i] = r.NumRows()
 	}
-	starts := Runs(rows, limit)
+	starts := Runs(rows, limit, nil)
 	if len(starts)-1 == len(recs) {
 		return recs, nil
 	}

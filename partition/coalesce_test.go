@@ -26,9 +26,14 @@ func TestRuns(t *testing.T) {
 		{[]int64{0, 0, 30, 0}, 30, []int{0, 3, 4}},                   // empty row groups join too
 		{[]int64{SmallRows, SmallRows - 1}, 1 << 20, []int{0, 1, 2}}, // SmallRows itself is not small
 	} {
-		if got := Runs(c.rows, c.limit); !slices.Equal(got, c.want) {
+		if got := Runs(c.rows, c.limit, nil); !slices.Equal(got, c.want) {
 			t.Errorf("Runs(%v, %d) = %v, want %v", c.rows, c.limit, got, c.want)
 		}
+	}
+	// A batch that may not join the one before starts a run.
+	gap := func(i int) bool { return i != 2 }
+	if got := Runs([]int64{20, 20, 20, 20}, 1000, gap); !slices.Equal(got, []int{0, 2, 4}) {
+		t.Errorf("Runs with batch 2 not following batch 1 = %v, want [0 2 4]", got)
 	}
 }
 

@@ -426,7 +426,8 @@ func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 }
 
 // RouteRecords is RouteRecord for consecutive row groups of one map task
-// (refs, in input order, each read into recs) routed as one batch: each is
+// (refs, in input order, each read into recs, each one's rows following on
+// the one's before) routed as one batch: each is
 // fingerprinted and observed on its own, as RouteRecord does, and their
 // rows are joined and routed at once, so that small row groups (many small
 // files) do not cut every unit's rows into pieces of a few rows. mem
@@ -437,6 +438,11 @@ func RouteRecords(ctx context.Context, recs []arrow.RecordBatch, refs []source.R
 		return RouteRecord(ctx, recs[0], refs[0], rt, sliceCols, parallel, observe, emit)
 	}
 	var sum fingerprint.Sum
+	for i := 1; i < len(refs); i++ {
+		if refs[i].Offset() != refs[i-1].Offset()+refs[i-1].Rows() {
+			return sum, fmt.Errorf("internal: row group %d of %s does not follow on the one routed before it", refs[i].RowGroup, refs[i].File.Obj.URL)
+		}
+	}
 	for i, rec := range recs {
 		s, err := RecordSum(rec, fmt.Sprintf("%s: row group %d", refs[i].File.Obj.URL, refs[i].RowGroup))
 		if err != nil {

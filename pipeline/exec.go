@@ -110,7 +110,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	}
 	// Small row groups are routed a run at a time (partition.Runs), so
 	// that each unit gets pieces of a useful size.
-	runs := partition.Runs(refRows(refs), lp.joinRows())
+	runs := partition.Runs(refRows(refs), lp.joinRows(), follows(refs))
 	run := 0
 	var held []arrow.RecordBatch
 	defer func() {
@@ -711,6 +711,13 @@ func refRows(refs []source.RowGroupRef) []int64 {
 	return rows
 }
 
+// follows says whether refs[i]'s rows follow on refs[i-1]'s in the input:
+// only such row groups are routed as one batch, whose rows' input
+// positions are counted from the first.
+func follows(refs []source.RowGroupRef) func(i int) bool {
+	return func(i int) bool { return refs[i].Offset() == refs[i-1].Offset()+refs[i-1].Rows() }
+}
+
 // joinRows is how many rows of small input row groups a map routes at
 // once (partition.Runs): partition.CoalesceRows, or half a unit where
 // units are smaller (the plan gives a unit room for holding a row group
@@ -728,13 +735,13 @@ func (lp *loadedPlan) routedBatches(tbl *source.Table) int {
 	}
 	n := 0
 	for _, pm := range lp.Maps {
-		rows := make([]int64, 0, len(pm.RowGroups))
+		refs := make([]source.RowGroupRef, 0, len(pm.RowGroups))
 		for _, rgi := range pm.RowGroups {
 			if f := byIndex[rgi[0]]; f != nil && rgi[1] >= 0 && rgi[1] < len(f.RowGroupRows) {
-				rows = append(rows, f.RowGroupRows[rgi[1]])
+				refs = append(refs, source.RowGroupRef{File: f, RowGroup: rgi[1]})
 			}
 		}
-		n += len(partition.Runs(rows, lp.joinRows())) - 1
+		n += len(partition.Runs(refRows(refs), lp.joinRows(), follows(refs))) - 1
 	}
 	return n
 }
