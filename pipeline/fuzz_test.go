@@ -79,6 +79,11 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["values"] = []any{} }), done, none)
 	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["parts"] = []any{} }), done, none)
 	f.Add(mutateSlice(f, planData, func(s map[string]any) { s["rows"], s["start"] = -5, -7 }), done, none)
+	// A plan without its partitions (found by the fuzzer in CI: commit
+	// assembled no reduce tasks, 0 rows written of 3000, and took it for
+	// a bug), and one whose partitions leave rows out.
+	f.Add(editJSON(f, planData, func(d map[string]any) { delete(d, "partitions") }), done, none)
+	f.Add(editJSON(f, planData, func(d map[string]any) { d["partitions"] = d["partitions"].([]any)[1:] }), done, none)
 	// The reduce's records: as written, and with checks missing, for
 	// other objects, or with keys out of order.
 	f.Add(planData, done, red)

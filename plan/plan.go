@@ -584,18 +584,23 @@ func RowGroupBytes(ref source.RowGroupRef) int64 {
 }
 
 // Check refuses a plan whose partitions do not fit its layout (plan.json
-// is a file anyone may edit): every partition inside the rows, a flat
-// partition's files in the layout, a packed plan one partition per layout
-// file with at most one output file each.
+// is a file anyone may edit): the partitions, in order, tile the plan's
+// rows, a flat partition's files are in the layout, a packed plan has one
+// partition per layout file with at most one output file each.
 func (p *Plan) Check() error {
 	nf := len(p.Layout.Files)
 	if p.Packing != nil && len(p.Partitions) != nf {
 		return fmt.Errorf("%d partitions for %d layout files", len(p.Partitions), nf)
 	}
+	var next int64
 	for j, pp := range p.Partitions {
 		if pp.Start < 0 || pp.Rows < 0 || pp.Start > p.Rows || pp.Rows > p.Rows-pp.Start {
 			return fmt.Errorf("partition %d: rows [%d, +%d) outside the plan's %d", j, pp.Start, pp.Rows, p.Rows)
 		}
+		if pp.Start != next {
+			return fmt.Errorf("partition %d starts at row %d, where the partitions before it end at %d", j, pp.Start, next)
+		}
+		next += pp.Rows
 		if pp.Rows > 0 && len(pp.Files) == 0 {
 			return fmt.Errorf("partition %d holds rows but no file", j)
 		}
@@ -607,6 +612,9 @@ func (p *Plan) Check() error {
 		if p.Packing != nil && len(pp.Files) > 1 {
 			return fmt.Errorf("partition %d: %d files, a packed partition writes at most one", j, len(pp.Files))
 		}
+	}
+	if next != p.Rows {
+		return fmt.Errorf("the partitions hold %d rows, the plan %d", next, p.Rows)
 	}
 	return nil
 }
