@@ -309,7 +309,9 @@ type RowDigest struct {
 }
 
 // ReadAll decodes every row group (all columns) and fingerprints it,
-// handing each to observe and its row count to progress as it is read.
+// handing each to observe and its row count to progress as it is read. It
+// returns the rows in input order, runs of small row groups joined into
+// one batch each (Coalesce).
 // first, when not nil, is the first non-empty row group already decoded
 // (the plan's sample): ReadAll takes it over instead of decoding it again.
 // dig, when not nil, gets the per-row hashes it asks for.
@@ -347,21 +349,38 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 			first.Release()
 		}
 	}
-	var todo []source.RowGroupRef
-	var at []int
+	// Row groups are read, fingerprinted and joined (Coalesce) a window
+	// of runs at a time, so that a table of many small row groups holds
+	// the arrays of one window's, not of all of them, until they are
+	// joined: the collector scans every live array at each cycle.
+	rows := make([]int64, len(refs))
 	for i, ref := range refs {
-		if recs[i] == nil {
-			todo, at = append(todo, ref), append(at, i)
-		}
+		rows[i] = ref.Rows()
 	}
-	read, err := t.ReadRowGroups(ctx, todo, nil, parallel)
-	for k, i := range at {
-		if err == nil {
+	runs := Runs(rows, CoalesceRows, nil)
+	window := max(parallel, 2)
+	var out []arrow.RecordBatch
+	var total fingerprint.Sum
+	var err error
+	for w := 0; w+1 < len(runs) && err == nil; w += window {
+		from, to := runs[w], runs[min(w+window, len(runs)-1)]
+		var todo []source.RowGroupRef
+		var at []int
+		for i := from; i < to; i++ {
+			if recs[i] == nil {
+				todo, at = append(todo, refs[i]), append(at, i)
+			}
+		}
+		var read []arrow.RecordBatch
+		read, err = t.ReadRowGroups(ctx, todo, nil, parallel)
+		if err != nil {
+			break
+		}
+		for k, i := range at {
 			recs[i] = read[k]
 		}
-	}
-	if err == nil {
-		err = par.ForEach(ctx, len(refs), parallel, func(i int) error {
+		err = par.ForEach(ctx, to-from, parallel, func(k int) error {
+			i := from + k
 			observe(recs[i])
 			if n := recs[i].NumRows(); n != starts[i+1]-starts[i] {
 				return errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", refs[i].File.Obj.URL, refs[i].RowGroup, n, starts[i+1]-starts[i])
@@ -381,10 +400,20 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 			progress(refs[i].Rows())
 			return nil
 		})
+		if err != nil {
+			break
+		}
+		var joined []arrow.RecordBatch
+		if joined, err = Coalesce(ctx, recs[from:to], CoalesceRows, parallel, memory.DefaultAllocator); err != nil {
+			break
+		}
+		out = append(out, joined...) // first: joined may share recs' array
+		for i := from; i < to; i++ {
+			recs[i] = nil // released by Coalesce, or handed on in out
+		}
 	}
-	var total fingerprint.Sum
 	if err != nil {
-		for _, r := range recs {
+		for _, r := range append(out, recs...) {
 			if r != nil {
 				r.Release()
 			}
@@ -394,7 +423,7 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 	for _, s := range sums {
 		total.Add(s)
 	}
-	return recs, total, nil
+	return out, total, nil
 }
 
 // RouteRecord fingerprints one input row group (rec, read from ref), hands

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
@@ -200,13 +199,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			return nil, err
 		}
 		maps = []*TaskManifest{{Kind: "map", Rows: fp.Rows, Hash: fp.String(), Profile: prof.Lengths()}}
-		// Row groups of a few rows each (many small files) are joined,
+		// ReadAll joins row groups of a few rows each (many small files),
 		// in order, once they are checked and fingerprinted.
-		groups := len(recs)
-		if recs, err = partition.Coalesce(ctx, recs, partition.CoalesceRows, opts.Parallel, memory.DefaultAllocator); err != nil {
-			return nil, err
-		}
-		if len(recs) < groups {
+		if groups := tbl.NumRowGroups(); len(recs) < groups {
 			log.Debug("small row groups joined", "row_groups", groups, "batches", len(recs))
 		}
 		rep.AddStage("read", t1)
