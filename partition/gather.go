@@ -353,11 +353,7 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 	// of runs at a time, so that a table of many small row groups holds
 	// the arrays of one window's, not of all of them, until they are
 	// joined: the collector scans every live array at each cycle.
-	rows := make([]int64, len(refs))
-	for i, ref := range refs {
-		rows[i] = ref.Rows()
-	}
-	runs := Runs(rows, CoalesceRows, nil)
+	runs := Runs(source.RowsOf(refs), CoalesceRows, nil)
 	window := max(parallel, 2)
 	var out []arrow.RecordBatch
 	var total fingerprint.Sum
@@ -382,8 +378,8 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 		err = par.ForEach(ctx, to-from, parallel, func(k int) error {
 			i := from + k
 			observe(recs[i])
-			if n := recs[i].NumRows(); n != starts[i+1]-starts[i] {
-				return errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", refs[i].File.Obj.URL, refs[i].RowGroup, n, starts[i+1]-starts[i])
+			if err := checkRows(recs[i], refs[i]); err != nil {
+				return err
 			}
 			var group []int
 			extra := make([][]uint64, groups)
@@ -441,7 +437,7 @@ func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroup
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sum, sumErr = RecordSum(rec, fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup))
+		sum, sumErr = RecordSum(rec, refName(ref))
 		if sumErr == nil && observe != nil {
 			observe(rec)
 		}
@@ -468,17 +464,17 @@ func RouteRecords(ctx context.Context, recs []arrow.RecordBatch, refs []source.R
 	}
 	var sum fingerprint.Sum
 	for i := 1; i < len(refs); i++ {
-		if refs[i].Offset() != refs[i-1].Offset()+refs[i-1].Rows() {
+		if !refs[i].Follows(refs[i-1]) {
 			return sum, fmt.Errorf("internal: row group %d of %s does not follow on the one routed before it", refs[i].RowGroup, refs[i].File.Obj.URL)
 		}
 	}
 	for i, rec := range recs {
-		s, err := RecordSum(rec, fmt.Sprintf("%s: row group %d", refs[i].File.Obj.URL, refs[i].RowGroup))
+		s, err := RecordSum(rec, refName(refs[i]))
 		if err != nil {
 			return sum, err
 		}
-		if rec.NumRows() != refs[i].Rows() {
-			return sum, errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", refs[i].File.Obj.URL, refs[i].RowGroup, rec.NumRows(), refs[i].Rows())
+		if err := checkRows(rec, refs[i]); err != nil {
+			return sum, err
 		}
 		if observe != nil {
 			observe(rec)
@@ -494,10 +490,23 @@ func RouteRecords(ctx context.Context, recs []arrow.RecordBatch, refs []source.R
 }
 
 func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
-	if rec.NumRows() != ref.Rows() {
-		return errs.BadInputf("%s: row group %d holds %d rows, its footer says %d", ref.File.Obj.URL, ref.RowGroup, rec.NumRows(), ref.Rows())
+	if err := checkRows(rec, ref); err != nil {
+		return err
 	}
 	return routeRows(ctx, rec, ref.Offset(), rt, sliceCols, parallel, emit)
+}
+
+// refName names a row group in messages.
+func refName(ref source.RowGroupRef) string {
+	return fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup)
+}
+
+// checkRows refuses a decoded row group whose rows are not its footer's.
+func checkRows(rec arrow.RecordBatch, ref source.RowGroupRef) error {
+	if rec.NumRows() != ref.Rows() {
+		return errs.BadInputf("%s holds %d rows, its footer says %d", refName(ref), rec.NumRows(), ref.Rows())
+	}
+	return nil
 }
 
 // routeRows routes rec's rows, the first at input position off.

@@ -73,19 +73,13 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		prof = tensors.NewProfile()
 		observe = prof.Observe
 	}
-	refs := make([]source.RowGroupRef, len(pm.RowGroups))
-	var largest int64
-	byIndex := make(map[int]*source.File, len(tbl.Files)) // a map task's table holds only its own files
-	for _, f := range tbl.Files {
-		byIndex[f.Index] = f
+	refs, err := mapRefs(tbl, pm, task)
+	if err != nil {
+		return nil, err
 	}
-	for i, rgi := range pm.RowGroups {
-		f := byIndex[rgi[0]]
-		if f == nil || rgi[1] < 0 || rgi[1] >= len(f.RowGroupRows) {
-			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
-		}
-		refs[i] = source.RowGroupRef{File: f, RowGroup: rgi[1]}
-		largest = max(largest, refs[i].Rows())
+	var largest int64
+	for _, r := range refs {
+		largest = max(largest, r.Rows())
 	}
 	// A map task alone in its process reads the next row group while it
 	// routes this one, when two row groups fit the memory a unit is given
@@ -110,7 +104,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	}
 	// Small row groups are routed a run at a time (partition.Runs), so
 	// that each unit gets pieces of a useful size.
-	runs := partition.Runs(refRows(refs), lp.joinRows(), follows(refs))
+	runs := lp.runs(refs)
 	run := 0
 	var held []arrow.RecordBatch
 	defer func() {
@@ -702,20 +696,29 @@ func checkShards(shards []writer.Shard, pp plan.Partition, packed bool) error {
 	return nil
 }
 
-// refRows returns each row group's rows.
-func refRows(refs []source.RowGroupRef) []int64 {
-	rows := make([]int64, len(refs))
-	for i, r := range refs {
-		rows[i] = r.Rows()
+// mapRefs returns the row groups map task task of the plan reads, from
+// tbl (the whole input, or a map task's own files).
+func mapRefs(tbl *source.Table, pm plan.Map, task int) ([]source.RowGroupRef, error) {
+	byIndex := make(map[int]*source.File, len(tbl.Files))
+	for _, f := range tbl.Files {
+		byIndex[f.Index] = f
 	}
-	return rows
+	refs := make([]source.RowGroupRef, len(pm.RowGroups))
+	for i, rgi := range pm.RowGroups {
+		f := byIndex[rgi[0]]
+		if f == nil || rgi[1] < 0 || rgi[1] >= len(f.RowGroupRows) {
+			return nil, errs.BadInputf("plan: map %d names row group %v, which the input lacks", task, rgi)
+		}
+		refs[i] = source.RowGroupRef{File: f, RowGroup: rgi[1]}
+	}
+	return refs, nil
 }
 
-// follows says whether refs[i]'s rows follow on refs[i-1]'s in the input:
-// only such row groups are routed as one batch, whose rows' input
-// positions are counted from the first.
-func follows(refs []source.RowGroupRef) func(i int) bool {
-	return func(i int) bool { return refs[i].Offset() == refs[i-1].Offset()+refs[i-1].Rows() }
+// runs splits a map task's row groups into the batches it routes
+// (partition.Runs): small ones joined where their rows follow on, since a
+// joined batch's input positions are counted from its first row.
+func (lp *loadedPlan) runs(refs []source.RowGroupRef) []int {
+	return partition.Runs(source.RowsOf(refs), lp.joinRows(), func(i int) bool { return refs[i].Follows(refs[i-1]) })
 }
 
 // joinRows is how many rows of small input row groups a map routes at
@@ -728,20 +731,14 @@ func (lp *loadedPlan) joinRows() int64 {
 
 // routedBatches is how many batches the map tasks route: their row groups,
 // with runs of small ones counted once (joinRows).
-func (lp *loadedPlan) routedBatches(tbl *source.Table) int {
-	byIndex := make(map[int]*source.File, len(tbl.Files))
-	for _, f := range tbl.Files {
-		byIndex[f.Index] = f
-	}
+func (lp *loadedPlan) routedBatches(tbl *source.Table) (int, error) {
 	n := 0
-	for _, pm := range lp.Maps {
-		refs := make([]source.RowGroupRef, 0, len(pm.RowGroups))
-		for _, rgi := range pm.RowGroups {
-			if f := byIndex[rgi[0]]; f != nil && rgi[1] >= 0 && rgi[1] < len(f.RowGroupRows) {
-				refs = append(refs, source.RowGroupRef{File: f, RowGroup: rgi[1]})
-			}
+	for task, pm := range lp.Maps {
+		refs, err := mapRefs(tbl, pm, task)
+		if err != nil {
+			return 0, err
 		}
-		n += len(partition.Runs(refRows(refs), lp.joinRows(), follows(refs))) - 1
+		n += len(lp.runs(refs)) - 1
 	}
-	return n
+	return n, nil
 }

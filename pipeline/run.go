@@ -230,7 +230,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		if lp.work, err = storage.OpenDir(ctx, dir, true); err != nil {
 			return nil, err
 		}
-		lp.bins = partition.Bins(units, lp.routedBatches(tbl))
+		batches, err := lp.routedBatches(tbl)
+		if err != nil {
+			return nil, err
+		}
+		lp.bins = partition.Bins(units, batches)
 		// The map tasks read the files in order, a few at a time: the
 		// others' footers (128 KB each on the generated log, every file
 		// open after the plan) need not stay in the heap meanwhile.

@@ -52,6 +52,18 @@ func (r RowGroupRef) Rows() int64 { return r.File.RowGroupRows[r.RowGroup] }
 // Offset returns the global position of the row group's first row.
 func (r RowGroupRef) Offset() int64 { return r.File.RowGroupOffsets[r.RowGroup] }
 
+// Follows reports whether r's rows come right after prev's in the input.
+func (r RowGroupRef) Follows(prev RowGroupRef) bool { return r.Offset() == prev.Offset()+prev.Rows() }
+
+// RowsOf returns each row group's rows.
+func RowsOf(refs []RowGroupRef) []int64 {
+	rows := make([]int64, len(refs))
+	for i, r := range refs {
+		rows[i] = r.Rows()
+	}
+	return rows
+}
+
 // Read reads the given table columns (nil: all) of the row group as a record
 // whose schema is the table's schema restricted to those columns, decoding
 // columns on up to `parallel` goroutines.
