@@ -242,7 +242,7 @@ func TestDetectByDigests(t *testing.T) {
 	doneData = editJSON(t, doneData, func(d map[string]any) {
 		d["query_digests"].(map[string]any)["counts"].([]any)[task] = 1 << 60
 	})
-	if err := os.WriteFile(donePath, doneData, 0o644); err != nil {
+	if err := os.WriteFile(donePath, sealed(doneData), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err = DetectTask(ctx, res.Plan, task, local)

@@ -47,6 +47,10 @@ type PlanResult struct {
 
 // TaskManifest is a task's manifest, written last: what it read or wrote.
 type TaskManifest struct {
+	// Checksum is the xxhash64 of the manifest as written with this field
+	// empty (sealDone): a manifest damaged in storage is refused as such
+	// rather than taken for lost rows or a bug.
+	Checksum   string              `json:"checksum"`
 	Kind       string              `json:"kind"` // keys, map, detect or reduce
 	Task       int                 `json:"task"`
 	Attempt    string              `json:"attempt"`
@@ -528,12 +532,49 @@ func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest,
 		}
 		return nil, err
 	}
-	var d TaskManifest
-	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, errs.BadInputf("%s: %v", lp.work.URL(name), err)
+	d, err := openDone(data)
+	if err != nil {
+		return nil, errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(name), err), "run the task again")
 	}
 	if d.ConfigHash != lp.ConfigHash {
 		return nil, errs.Preconditionf("re-run the task under the current plan", "%s belongs to another plan (config %s, the plan's %s)", lp.work.URL(name), d.ConfigHash, lp.ConfigHash)
+	}
+	return d, nil
+}
+
+// checksumField opens a sealed manifest's checksum: it is the first field.
+var checksumField = []byte("{\n \"checksum\": \"")
+
+// sealDone marshals a task manifest with its checksum: the xxhash64 of
+// the bytes with the checksum empty.
+func sealDone(d *TaskManifest) ([]byte, error) {
+	c := *d
+	c.Checksum = ""
+	data, err := json.MarshalIndent(&c, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(data, checksumField) {
+		return nil, fmt.Errorf("internal: a task manifest does not start with its checksum")
+	}
+	sum := fmt.Sprintf("%016x", xxhash.Sum64(data))
+	return slices.Concat(checksumField, []byte(sum), data[len(checksumField):]), nil
+}
+
+// openDone parses a sealed task manifest, checking its checksum first.
+func openDone(data []byte) (*TaskManifest, error) {
+	n := len(checksumField)
+	if !bytes.HasPrefix(data, checksumField) || len(data) < n+16 {
+		return nil, fmt.Errorf("not a task manifest, or damaged: it does not start with its checksum")
+	}
+	want := string(data[n : n+16])
+	got := fmt.Sprintf("%016x", xxhash.Sum64(slices.Concat(checksumField, data[n+16:])))
+	if got != want {
+		return nil, fmt.Errorf("damaged: its checksum is %s, its bytes hash to %s", want, got)
+	}
+	var d TaskManifest
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, err
 	}
 	return &d, nil
 }
@@ -629,7 +670,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 // writeDone writes a task manifest at its attempt path, then at the task's
 // fixed name: the task's commit point.
 func writeDone(ctx context.Context, out storage.Location, attemptName, doneName string, d *TaskManifest) error {
-	data, err := json.MarshalIndent(d, "", " ")
+	data, err := sealDone(d)
 	if err != nil {
 		return err
 	}

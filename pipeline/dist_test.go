@@ -854,6 +854,66 @@ func TestCommitRefusesAPlanThatDoesNotMatchItsMaps(t *testing.T) {
 	}
 }
 
+// TestTaskManifestChecksum: a task manifest changed in storage (here one
+// digit of a map task's fingerprint, as the fuzzer changed it in CI, which
+// commit then took for lost rows: exit 1) is refused as damaged, bad input
+// naming it with the task to run again (exit 3); nothing is committed.
+// Sealed again, the same change is what the row check exists for: exit 1,
+// "row check failed", nothing committed.
+func TestTaskManifestChecksum(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 2, Seed: 5})
+	out := filepath.Join(t.TempDir(), "out")
+	ctx := context.Background()
+	res, _, err := PlanJob(ctx, distOpts(in, out), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := RunOptions{Parallel: 2}
+	mapsAndReduces(t, ctx, res, local)
+	path := filepath.Join(out, filepath.FromSlash(mapDoneName(0)))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := openDone(data)
+	if err != nil {
+		t.Fatalf("a manifest as written: %v", err)
+	}
+	fp := []byte(`"fingerprint": "` + d.Hash + `"`)
+	i := bytes.Index(data, fp)
+	if i < 0 {
+		t.Fatalf("no %s in %s", fp, data)
+	}
+	damaged := bytes.Clone(data)
+	k := i + len(`"fingerprint": "`) + 8
+	damaged[k] = "01"[(damaged[k]-'0'+1)%2] // another hex digit, either way
+	if err := os.WriteFile(path, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = CommitJob(ctx, res.Plan, local)
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), mapDoneName(0)) || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("commit over a damaged map manifest: %v (class %v), want bad input naming it", err, errs.ClassOf(err))
+	}
+	if err := os.WriteFile(path, sealed(damaged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = CommitJob(ctx, res.Plan, local)
+	if !errs.Is(err, errs.Internal) || !strings.Contains(err.Error(), "row check failed") {
+		t.Fatalf("commit over a resealed map manifest whose fingerprint differs: %v (class %v)", err, errs.ClassOf(err))
+	}
+	if _, err := os.Stat(filepath.Join(out, manifests.FileName)); !os.IsNotExist(err) {
+		t.Fatalf("a manifest was committed: %v", err)
+	}
+	// A manifest without its checksum (another writer, or cut short) is
+	// refused the same way.
+	if err := os.WriteFile(path, data[len(checksumField)+16:], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReduceTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("reduce over a map manifest without its checksum: %v (class %v)", err, errs.ClassOf(err))
+	}
+}
+
 // TestTasksShareSampleAndEncodings: the tasks of one plan in one process
 // (a --task list) decode its sample and choose its encodings once; another
 // plan's sample is its own.

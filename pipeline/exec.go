@@ -623,7 +623,9 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 			"plan again (relayout plan) and rerun the tasks")
 	}
 	if outFP != inFP {
-		return nil, nil, nil, fmt.Errorf("the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
+		// The task manifests are intact (sealDone), so the tasks disagree:
+		// rows were lost or changed on the way.
+		return nil, nil, nil, fmt.Errorf("row check failed: the rows written (fingerprint %s, %d rows) differ from the rows read (%s, %d rows; the plan has %d); nothing committed", outFP, outFP.Rows, inFP, inFP.Rows, lp.Rows)
 	}
 	m := buildManifest(tbl, tbl.Schema, lp.hist.Slices, files, lp.Config, lp.ConfigHash, lp.opts, inFP)
 	var queries []int64

@@ -124,7 +124,7 @@ func FuzzPlanAndTaskManifests(f *testing.F) {
 		for _, step := range []func() error{
 			func() error {
 				if len(r) > 0 {
-					return os.WriteFile(filepath.Join(dir, filepath.FromSlash(reduceDoneName(0))), r, 0o644)
+					return os.WriteFile(filepath.Join(dir, filepath.FromSlash(reduceDoneName(0))), sealed(r), 0o644)
 				}
 				_, err := ReduceTask(tctx, planURL, 0, local)
 				return err
@@ -143,12 +143,27 @@ func fuzzedCopy(t *testing.T, base, dir, planRel string, p, d []byte) string {
 	if err := copyTree(base, dir); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): d} {
+	for name, data := range map[string][]byte{plan.FileName: p, mapDoneName(0): sealed(d)} {
 		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return filepath.Join(dir, planRel)
+}
+
+// sealed returns a fuzzed task manifest that parses sealed with its
+// checksum, so that the fuzzer reaches the checks behind it (a damaged
+// checksum is TestTaskManifestChecksum's); one that does not parse as is.
+func sealed(data []byte) []byte {
+	var d TaskManifest
+	if json.Unmarshal(data, &d) != nil {
+		return data
+	}
+	out, err := sealDone(&d)
+	if err != nil {
+		return data
+	}
+	return out
 }
 
 // checkClassified fails on a panic or an unclassified error: a damaged

@@ -253,8 +253,8 @@ func (lk *loadedKeys) summaries(ctx context.Context) ([]*partition.KeySummary, e
 			}
 			return err
 		}
-		var d TaskManifest
-		if err := json.Unmarshal(data, &d); err != nil || d.Kind != "keys" || d.Summary == "" {
+		d, err := openDone(data)
+		if err != nil || d.Kind != "keys" || d.Summary == "" {
 			return errs.BadInputf("%s is not a key task's manifest (%v): run key task %d again", lk.out.URL(done), err, i)
 		}
 		if d.ConfigHash != lk.ConfigHash {
