@@ -674,6 +674,7 @@ func writeDone(ctx context.Context, out storage.Location, attemptName, doneName 
 	if err != nil {
 		return err
 	}
+	d.Checksum = string(data[len(checksumField) : len(checksumField)+16])
 	if err := putObject(ctx, out, attemptName, data); err != nil {
 		return err
 	}
