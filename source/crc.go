@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
@@ -27,6 +28,12 @@ type crcReaderAt struct {
 	*storage.ReaderAt
 	url    string
 	chunks map[int64]chunkRef // by the chunk's first byte; fixed before any read
+
+	// md, when set, is indexed on the first read past the footer (lazy: a
+	// file opened for its footer alone, 10,000 small files' schemas and
+	// costs, never reads a chunk).
+	md      *metadata.FileMetaData
+	indexed sync.Once
 }
 
 type chunkRef struct {
@@ -59,6 +66,9 @@ func (r *crcReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	n, err := r.ReaderAt.ReadAt(p, off)
 	if err != nil && err != io.EOF {
 		return n, err
+	}
+	if r.md != nil {
+		r.indexed.Do(func() { r.index(r.md) })
 	}
 	if c, ok := r.chunks[off]; ok && int64(n) >= c.length {
 		if _, _, cerr := checkPages(p[:c.length], r.url, c); cerr != nil {

@@ -69,8 +69,26 @@ type File struct {
 type handle struct {
 	ra   *storage.ReaderAt
 	pq   *file.Reader
-	fr   *pqarrow.FileReader
 	elem *list.Element
+
+	// fr is made on first use (arrowReader): its schema manifest is a
+	// quarter of an open's cost, and a file opened for its footer alone
+	// (the read-cost model) never needs it.
+	frOnce sync.Once
+	fr     *pqarrow.FileReader
+	frErr  error
+	url    string
+}
+
+// arrowReader returns the file's Arrow reader, made on first use.
+func (h *handle) arrowReader() (*pqarrow.FileReader, error) {
+	h.frOnce.Do(func() {
+		h.fr, h.frErr = pqarrow.NewFileReader(h.pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+		if h.frErr != nil {
+			h.frErr = unsupported("open "+h.url, fmt.Errorf("schema: %w", h.frErr))
+		}
+	})
+	return h.fr, h.frErr
 }
 
 // WithParquet calls fn with the file's low-level reader (footer metadata,
@@ -366,7 +384,11 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		}
 	}()
 	defer errs.Recover(&err, "open "+obj.URL)
-	pq, fr := h.pq, h.fr
+	pq := h.pq
+	fr, err := h.arrowReader()
+	if err != nil {
+		return nil, err
+	}
 	sc, err := fr.Schema()
 	if err != nil {
 		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
@@ -424,7 +446,11 @@ func (t *Table) match(f *File) error {
 		}
 		f.colMap[i] = idx[0]
 		var leaves []int
-		for c := range leafSet(&f.h.fr.Manifest.Fields[idx[0]], map[int]bool{}) {
+		fr, err := f.h.arrowReader()
+		if err != nil {
+			return err
+		}
+		for c := range leafSet(&fr.Manifest.Fields[idx[0]], map[int]bool{}) {
 			leaves = append(leaves, c)
 		}
 		slices.Sort(leaves)
@@ -463,12 +489,16 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 	for _, c := range f.leaves[col] {
 		leaves[c] = true
 	}
-	cr, err := h.fr.GetFieldReader(ctx, f.colMap[col], leaves, []int{rg})
+	fr, err := h.arrowReader()
+	if err != nil {
+		return nil, err
+	}
+	cr, err := fr.GetFieldReader(ctx, f.colMap[col], leaves, []int{rg})
 	if err != nil {
 		return nil, classify(err, what)
 	}
 	defer cr.Release()
-	ch, err := h.fr.ReadColumn([]int{rg}, cr)
+	ch, err := fr.ReadColumn([]int{rg}, cr)
 	if err != nil {
 		return nil, classify(err, what)
 	}
@@ -714,12 +744,8 @@ func openHandle(ctx context.Context, obj storage.Object, counts *storage.Counter
 		}
 		return nil, badData("open "+obj.URL, err)
 	}
-	cra.index(pq.MetaData())
-	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
-	if err != nil {
-		return nil, unsupported("open "+obj.URL, fmt.Errorf("schema: %w", err))
-	}
-	return &handle{ra: ra, pq: pq, fr: fr}, nil
+	cra.md = pq.MetaData() // indexed on the first chunk read
+	return &handle{ra: ra, pq: pq, url: obj.URL}, nil
 }
 
 // AddPartitions adds the Hive partition columns p found in the files'
