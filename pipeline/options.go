@@ -209,6 +209,16 @@ const (
 	AllSlices = -1
 )
 
+// CheckHugePages refuses a --huge-pages value other than auto, on and off
+// (exit 2).
+func CheckHugePages(v string) error {
+	switch v {
+	case HugePagesAuto, HugePagesOn, HugePagesOff:
+		return nil
+	}
+	return errs.Usagef("--huge-pages must be auto, on or off (got %q)", v)
+}
+
 func (o RunOptions) withDefaults() (RunOptions, error) {
 	if len(o.Inputs) == 0 {
 		return o, errs.Usagef("no input: pass --input")
@@ -302,12 +312,11 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	if o.MemoryLimit == 0 {
 		o.MemoryLimit = DefaultMemoryLimit
 	}
-	switch o.HugePages {
-	case "":
+	if o.HugePages == "" {
 		o.HugePages = HugePagesAuto
-	case HugePagesAuto, HugePagesOn, HugePagesOff:
-	default:
-		return o, errs.Usagef("--huge-pages must be auto, on or off (got %q)", o.HugePages)
+	}
+	if err := CheckHugePages(o.HugePages); err != nil {
+		return o, err
 	}
 	switch o.Check {
 	case "":

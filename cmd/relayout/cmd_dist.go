@@ -185,8 +185,8 @@ func localOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		return pipeline.RunOptions{}, err
 	}
 	o := pipeline.RunOptions{TmpDir: c.String("tmp-dir"), Parallel: c.Int("parallel"), Log: log, HugePages: c.String("huge-pages")}
-	if h := o.HugePages; h != pipeline.HugePagesAuto && h != pipeline.HugePagesOn && h != pipeline.HugePagesOff {
-		return o, errs.Usagef("--huge-pages must be auto, on or off (got %q)", h)
+	if err := pipeline.CheckHugePages(o.HugePages); err != nil {
+		return o, err
 	}
 	if o.MemoryLimit, err = parseSize("memory-limit", c.String("memory-limit")); err != nil {
 		return o, err
