@@ -565,7 +565,7 @@ func sealDone(d *TaskManifest) ([]byte, error) {
 func openDone(data []byte) (*TaskManifest, error) {
 	n := len(checksumField)
 	if !bytes.HasPrefix(data, checksumField) || len(data) < n+16 {
-		return nil, fmt.Errorf("not a task manifest, or damaged: it does not start with its checksum")
+		return nil, fmt.Errorf("it does not start with its checksum: damaged, not a task manifest, or written by a relayout before 2026-12-04")
 	}
 	want := string(data[n : n+16])
 	got := fmt.Sprintf("%016x", xxhash.Sum64(slices.Concat(checksumField, data[n+16:])))
