@@ -154,7 +154,9 @@ func readKeys(ctx context.Context, t *source.Table, rowGroups []int, sliceCols [
 	refs := t.RowGroups()
 	per := make([]*rgSlices, len(rowGroups))
 	in := &keyIntern{m: map[string]*internedKey{}}
-	err := par.ForEach(ctx, len(rowGroups), parallel, func(i int) error {
+	// Row groups of files in an object store are read more at once than
+	// there are cores: each waits on a ranged GET.
+	err := par.ForEach(ctx, len(rowGroups), t.Readers(parallel), func(i int) error {
 		var err error
 		per[i], err = readSlices(ctx, t, refs[rowGroups[i]], rowGroups[i], sliceCols, o, in)
 		return err

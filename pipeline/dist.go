@@ -415,7 +415,11 @@ func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 
 // openInputs opens the plan's inputs, failing if any changed since the plan.
 func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) (*source.Table, error) {
-	return openPinned(ctx, lp.InputArgs, lp.Inputs, lp.opts.hive, counts)
+	tbl, err := openPinned(ctx, lp.InputArgs, lp.Inputs, lp.opts.hive, counts)
+	if err == nil {
+		tbl.RemoteReads = lp.opts.remoteReads(tbl)
+	}
+	return tbl, err
 }
 
 // openMapInputs opens only the input files map task reads, placed as in
@@ -435,7 +439,11 @@ func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Tabl
 	if len(own) == 0 { // an empty input's one map task
 		return lp.openInputs(ctx, nil)
 	}
-	return openOwn(ctx, lp.work, lp.InputArgs, lp.Inputs, lp.opts.hive, own, nil)
+	tbl, err := openOwn(ctx, lp.work, lp.InputArgs, lp.Inputs, lp.opts.hive, own, nil)
+	if err == nil {
+		tbl.RemoteReads = lp.opts.remoteReads(tbl)
+	}
+	return tbl, err
 }
 
 // openOwn opens only the pinned input files own (indices into pins, in

@@ -34,7 +34,22 @@ func openTable(ctx context.Context, opts *RunOptions) (*source.Table, plan.Keys,
 		tbl.Close()
 		return nil, plan.Keys{}, plan.Sizes{}, nil, err
 	}
+	tbl.RemoteReads = opts.remoteReads(tbl)
 	return tbl, keys, plan.SizesOf(tbl), counts, nil
+}
+
+// remoteReads is how many column chunks, or key-pass row groups, of a
+// table in an object store are read at once (source.Table.Readers): up to
+// source.DefaultRemoteReads, as many of its largest row group's stored
+// bytes as an eighth of the memory limit holds (what they decode to is
+// held while they are read), and at least --parallel.
+func (o RunOptions) remoteReads(tbl *source.Table) int {
+	limit := o.MemoryLimit
+	if limit <= 0 {
+		limit = DefaultMemoryLimit
+	}
+	n := limit / 8 / max(tbl.LargestRowGroupBytes(), 1<<20)
+	return int(max(min(n, source.DefaultRemoteReads), int64(o.Parallel), 1))
 }
 
 // openObjects opens the objects as one table with the Hive partition

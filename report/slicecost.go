@@ -200,7 +200,7 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.Row
 	// held.
 	for w := 0; w < len(files); w += costWindow {
 		parts := make([]TableCost, min(costWindow, len(files)-w))
-		err := par.ForEach(context.Background(), len(parts), costParallel, func(k int) error {
+		err := par.ForEach(context.Background(), len(parts), tbl.Readers(costParallel), func(k int) error {
 			var err error
 			parts[k], err = costOfFile(tbl, files[w+k], firsts[w+k], sliceKeys, vectors, sc, end)
 			return err
@@ -222,7 +222,7 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.Row
 }
 
 // costWindow and costParallel are how many files costOfFiles reads ahead
-// and at once.
+// and at once (more where they are in an object store: Table.Readers).
 const (
 	costWindow   = 32
 	costParallel = 8

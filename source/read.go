@@ -77,9 +77,10 @@ func (t *Table) Read(ctx context.Context, ref RowGroupRef, cols []int, parallel 
 
 // ReadRowGroups reads the given columns (nil: all) of each row group, as
 // Read does, with every column chunk a task for up to `parallel`
-// goroutines: a few large row groups keep every goroutine busy (four row
-// groups of 250,000 rows on two cores left one idle when row groups were
-// the tasks). On error nothing is returned and nothing is held.
+// goroutines (Readers(parallel) where files are in an object store): a
+// few large row groups keep every goroutine busy (four row groups of
+// 250,000 rows on two cores left one idle when row groups were the tasks).
+// On error nothing is returned and nothing is held.
 func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []int, parallel int) ([]arrow.RecordBatch, error) {
 	if cols == nil {
 		cols = make([]int, t.Schema.NumFields())
@@ -88,12 +89,16 @@ func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []in
 		}
 	}
 	arrs := make([]arrow.Array, len(refs)*len(cols))
-	err := par.ForEach(ctx, len(arrs), parallel, func(k int) error {
-		ref := refs[k/len(cols)]
-		var err error
-		arrs[k], err = ref.File.ReadColumn(ctx, ref.RowGroup, cols[k%len(cols)])
-		return err
-	})
+	readers := t.Readers(parallel)
+	var err error
+	for from := 0; from < len(refs) && err == nil; {
+		to := len(refs)
+		if t.remote {
+			to = spanFiles(refs, from, readers)
+		}
+		err = t.readSpan(ctx, refs, cols, from, to, readers, arrs)
+		from = to
+	}
 	if err != nil {
 		for _, a := range arrs {
 			if a != nil {
@@ -116,6 +121,62 @@ func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []in
 		}
 	}
 	return recs, nil
+}
+
+// spanFiles returns the end of the refs from `from` that lie in at most
+// n files.
+func spanFiles(refs []RowGroupRef, from, n int) int {
+	files := 0
+	for i := from; i < len(refs); i++ {
+		if i == from || refs[i].File != refs[i-1].File {
+			if files == n {
+				return i
+			}
+			files++
+		}
+	}
+	return len(refs)
+}
+
+// readSpan reads cols of refs[from:to] into arrs. An object store's files
+// are opened first, all at once, and held until the span is read: the
+// column reads of one file wait on its open, so with the tasks in file
+// order the files of many small ones were opened one at a time (10,000
+// files of 20 rows, 5 ms a request: the read took 66 s).
+func (t *Table) readSpan(ctx context.Context, refs []RowGroupRef, cols []int, from, to, readers int, arrs []arrow.Array) error {
+	if t.remote {
+		var files []*File
+		for i := from; i < to; i++ {
+			if i == from || refs[i].File != refs[i-1].File {
+				files = append(files, refs[i].File)
+			}
+		}
+		held := make([]bool, len(files))
+		defer func() {
+			for i, f := range files {
+				if held[i] {
+					t.release(f)
+				}
+			}
+		}()
+		err := par.ForEach(ctx, len(files), readers, func(i int) error {
+			if _, err := t.acquire(files[i]); err != nil {
+				return err
+			}
+			held[i] = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	n := len(cols)
+	return par.ForEach(ctx, (to-from)*n, readers, func(k int) error {
+		ref := refs[from+k/n]
+		var err error
+		arrs[from*n+k], err = ref.File.ReadColumn(ctx, ref.RowGroup, cols[k%n])
+		return err
+	})
 }
 
 // Allocator returns the allocator used for decoded data.

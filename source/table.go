@@ -117,6 +117,20 @@ func (f *File) Metadata() (*metadata.FileMetaData, error) {
 // DefaultMaxOpen is how many input files a table keeps open at once.
 const DefaultMaxOpen = 64
 
+// DefaultRemoteReads is how many column chunks of files in an object store
+// a table reads at once (Table.RemoteReads).
+const DefaultRemoteReads = 16
+
+// Readers returns how many goroutines should read (and decode) column
+// chunks where parallel decode: parallel for local files, at least
+// RemoteReads where some file is in an object store.
+func (t *Table) Readers(parallel int) int {
+	if t.remote {
+		return max(parallel, t.RemoteReads)
+	}
+	return parallel
+}
+
 // openWindow and openParallel bound Open's footer reads: files read ahead
 // of the one being matched, and reads at once.
 const (
@@ -197,6 +211,12 @@ type Table struct {
 	mem      memory.Allocator
 	// MaxOpen bounds the files kept open (DefaultMaxOpen).
 	MaxOpen int
+	// RemoteReads is how many column chunks of an object-store table are
+	// read at once (DefaultRemoteReads), where a local one reads as many
+	// as it decodes: a ranged GET waits on the store's latency, not on a
+	// core.
+	RemoteReads int
+	remote      bool // some file is not local
 	// Compact copies each decoded column out of buffers the reader grew to
 	// up to twice its size (compact): for reads whose arrays are kept (a
 	// table held in memory) or whose heap is tight (a spilling run's map).
@@ -230,6 +250,18 @@ func (t *Table) LargestRowGroup() int64 {
 	for _, f := range t.Files {
 		for _, r := range f.RowGroupRows {
 			n = max(n, r)
+		}
+	}
+	return n
+}
+
+// LargestRowGroupBytes returns the stored (compressed) bytes of the
+// largest row group.
+func (t *Table) LargestRowGroupBytes() int64 {
+	var n int64
+	for _, f := range t.Files {
+		for _, b := range f.RowGroupBytes {
+			n = max(n, b)
 		}
 	}
 	return n
@@ -310,7 +342,10 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 	if counts == nil {
 		counts = new(storage.Counters)
 	}
-	t := &Table{Counts: counts, mem: memory.DefaultAllocator, MaxOpen: DefaultMaxOpen, ctx: context.WithoutCancel(ctx), lru: list.New()}
+	t := &Table{Counts: counts, mem: memory.DefaultAllocator, MaxOpen: DefaultMaxOpen, RemoteReads: DefaultRemoteReads, ctx: context.WithoutCancel(ctx), lru: list.New()}
+	for _, o := range objs {
+		t.remote = t.remote || o.LocalPath == ""
+	}
 	// Footers are read openWindow files at a time, openParallel at once
 	// (an object store's latency, not its bandwidth, bounds one footer
 	// read), and matched in order; the window bounds the footers held.

@@ -24,6 +24,7 @@ import (
 	_ "gocloud.dev/blob/s3blob"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 )
 
 // Location is a bucket and a key prefix inside it. For a single object the
@@ -175,6 +176,9 @@ func List(ctx context.Context, names []string) ([]Object, error) {
 	return out, nil
 }
 
+// statParallel is how many objects' attributes a listing asks for at once.
+const statParallel = 16
+
 func list1(ctx context.Context, name string) ([]Object, error) {
 	if !IsURL(name) || strings.HasPrefix(name, "file://") {
 		return listLocal(ctx, strings.TrimPrefix(name, "file://"))
@@ -221,13 +225,19 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	// Listing does not return ETags on every driver; fetch them.
-	for i := range out {
+	// Listing does not return ETags on every driver; fetch them, several
+	// requests at once (one at a time, 2,000 small files took 12 s of
+	// HEADs at 5 ms each).
+	err = par.ForEach(ctx, len(out), statParallel, func(i int) error {
 		attrs, err := loc.Bucket.Attributes(ctx, out[i].Key)
 		if err != nil {
-			return nil, Classify(fmt.Errorf("stat %s: %w", out[i].URL, err))
+			return Classify(fmt.Errorf("stat %s: %w", out[i].URL, err))
 		}
 		out[i].ETag = attrs.ETag
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
