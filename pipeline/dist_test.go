@@ -787,6 +787,23 @@ func flipByte(t *testing.T, path string, mtime time.Time) []byte {
 	return data
 }
 
+// reducedJob plans a flat job over 3,000 generated rows (seed) and runs its
+// map and reduce tasks: what commit takes. It returns the output folder,
+// the plan and the local options the tasks ran with.
+func reducedJob(t *testing.T, seed uint64) (string, *PlanResult, RunOptions) {
+	t.Helper()
+	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 2, Seed: seed})
+	out := filepath.Join(t.TempDir(), "out")
+	ctx := context.Background()
+	res, _, err := PlanJob(ctx, distOpts(in, out), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := RunOptions{Parallel: 2}
+	mapsAndReduces(t, ctx, res, local)
+	return out, res, local
+}
+
 // mapsAndReduces runs every map task of a planned job, then every detect
 // task (packed plans), then every reduce task, one after another in this
 // process.
@@ -820,15 +837,8 @@ func mapsAndDetects(t *testing.T, ctx context.Context, res *PlanResult, local Ru
 // inputs changed under it) is bad input naming plan.json (exit 3), not an
 // internal error; nothing is committed. Found by FuzzPlanAndTaskManifests.
 func TestCommitRefusesAPlanThatDoesNotMatchItsMaps(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 2, Seed: 4})
-	out := filepath.Join(t.TempDir(), "out")
 	ctx := context.Background()
-	res, _, err := PlanJob(ctx, distOpts(in, out), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := RunOptions{Parallel: 2}
-	mapsAndReduces(t, ctx, res, local)
+	out, res, local := reducedJob(t, 4)
 	path := filepath.Join(out, filepath.FromSlash(plan.FileName))
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -861,15 +871,8 @@ func TestCommitRefusesAPlanThatDoesNotMatchItsMaps(t *testing.T) {
 // Sealed again, the same change is what the row check exists for: exit 1,
 // "row check failed", nothing committed.
 func TestTaskManifestChecksum(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 3_000, Files: 2, Seed: 5})
-	out := filepath.Join(t.TempDir(), "out")
 	ctx := context.Background()
-	res, _, err := PlanJob(ctx, distOpts(in, out), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := RunOptions{Parallel: 2}
-	mapsAndReduces(t, ctx, res, local)
+	out, res, local := reducedJob(t, 5)
 	path := filepath.Join(out, filepath.FromSlash(mapDoneName(0)))
 	data, err := os.ReadFile(path)
 	if err != nil {
