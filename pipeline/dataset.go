@@ -313,7 +313,7 @@ func datasetParts(ctx context.Context, o RunOptions, prev *dataset.Generation) (
 	if err != nil {
 		return nil, "", err
 	}
-	tbl, err := openObjects(ctx, objs, nil, o.HivePartitioning, o.HiveTypes)
+	tbl, err := openObjects(ctx, objs, nil, o.HivePartitioning, o.HiveTypes, o.MemoryLimit)
 	if err != nil {
 		return nil, "", err
 	}

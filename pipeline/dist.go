@@ -415,11 +415,7 @@ func (lp *loadedPlan) tensorRun(prof *tensors.Profile) *tensorRun {
 
 // openInputs opens the plan's inputs, failing if any changed since the plan.
 func (lp *loadedPlan) openInputs(ctx context.Context, counts *storage.Counters) (*source.Table, error) {
-	tbl, err := openPinned(ctx, lp.InputArgs, lp.Inputs, lp.opts.hive, counts)
-	if err == nil {
-		tbl.RemoteReads = lp.opts.remoteReads(tbl)
-	}
-	return tbl, err
+	return openPinned(ctx, lp.InputArgs, lp.Inputs, lp.opts.hive, counts, lp.opts.MemoryLimit)
 }
 
 // openMapInputs opens only the input files map task reads, placed as in
@@ -439,11 +435,7 @@ func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Tabl
 	if len(own) == 0 { // an empty input's one map task
 		return lp.openInputs(ctx, nil)
 	}
-	tbl, err := openOwn(ctx, lp.work, lp.InputArgs, lp.Inputs, lp.opts.hive, own, nil)
-	if err == nil {
-		tbl.RemoteReads = lp.opts.remoteReads(tbl)
-	}
-	return tbl, err
+	return openOwn(ctx, lp.work, lp.InputArgs, lp.Inputs, lp.opts.hive, own, nil, lp.opts.MemoryLimit)
 }
 
 // openOwn opens only the pinned input files own (indices into pins, in
@@ -451,7 +443,7 @@ func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Tabl
 // with rowGroups, their row-group counts), placed at the file indices and
 // row offsets they have in the whole table and typed with the plan's
 // schema (stored under work): what a map or key task reads.
-func openOwn(ctx context.Context, work storage.Location, inputArgs []string, pins []manifests.Input, hiveSpec string, own []int, rowGroups []int) (*source.Table, error) {
+func openOwn(ctx context.Context, work storage.Location, inputArgs []string, pins []manifests.Input, hiveSpec string, own []int, rowGroups []int, memoryLimit int64) (*source.Table, error) {
 	objs, err := storage.List(ctx, inputArgs)
 	if err != nil {
 		return nil, err
@@ -475,7 +467,7 @@ func openOwn(ctx context.Context, work storage.Location, inputArgs []string, pin
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := openObjects(ctx, sub, nil, string(hiveMode(hiveSpec)), hiveSpec)
+	tbl, err := openObjects(ctx, sub, nil, string(hiveMode(hiveSpec)), hiveSpec, memoryLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -518,7 +510,7 @@ func checkPins(objs []storage.Object, pins []manifests.Input) error {
 // openPinned lists the input arguments and opens them (with the Hive
 // partitioning spec hiveSpec, "" for none), failing if any object differs
 // from its pin.
-func openPinned(ctx context.Context, inputArgs []string, pins []manifests.Input, hiveSpec string, counts *storage.Counters) (*source.Table, error) {
+func openPinned(ctx context.Context, inputArgs []string, pins []manifests.Input, hiveSpec string, counts *storage.Counters, memoryLimit int64) (*source.Table, error) {
 	objs, err := storage.List(ctx, inputArgs)
 	if err != nil {
 		return nil, err
@@ -529,7 +521,7 @@ func openPinned(ctx context.Context, inputArgs []string, pins []manifests.Input,
 	if err := checkPins(objs, pins); err != nil {
 		return nil, err
 	}
-	return openObjects(ctx, objs, counts, string(hiveMode(hiveSpec)), hiveSpec)
+	return openObjects(ctx, objs, counts, string(hiveMode(hiveSpec)), hiveSpec, memoryLimit)
 }
 
 func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest, error) {

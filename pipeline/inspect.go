@@ -95,7 +95,7 @@ func Inspect(ctx context.Context, o InspectOptions) (*InspectResult, error) {
 		return nil, err
 	}
 	counts := new(storage.Counters)
-	tbl, err := openObjects(ctx, objs, counts, o.HivePartitioning, o.HiveTypes)
+	tbl, err := openObjects(ctx, objs, counts, o.HivePartitioning, o.HiveTypes, 0) // footers and key columns: the default limit
 	if err != nil {
 		return nil, err
 	}

@@ -224,14 +224,14 @@ func (lk *loadedKeys) openRun(ctx context.Context, kt keyTask) (*source.Table, i
 		rg += n
 	}
 	if kt.End <= kt.First || a < 0 { // an empty run (an empty input)
-		tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, lk.opts.hive, nil)
+		tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, lk.opts.hive, nil, lk.opts.MemoryLimit)
 		return tbl, 0, err
 	}
 	own := make([]int, b-a)
 	for k := range own {
 		own[k] = a + k
 	}
-	tbl, err := openOwn(ctx, lk.out, lk.InputArgs, lk.Inputs, lk.opts.hive, own, lk.InputRowGroups)
+	tbl, err := openOwn(ctx, lk.out, lk.InputArgs, lk.Inputs, lk.opts.hive, own, lk.InputRowGroups, lk.opts.MemoryLimit)
 	return tbl, base, err
 }
 
@@ -307,7 +307,7 @@ func PlanFromKeys(ctx context.Context, keysURL string, local RunOptions) (*PlanR
 	// A failed merge leaves the key tasks' summaries for the next try.
 	claim := &outputClaim{out: lk.out, target: lk.out, lease: lease}
 	defer claim.release(ctx)
-	tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, opts.hive, nil)
+	tbl, err := openPinned(ctx, lk.InputArgs, lk.Inputs, opts.hive, nil, opts.MemoryLimit)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,7 +24,7 @@ func openTable(ctx context.Context, opts *RunOptions) (*source.Table, plan.Keys,
 		}
 	}
 	counts := new(storage.Counters)
-	tbl, err := openObjects(ctx, objs, counts, opts.HivePartitioning, opts.HiveTypes)
+	tbl, err := openObjects(ctx, objs, counts, opts.HivePartitioning, opts.HiveTypes, opts.MemoryLimit)
 	if err != nil {
 		return nil, plan.Keys{}, plan.Sizes{}, nil, err
 	}
@@ -34,27 +34,27 @@ func openTable(ctx context.Context, opts *RunOptions) (*source.Table, plan.Keys,
 		tbl.Close()
 		return nil, plan.Keys{}, plan.Sizes{}, nil, err
 	}
-	tbl.RemoteReads = opts.remoteReads(tbl)
 	return tbl, keys, plan.SizesOf(tbl), counts, nil
 }
 
 // remoteReads is how many column chunks, or key-pass row groups, of a
-// table in an object store are read at once (source.Table.Readers): up to
-// source.DefaultRemoteReads, as many of its largest row group's stored
-// bytes as an eighth of the memory limit holds (what they decode to is
-// held while they are read), and at least --parallel.
-func (o RunOptions) remoteReads(tbl *source.Table) int {
-	limit := o.MemoryLimit
-	if limit <= 0 {
-		limit = DefaultMemoryLimit
+// table in an object store are read at once beside --parallel
+// (source.Table.Readers): up to source.DefaultRemoteReads, as many of its
+// largest row group's stored bytes as an eighth of memoryLimit (0: the
+// default) holds, since what they decode to is held while they are read.
+func remoteReads(tbl *source.Table, memoryLimit int64) int {
+	if memoryLimit <= 0 {
+		memoryLimit = DefaultMemoryLimit
 	}
-	n := limit / 8 / max(tbl.LargestRowGroupBytes(), 1<<20)
-	return int(max(min(n, source.DefaultRemoteReads), int64(o.Parallel), 1))
+	n := memoryLimit / 8 / max(tbl.LargestRowGroupBytes(), 1<<20)
+	return int(max(min(n, source.DefaultRemoteReads), 1))
 }
 
 // openObjects opens the objects as one table with the Hive partition
-// columns their paths hold (mode: auto, on, off; types: declared types).
-func openObjects(ctx context.Context, objs []storage.Object, counts *storage.Counters, mode, types string) (*source.Table, error) {
+// columns their paths hold (mode: auto, on, off; types: declared types),
+// reading objects in a store as many at once as memoryLimit allows
+// (remoteReads).
+func openObjects(ctx context.Context, objs []storage.Object, counts *storage.Counters, mode, types string, memoryLimit int64) (*source.Table, error) {
 	m, err := hive.ParseMode(mode)
 	if err != nil {
 		return nil, err
@@ -79,6 +79,7 @@ func openObjects(ctx context.Context, objs []storage.Object, counts *storage.Cou
 		tbl.Close()
 		return nil, err
 	}
+	tbl.RemoteReads = remoteReads(tbl, memoryLimit)
 	return tbl, nil
 }
 

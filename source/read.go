@@ -92,11 +92,11 @@ func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []in
 	readers := t.Readers(parallel)
 	var err error
 	for from := 0; from < len(refs) && err == nil; {
-		to := len(refs)
+		to, files := len(refs), []*File(nil)
 		if t.remote {
-			to = spanFiles(refs, from, readers)
+			to, files = spanFiles(refs, from, readers)
 		}
-		err = t.readSpan(ctx, refs, cols, from, to, readers, arrs)
+		err = t.readSpan(ctx, refs, cols, from, to, files, readers, arrs)
 		from = to
 	}
 	if err != nil {
@@ -124,33 +124,27 @@ func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []in
 }
 
 // spanFiles returns the end of the refs from `from` that lie in at most
-// n files.
-func spanFiles(refs []RowGroupRef, from, n int) int {
-	files := 0
+// n files, and those files.
+func spanFiles(refs []RowGroupRef, from, n int) (int, []*File) {
+	var files []*File
 	for i := from; i < len(refs); i++ {
 		if i == from || refs[i].File != refs[i-1].File {
-			if files == n {
-				return i
+			if len(files) == n {
+				return i, files
 			}
-			files++
+			files = append(files, refs[i].File)
 		}
 	}
-	return len(refs)
+	return len(refs), files
 }
 
-// readSpan reads cols of refs[from:to] into arrs. An object store's files
-// are opened first, all at once, and held until the span is read: the
-// column reads of one file wait on its open, so with the tasks in file
-// order the files of many small ones were opened one at a time (10,000
-// files of 20 rows, 5 ms a request: the read took 66 s).
-func (t *Table) readSpan(ctx context.Context, refs []RowGroupRef, cols []int, from, to, readers int, arrs []arrow.Array) error {
-	if t.remote {
-		var files []*File
-		for i := from; i < to; i++ {
-			if i == from || refs[i].File != refs[i-1].File {
-				files = append(files, refs[i].File)
-			}
-		}
+// readSpan reads cols of refs[from:to] into arrs. files, an object store's
+// files of the span, are opened first, all at once, and held until the
+// span is read: the column reads of one file wait on its open, so with the
+// tasks in file order the files of many small ones were opened one at a
+// time (10,000 files of 20 rows, 5 ms a request: the read took 66 s).
+func (t *Table) readSpan(ctx context.Context, refs []RowGroupRef, cols []int, from, to int, files []*File, readers int, arrs []arrow.Array) error {
+	if len(files) > 0 {
 		held := make([]bool, len(files))
 		defer func() {
 			for i, f := range files {

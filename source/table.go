@@ -121,8 +121,8 @@ const DefaultMaxOpen = 64
 // a table reads at once (Table.RemoteReads).
 const DefaultRemoteReads = 16
 
-// Readers returns how many goroutines should read (and decode) column
-// chunks where parallel decode: parallel for local files, at least
+// Readers returns how many goroutines read (and decode) column chunks
+// where parallel would decode them: parallel for local files, at least
 // RemoteReads where some file is in an object store.
 func (t *Table) Readers(parallel int) int {
 	if t.remote {
@@ -246,22 +246,21 @@ func (t *Table) NumRowGroups() int {
 
 // LargestRowGroup is the most rows any one row group of the table holds.
 func (t *Table) LargestRowGroup() int64 {
-	var n int64
-	for _, f := range t.Files {
-		for _, r := range f.RowGroupRows {
-			n = max(n, r)
-		}
-	}
-	return n
+	return t.largest(func(f *File) []int64 { return f.RowGroupRows })
 }
 
 // LargestRowGroupBytes returns the stored (compressed) bytes of the
 // largest row group.
 func (t *Table) LargestRowGroupBytes() int64 {
+	return t.largest(func(f *File) []int64 { return f.RowGroupBytes })
+}
+
+// largest returns the largest of every file's per-row-group figures of.
+func (t *Table) largest(of func(*File) []int64) int64 {
 	var n int64
 	for _, f := range t.Files {
-		for _, b := range f.RowGroupBytes {
-			n = max(n, b)
+		for _, v := range of(f) {
+			n = max(n, v)
 		}
 	}
 	return n

@@ -3,16 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/relayout/relayout/loader"
 	"github.com/relayout/relayout/storage"
@@ -28,20 +25,20 @@ func remoteBench(dir string, reps int, res map[string]any) {
 		fmt.Println("\nremote bench: no tensors-dense output (run BENCH_ONLY=tensors first)")
 		return
 	}
-	backend := s3mem.New()
-	backend.CreateBucket("bench")
-	inner := gofakes3.New(backend).Server()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
 	var gets atomic.Int64
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
-			gets.Add(1)
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	defer ts.Close()
-	os.Setenv("AWS_ACCESS_KEY_ID", "test")
-	os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	params := "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+	params, stop := fakeS3(ln, func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
+				gets.Add(1)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	})
+	defer stop()
 	url := "s3://bench/out/" + params
 	loc, err := storage.OpenDir(context.Background(), url, false)
 	if err != nil {

@@ -36,26 +36,21 @@ func s3InputBench(dir, in string, reps int, res map[string]any) {
 			panic(err)
 		}
 	}
-	backend := s3mem.New()
-	backend.CreateBucket("bench")
-	var requests atomic.Int64
-	inner := gofakes3.New(backend).Server()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-			requests.Add(1)
-			time.Sleep(lat)
-		}
-		inner.ServeHTTP(w, r)
-	})}
-	go srv.Serve(ln)
-	defer srv.Close()
-	os.Setenv("AWS_ACCESS_KEY_ID", "test")
-	os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	params := "?region=us-east-1&endpoint=http://" + ln.Addr().String() + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+	var requests atomic.Int64
+	params, stop := fakeS3(ln, func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+				requests.Add(1)
+				time.Sleep(lat)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	})
+	defer stop()
 	fmt.Printf("\n== input from an object store (gofakes3 on loopback, %v per object request) vs local disk, median of %d\n", lat, reps)
 	fmt.Printf("%-18s %10s %10s %8s %10s %12s\n", "input", "local s", "store s", "ratio", "requests", "peak RSS MB")
 	out := map[string]any{"latency_ms": lat.Seconds() * 1e3}
@@ -89,4 +84,24 @@ func s3InputBench(dir, in string, reps int, res map[string]any) {
 		out[c.name] = map[string]any{"local": l, "store": r, "requests": reqs}
 	}
 	res["s3_input"] = out
+}
+
+// fakeS3 serves an in-memory S3-protocol server (gofakes3) with a bucket
+// "bench" on ln, every request through wrap (nil: none), sets the test
+// credentials in the environment (the relayout processes it starts inherit
+// them), and returns the URL parameters that point s3blob at it and a
+// function that stops it.
+func fakeS3(ln net.Listener, wrap func(http.Handler) http.Handler) (string, func()) {
+	backend := s3mem.New()
+	backend.CreateBucket("bench")
+	var h http.Handler = gofakes3.New(backend).Server()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	os.Setenv("AWS_ACCESS_KEY_ID", "test")
+	os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	return "?region=us-east-1&endpoint=http://" + ln.Addr().String() + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required",
+		func() { srv.Close() }
 }

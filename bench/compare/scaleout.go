@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +17,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/storage"
@@ -218,16 +215,10 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 	if err != nil {
 		panic(err)
 	}
-	backend := s3mem.New()
-	backend.CreateBucket("bench")
-	srv := &http.Server{Handler: gofakes3.New(backend).Server()}
-	go srv.Serve(ln)
-	defer srv.Close()
+	params, stop := fakeS3(ln, nil)
+	defer stop()
 	so.env = []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}
-	params := "?region=us-east-1&endpoint=http://" + ln.Addr().String() + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
 	so.url = func(prefix string) string { return "s3://bench/" + prefix + "/" + params }
-	os.Setenv("AWS_ACCESS_KEY_ID", "test")
-	os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	loc, err := storage.OpenDir(context.Background(), so.url("in"), false)
 	if err != nil {
 		panic(err)
