@@ -287,6 +287,15 @@ func FuzzPackedDetect(f *testing.F) {
 	f.Add(probe(func(p map[string]any) { p["varying"] = p["varying"].([]any)[1:] }), done)
 	f.Add(probe(func(p map[string]any) { p["varying"] = nil }), done)
 	f.Add(probe(func(p map[string]any) { p["conflicts"] = nil }), done)
+	// The packing's query counts (CI's fuzzer cut one off: the reduce
+	// task's check indexed past them).
+	packing := func(edit func(map[string]any)) []byte {
+		return editJSON(f, planData, func(p map[string]any) { edit(p["packing"].(map[string]any)) })
+	}
+	f.Add(packing(func(p map[string]any) { p["queries_per_slice"] = p["queries_per_slice"].([]any)[1:] }), done)
+	f.Add(packing(func(p map[string]any) { p["queries_per_slice"].([]any)[0] = -1 }), done)
+	f.Add(packing(func(p map[string]any) { p["queries_per_slice"].([]any)[0] = 1 << 40 }), done)
+	f.Add(packing(func(p map[string]any) { p["queries"] = 7 }), done)
 	f.Fuzz(func(t *testing.T, p, d []byte) {
 		planURL := fuzzedCopy(t, out, filepath.Join(t.TempDir(), "out"), planRel, p, d)
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -616,5 +616,42 @@ func (p *Plan) Check() error {
 	if next != p.Rows {
 		return fmt.Errorf("the partitions hold %d rows, the plan %d", next, p.Rows)
 	}
+	if p.Packing != nil {
+		return p.checkPacking()
+	}
+	return nil
+}
+
+// checkPacking refuses query counts that do not add up: one count per
+// slice, each within its slice's rows (a query has at least one item),
+// summing to the plan's queries, which the partitions share out.
+func (p *Plan) checkPacking() error {
+	pk := p.Packing
+	if pk.Items != p.Rows {
+		return fmt.Errorf("packing: %d items, the plan %d rows", pk.Items, p.Rows)
+	}
+	if len(pk.PerSlice) != len(p.Slices) {
+		return fmt.Errorf("packing: %d query counts for %d slices", len(pk.PerSlice), len(p.Slices))
+	}
+	var queries int64
+	for i, q := range pk.PerSlice {
+		if q < 0 || q > p.Slices[i].Rows || (q == 0) != (p.Slices[i].Rows == 0) {
+			return fmt.Errorf("packing: slice %d has %d queries for %d rows", i, q, p.Slices[i].Rows)
+		}
+		queries += q
+	}
+	if queries != pk.Queries {
+		return fmt.Errorf("packing: the slices hold %d queries, the plan %d", queries, pk.Queries)
+	}
+	var inParts int64
+	for j, pp := range p.Partitions {
+		if pp.Queries < 0 || pp.Queries > pp.Rows {
+			return fmt.Errorf("partition %d: %d queries for %d items", j, pp.Queries, pp.Rows)
+		}
+		inParts += pp.Queries
+	}
+	if inParts != pk.Queries {
+		return fmt.Errorf("the partitions hold %d queries, the plan %d", inParts, pk.Queries)
+	}
 	return nil
 }
