@@ -2,6 +2,7 @@ package dedupe
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -35,6 +36,9 @@ func DetectionOf(d *Detector) Detection {
 }
 
 // Merge adds a later partition's detection: the first conflict stays.
+//
+// Both must be of the same columns (Merge panics otherwise): a detection
+// read from storage is checked first (CheckColumns).
 func (d *Detection) Merge(o Detection) {
 	if d.Varying == nil {
 		d.Varying = make([]bool, len(o.Varying))
@@ -46,6 +50,14 @@ func (d *Detection) Merge(o Detection) {
 			d.Conflicts[strconv.Itoa(i)] = o.Conflicts[strconv.Itoa(i)]
 		}
 	}
+}
+
+// CheckColumns refuses a detection that is not of n columns.
+func (d Detection) CheckColumns(n int) error {
+	if len(d.Varying) != n {
+		return fmt.Errorf("a detection of %d columns, the table has %d", len(d.Varying), n)
+	}
+	return nil
 }
 
 // Constant reports, per column, whether it never varied inside a query.
@@ -83,6 +95,9 @@ type DecideOptions struct {
 // detection over every row. Slice keys must be query-level: they are added
 // when constant, and one that varies within a query is bad input.
 func Decide(flat *arrow.Schema, queryKey, sliceCols []int, det Detection, o DecideOptions) (*Decision, error) {
+	if len(det.Varying) != flat.NumFields() {
+		return nil, fmt.Errorf("internal: a detection of %d columns for a table of %d", len(det.Varying), flat.NumFields())
+	}
 	d := &Decision{QueryKey: queryKey}
 	isQuery := det.Constant()
 	if len(o.QueryColumns) > 0 {

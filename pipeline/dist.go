@@ -743,6 +743,10 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64, error) {
 	var det dedupe.Detection
 	var secs float64
+	schema, err := readSchema(ctx, lp.work)
+	if err != nil {
+		return det, 0, err
+	}
 	for j := range lp.Partitions {
 		d, err := lp.readDone(ctx, detectDoneName(j))
 		if err != nil {
@@ -750,6 +754,9 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 		}
 		if d == nil || d.Detection == nil {
 			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d has not completed (no %s)", j, lp.work.URL(detectDoneName(j)))
+		}
+		if err := d.Detection.CheckColumns(schema.NumFields()); err != nil {
+			return det, 0, errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(detectDoneName(j)), err), "run the detect task again")
 		}
 		det.Merge(*d.Detection)
 		secs += d.Seconds

@@ -844,13 +844,14 @@ func TestCommitRefusesAPlanThatDoesNotMatchItsMaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As the fuzzer left it: no rows, no partitions (plan.Check finds
-	// nothing out of range in an empty plan).
+	// As the fuzzer left it: no rows, no partitions; and, so that
+	// plan.Check finds an empty plan whole, no slices and no files.
 	var p map[string]any
 	if err := json.Unmarshal(data, &p); err != nil {
 		t.Fatal(err)
 	}
-	p["rows"], p["partitions"] = 0, []any{}
+	p["rows"], p["partitions"], p["slices"] = 0, []any{}, []any{}
+	p["layout"].(map[string]any)["Files"] = []any{}
 	edited, _ := json.Marshal(p)
 	if err := os.WriteFile(path, edited, 0o644); err != nil {
 		t.Fatal(err)

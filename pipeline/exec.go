@@ -234,6 +234,24 @@ func (lp *loadedPlan) mapDones(ctx context.Context, hint string) ([]*TaskManifes
 	return out, nil
 }
 
+// checkSegments refuses a map task manifest whose segments are not the
+// plan's: a partition or unit it does not have, or a negative range or
+// count (a manifest is sealed, but one sealed by hand is read too).
+func (lp *loadedPlan) checkSegments(d *TaskManifest) error {
+	units, _ := lp.Units()
+	for i, s := range d.Partitions {
+		switch {
+		case s.Partition < 0 || s.Partition >= len(lp.Partitions):
+			return fmt.Errorf("segment %d is for partition %d, the plan has %d", i, s.Partition, len(lp.Partitions))
+		case s.Unit < 0 || s.Unit >= len(units):
+			return fmt.Errorf("segment %d is for unit %d, the plan has %d", i, s.Unit, len(units))
+		case s.Offset < 0 || s.Length < 0 || s.Rows < 0 || s.Bytes < 0:
+			return fmt.Errorf("segment %d: bytes [%d, +%d) holding %d rows", i, s.Offset, s.Length, s.Rows)
+		}
+	}
+	return nil
+}
+
 // partitionReader hands a detect or reduce task its partition one unit at
 // a time: a unit's rows from every map task, in map order (input order),
 // sorted as run sorts a unit. Memory holds one unit.
@@ -277,6 +295,11 @@ func (lp *loadedPlan) mapsAndSchema(ctx context.Context) ([]*TaskManifest, *arro
 	dones, err := lp.mapDones(ctx, "run every map task first")
 	if err != nil {
 		return nil, nil, err
+	}
+	for m, d := range dones {
+		if err := lp.checkSegments(d); err != nil {
+			return nil, nil, errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(mapDoneName(m)), err), "run the map task again (under this plan)")
+		}
 	}
 	schema, err := readSchema(ctx, lp.work)
 	return dones, schema, err

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -173,8 +172,8 @@ func checkClassified(t *testing.T, err error) {
 	if err == nil {
 		return
 	}
-	if c := errs.ClassOf(err); strings.Contains(err.Error(), "panic") || (c == errs.Internal && !strings.Contains(err.Error(), "internal:") && !strings.Contains(err.Error(), "check failed")) {
-		t.Fatalf("%v (class %v)", err, c)
+	if unclassified(err) {
+		t.Fatalf("%v (class %v)", err, errs.ClassOf(err))
 	}
 }
 

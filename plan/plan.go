@@ -588,11 +588,21 @@ func RowGroupBytes(ref source.RowGroupRef) int64 {
 // rows, a flat partition's files are in the layout, a packed plan has one
 // partition per layout file with at most one output file each.
 func (p *Plan) Check() error {
+	if p.Rows < 0 || p.UnitRows < 1 {
+		return fmt.Errorf("%d rows in units of %d rows", p.Rows, p.UnitRows)
+	}
+	if err := p.checkSlices(); err != nil {
+		return err
+	}
+	if err := checkLayout(p.Layout, p.Rows); err != nil {
+		return err
+	}
 	nf := len(p.Layout.Files)
 	if p.Packing != nil && len(p.Partitions) != nf {
 		return fmt.Errorf("%d partitions for %d layout files", len(p.Partitions), nf)
 	}
 	var next int64
+	packedFile := 0 // the next packed output file's number
 	for j, pp := range p.Partitions {
 		if pp.Start < 0 || pp.Rows < 0 || pp.Start > p.Rows || pp.Rows > p.Rows-pp.Start {
 			return fmt.Errorf("partition %d: rows [%d, +%d) outside the plan's %d", j, pp.Start, pp.Rows, p.Rows)
@@ -612,12 +622,73 @@ func (p *Plan) Check() error {
 		if p.Packing != nil && len(pp.Files) > 1 {
 			return fmt.Errorf("partition %d: %d files, a packed partition writes at most one", j, len(pp.Files))
 		}
+		// Packed partitions number their files in order, skipping the
+		// empty ones.
+		if p.Packing != nil && len(pp.Files) == 1 {
+			if pp.Files[0] != packedFile {
+				return fmt.Errorf("partition %d writes file %d, the next packed file is %d", j, pp.Files[0], packedFile)
+			}
+			packedFile++
+		}
+		// A flat partition is a run of layout files, its rows theirs.
+		if p.Packing == nil && len(pp.Files) > 0 {
+			first, last := p.Layout.Files[pp.Files[0]], p.Layout.Files[pp.Files[len(pp.Files)-1]]
+			for k := 1; k < len(pp.Files); k++ {
+				if pp.Files[k] != pp.Files[k-1]+1 {
+					return fmt.Errorf("partition %d: files %v are not a run of the layout's", j, pp.Files)
+				}
+			}
+			if first.Start != pp.Start || last.Start+last.Rows != pp.Start+pp.Rows {
+				return fmt.Errorf("partition %d: rows [%d, +%d), its files [%d, %d)", j, pp.Start, pp.Rows, first.Start, last.Start+last.Rows)
+			}
+		}
 	}
 	if next != p.Rows {
 		return fmt.Errorf("the partitions hold %d rows, the plan %d", next, p.Rows)
 	}
 	if p.Packing != nil {
 		return p.checkPacking()
+	}
+	return nil
+}
+
+// checkSlices refuses slices that do not tile the plan's rows in order.
+func (p *Plan) checkSlices() error {
+	var next int64
+	for i, s := range p.Slices {
+		if s.Start != next || s.Rows < 0 || s.Rows > p.Rows-next {
+			return fmt.Errorf("slice %d: rows [%d, +%d), where the slices before it end at %d of %d", i, s.Start, s.Rows, next, p.Rows)
+		}
+		next += s.Rows
+	}
+	if next != p.Rows {
+		return fmt.Errorf("the slices hold %d rows, the plan %d", next, p.Rows)
+	}
+	return nil
+}
+
+// checkLayout refuses a layout whose files, in order, do not tile rows,
+// or whose row groups do not tile their file.
+func checkLayout(l partition.Layout, rows int64) error {
+	var next int64
+	for k, f := range l.Files {
+		if f.Start != next || f.Rows < 0 || f.Rows > rows-next {
+			return fmt.Errorf("layout file %d: rows [%d, +%d), where the files before it end at %d of %d", k, f.Start, f.Rows, next, rows)
+		}
+		at := f.Start
+		for g, rg := range f.RowGroups {
+			if rg.Start != at || rg.Rows < 1 || rg.Rows > f.Start+f.Rows-at {
+				return fmt.Errorf("layout file %d, row group %d: rows [%d, +%d), where the file's groups before it end at %d of [%d, +%d)", k, g, rg.Start, rg.Rows, at, f.Start, f.Rows)
+			}
+			at += rg.Rows
+		}
+		if at != f.Start+f.Rows {
+			return fmt.Errorf("layout file %d: its row groups hold %d rows, the file %d", k, at-f.Start, f.Rows)
+		}
+		next += f.Rows
+	}
+	if next != rows {
+		return fmt.Errorf("the layout's files hold %d rows, the plan %d", next, rows)
 	}
 	return nil
 }

@@ -1,0 +1,270 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/plan"
+)
+
+// TestPlanEditSweep edits plan.json, then map task 0's manifest and, packed,
+// detect task 0's (each sealed again), one field at a time, every field each has (array members: the first and the last), the ways an edit by
+// hand or a damaged copy would: a number made negative, zero, one more,
+// huge; a string emptied; an array emptied, cut at either end or given a
+// member twice; a member deleted; a value made null. Each edited plan then
+// runs map task 0, every detect task, reduce task 0 and commit (an edited
+// manifest: the steps after the one that writes it), on a fresh
+// copy of a mapped output: each step must succeed or fail classified
+// (never a panic, never an unclassified internal error). The fuzz targets
+// change bytes at random and found such edits only now and then (CI found
+// a packed plan's query counts cut short); this tries each of them, for a
+// flat plan with tensors and for a packed one.
+func TestPlanEditSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the sweep runs every step on some thousand edited plans")
+	}
+	ctx := context.Background()
+	for _, packed := range []bool{false, true} {
+		name := "flat+tensors"
+		if packed {
+			name = "packed"
+		}
+		t.Run(name, func(t *testing.T) {
+			in := testutil.Generate(t, gen.Options{Rows: 2_000, Files: 2, Seed: 52})
+			out := filepath.Join(t.TempDir(), "out")
+			o := distOpts(in, out)
+			o.RowGroupBytes, o.MinRowGroupBytes, o.FileBytes = 32<<10, 8<<10, 64<<10 // several tasks
+			if packed {
+				o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
+			} else {
+				o.Tensors, o.ShardBytes = true, 64<<10
+			}
+			res, _, err := PlanJob(ctx, o, 64<<10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := RunOptions{Parallel: 1}
+			for i := 0; i < res.MapTasks; i++ {
+				if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for j := 0; j < res.DetectTasks; j++ {
+				if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
+					t.Fatal(err)
+				}
+			}
+			files := []string{plan.FileName, mapDoneName(0)}
+			if packed {
+				files = append(files, detectDoneName(0))
+			}
+			planRel, err := filepath.Rel(out, filepath.FromSlash(res.Plan))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var edits []jsonEdit
+			for _, name := range files {
+				data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var doc any
+				if err := json.Unmarshal(data, &doc); err != nil {
+					t.Fatal(err)
+				}
+				fe := jsonEdits(doc, name)
+				if len(fe) < 20 {
+					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
+				}
+				for i := range fe {
+					fe[i].file = name
+					if name != plan.FileName {
+						fe[i].data = sealed(fe[i].data) // past the checksum, to the checks behind it
+					}
+				}
+				edits = append(edits, fe...)
+			}
+			// Two at a time: each runs on its own copy.
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var failed []string
+			work := make(chan jsonEdit)
+			for w := 0; w < 2; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for e := range work {
+						if msg := runEdited(ctx, t, out, planRel, e, res.DetectTasks, local); msg != "" {
+							mu.Lock()
+							failed = append(failed, msg)
+							mu.Unlock()
+						}
+					}
+				}()
+			}
+			for _, e := range edits {
+				work <- e
+			}
+			close(work)
+			wg.Wait()
+			sort.Strings(failed)
+			for i, f := range failed {
+				if i == 20 {
+					t.Errorf("… and %d more", len(failed)-20)
+					break
+				}
+				t.Error(f)
+			}
+			t.Logf("%d edits of %v, each through the steps after", len(edits), files)
+		})
+	}
+}
+
+// runEdited runs the steps on a copy of the mapped output with e's file
+// edited; it returns what went wrong ("" when every step succeeded or
+// failed classified). Map task 0 runs only on an edited plan: it would
+// write a manifest of its own over an edited one.
+func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdit, detectTasks int, local RunOptions) (msg string) {
+	dir, err := os.MkdirTemp(t.TempDir(), "edit")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(dir)
+	if err := copyTree(out, dir); err != nil {
+		return err.Error()
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.file)), e.data, 0o644); err != nil {
+		return err.Error()
+	}
+	planURL := filepath.Join(dir, planRel)
+	if os.Getenv("RELAYOUT_SWEEP_TRACE") != "" {
+		fmt.Fprintln(os.Stderr, "edit:", e.file, e.what)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	step := "map"
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprintf("%s: %s panicked: %v", e.what, step, r)
+		}
+	}()
+	check := func(err error) string {
+		if err == nil || !unclassified(err) {
+			return ""
+		}
+		return fmt.Sprintf("%s: %s: %v", e.what, step, err)
+	}
+	// Each step after the one that writes the edited file (the plan: all).
+	if e.file == plan.FileName {
+		// A new attempt, with its own manifest, beside the one it replaces.
+		if _, err := MapTask(tctx, planURL, 0, local); check(err) != "" {
+			return check(err)
+		}
+	}
+	step = "detect"
+	for j := 0; j < detectTasks && !strings.Contains(e.file, "/detect/"); j++ {
+		if _, err := DetectTask(tctx, planURL, j, local); check(err) != "" {
+			return check(err)
+		}
+	}
+	step = "reduce"
+	if _, err := ReduceTask(tctx, planURL, 0, local); check(err) != "" {
+		return check(err)
+	}
+	step = "commit"
+	_, err = CommitJob(tctx, planURL, local)
+	return check(err)
+}
+
+// unclassified reports a panic's error or an internal error that is not
+// a refused check: what a damaged plan or manifest must never give.
+func unclassified(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "panic") || (errs.ClassOf(err) == errs.Internal && !strings.Contains(msg, "internal:") && !strings.Contains(msg, "check failed"))
+}
+
+// jsonEdit is a file with one change.
+type jsonEdit struct {
+	file, what string
+	data       []byte
+}
+
+// jsonEdits lists the edits of every value in doc (a decoded JSON
+// document), at path; array members beyond the first and last are left:
+// they repeat the first's shape.
+func jsonEdits(doc any, path string) []jsonEdit {
+	var out []jsonEdit
+	root := doc
+	var walk func(v any, path string, set func(any))
+	add := func(what string, set func(any), val any, restore any) {
+		set(val)
+		data, err := json.Marshal(root)
+		set(restore)
+		if err == nil {
+			out = append(out, jsonEdit{what: what, data: data})
+		}
+	}
+	walk = func(v any, path string, set func(any)) {
+		switch x := v.(type) {
+		case float64:
+			for _, n := range []float64{-1, 0, x + 1, 1 << 40} {
+				if n != x {
+					add(fmt.Sprintf("%s = %v", path, n), set, n, x)
+				}
+			}
+		case string:
+			if x != "" {
+				add(path+` = ""`, set, "", x)
+			}
+		case bool:
+			add(fmt.Sprintf("%s = %v", path, !x), set, !x, x)
+		case []any:
+			if len(x) > 0 {
+				add(path+" = []", set, []any{}, x)
+				add(path+" without its first", set, x[1:], x)
+				add(path+" without its last", set, x[:len(x)-1], x)
+				add(path+" with its first twice", set, append([]any{x[0]}, x...), x)
+			}
+			for i := range x {
+				if i != 0 && i != len(x)-1 {
+					continue
+				}
+				i := i
+				walk(x[i], fmt.Sprintf("%s[%d]", path, i), func(nv any) { x[i] = nv })
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				k, old := k, x[k]
+				p := path + "." + k
+				out = append(out, func() jsonEdit {
+					delete(x, k)
+					data, _ := json.Marshal(root)
+					x[k] = old
+					return jsonEdit{what: p + " deleted", data: data}
+				}())
+				if old != nil {
+					add(p+" = null", func(nv any) { x[k] = nv }, nil, old)
+				}
+				walk(old, p, func(nv any) { x[k] = nv })
+			}
+		}
+	}
+	walk(doc, path, func(any) {})
+	return out
+}
