@@ -23,7 +23,7 @@ import (
 // hand or a damaged copy would: a number made negative, zero, one more,
 // huge; a string emptied; an array emptied, cut at either end or given a
 // member twice; a member deleted; a value made null. Each edited plan then
-// runs map task 0, every detect task, reduce task 0 and commit (an edited
+// runs map task 0, every detect task, every reduce task and commit (an edited
 // manifest: the steps after the one that writes it), on a fresh
 // copy of a mapped output: each step must succeed or fail classified
 // (never a panic, never an unclassified internal error). The fuzz targets
@@ -87,6 +87,7 @@ func TestPlanEditSweep(t *testing.T) {
 				if len(fe) < 20 {
 					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
 				}
+				fe = append(fe, jsonEdit{what: name + " as written", data: data, baseline: true})
 				for i := range fe {
 					fe[i].file = name
 					if name != plan.FileName {
@@ -105,7 +106,7 @@ func TestPlanEditSweep(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for e := range work {
-						if msg := runEdited(ctx, t, out, planRel, e, res.DetectTasks, local); msg != "" {
+						if msg := runEdited(ctx, t, out, planRel, e, res.DetectTasks, res.ReduceTasks, local); msg != "" {
 							mu.Lock()
 							failed = append(failed, msg)
 							mu.Unlock()
@@ -135,7 +136,7 @@ func TestPlanEditSweep(t *testing.T) {
 // edited; it returns what went wrong ("" when every step succeeded or
 // failed classified). Map task 0 runs only on an edited plan: it would
 // write a manifest of its own over an edited one.
-func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdit, detectTasks int, local RunOptions) (msg string) {
+func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdit, detectTasks, reduceTasks int, local RunOptions) (msg string) {
 	dir, err := os.MkdirTemp(t.TempDir(), "edit")
 	if err != nil {
 		return err.Error()
@@ -151,7 +152,7 @@ func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdi
 	if os.Getenv("RELAYOUT_SWEEP_TRACE") != "" {
 		fmt.Fprintln(os.Stderr, "edit:", e.file, e.what)
 	}
-	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second) // generous: a busy machine must not fail it
 	defer cancel()
 	step := "map"
 	defer func() {
@@ -160,7 +161,7 @@ func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdi
 		}
 	}()
 	check := func(err error) string {
-		if err == nil || !unclassified(err) {
+		if err == nil || (!e.baseline && !unclassified(err)) {
 			return ""
 		}
 		return fmt.Sprintf("%s: %s: %v", e.what, step, err)
@@ -179,8 +180,10 @@ func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdi
 		}
 	}
 	step = "reduce"
-	if _, err := ReduceTask(tctx, planURL, 0, local); check(err) != "" {
-		return check(err)
+	for j := 0; j < reduceTasks; j++ {
+		if _, err := ReduceTask(tctx, planURL, j, local); check(err) != "" {
+			return check(err)
+		}
 	}
 	step = "commit"
 	_, err = CommitJob(tctx, planURL, local)
@@ -198,6 +201,9 @@ func unclassified(err error) bool {
 type jsonEdit struct {
 	file, what string
 	data       []byte
+	// baseline: the file as written, on which every step must succeed
+	// (else the sweep tests nothing).
+	baseline bool
 }
 
 // jsonEdits lists the edits of every value in doc (a decoded JSON
@@ -267,4 +273,127 @@ func jsonEdits(doc any, path string) []jsonEdit {
 	}
 	walk(doc, path, func(any) {})
 	return out
+}
+
+// TestKeyPlanEditSweep is TestPlanEditSweep for the key pass as tasks
+// (plan --key-tasks, keys --task, plan --keys): every field of keys.json
+// and of key task 0's manifest (sealed again), edited one at a time; the
+// key tasks (an edited key plan) and plan --keys must then succeed or fail
+// classified, flat and packed.
+func TestKeyPlanEditSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the sweep runs the key pass on some hundreds of edited files")
+	}
+	ctx := context.Background()
+	local := RunOptions{Parallel: 1}
+	for _, packed := range []bool{false, true} {
+		name := "flat"
+		if packed {
+			name = "packed"
+		}
+		t.Run(name, func(t *testing.T) {
+			in := testutil.Generate(t, gen.Options{Rows: 2_000, Files: 2, Seed: 53})
+			out := filepath.Join(t.TempDir(), "out")
+			o := distOpts(in, out)
+			o.RowGroupBytes, o.MinRowGroupBytes, o.FileBytes = 32<<10, 8<<10, 64<<10
+			if packed {
+				o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
+			}
+			kr, err := KeyPlanJob(ctx, o, 16<<10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kr.KeyTasks < 2 {
+				t.Fatalf("%d key tasks: the sweep wants several", kr.KeyTasks)
+			}
+			for i := 0; i < kr.KeyTasks; i++ {
+				if _, err := KeysTask(ctx, kr.Keys, i, local); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keysRel, err := filepath.Rel(out, filepath.FromSlash(kr.Keys))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var edits []jsonEdit
+			for _, name := range []string{KeysFileName, keysDoneName(0)} {
+				data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var doc any
+				if err := json.Unmarshal(data, &doc); err != nil {
+					t.Fatal(err)
+				}
+				fe := jsonEdits(doc, name)
+				if len(fe) < 20 {
+					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
+				}
+				fe = append(fe, jsonEdit{what: name + " as written", data: data, baseline: true})
+				for i := range fe {
+					fe[i].file = name
+					if name != KeysFileName {
+						fe[i].data = sealed(fe[i].data)
+					}
+				}
+				edits = append(edits, fe...)
+			}
+			var failed []string
+			for _, e := range edits {
+				if msg := runEditedKeys(ctx, t, out, keysRel, e, kr.KeyTasks, local); msg != "" {
+					failed = append(failed, msg)
+				}
+			}
+			for i, f := range failed {
+				if i == 20 {
+					t.Errorf("… and %d more", len(failed)-20)
+					break
+				}
+				t.Error(f)
+			}
+			t.Logf("%d edits of keys.json and key task 0's manifest", len(edits))
+		})
+	}
+}
+
+// runEditedKeys runs the key tasks (an edited key plan) and plan --keys on
+// a copy of the output with e's file edited; "" when each succeeded or
+// failed classified.
+func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e jsonEdit, keyTasks int, local RunOptions) (msg string) {
+	dir, err := os.MkdirTemp(t.TempDir(), "edit")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(dir)
+	if err := copyTree(out, dir); err != nil {
+		return err.Error()
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.file)), e.data, 0o644); err != nil {
+		return err.Error()
+	}
+	keysURL := filepath.Join(dir, keysRel)
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second) // generous: a busy machine must not fail it
+	defer cancel()
+	step := "keys"
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprintf("%s: %s panicked: %v", e.what, step, r)
+		}
+	}()
+	check := func(err error) string {
+		if err == nil || (!e.baseline && !unclassified(err)) {
+			return ""
+		}
+		return fmt.Sprintf("%s: %s: %v", e.what, step, err)
+	}
+	if e.file == KeysFileName {
+		for i := 0; i < keyTasks; i++ {
+			if _, err := KeysTask(tctx, keysURL, i, local); check(err) != "" {
+				return check(err)
+			}
+		}
+	}
+	step = "plan --keys"
+	_, _, err = PlanFromKeys(tctx, keysURL, local)
+	return check(err)
 }
