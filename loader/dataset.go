@@ -149,6 +149,9 @@ func Open(path string, opts Options) (*Dataset, error) {
 	if m.Tensors == nil {
 		return nil, fmt.Errorf("%s: this output has no tensor shards (run relayout with --tensors)", path)
 	}
+	if err := m.Tensors.Check(m.Slices); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	d := &Dataset{Manifest: m, root: filepath.Dir(path), opts: opts, shards: make([]*mapped, len(m.Tensors.Shards)), remote: rc,
 		blocked: make([]*blocked, len(m.Tensors.Shards)), blockMaps: map[unit]*mapped{}, objs: map[unit]cacheObj{}}
 	if rc != nil {

@@ -143,3 +143,44 @@ func (b *BlockTable) Bytes(k int) int64 {
 	}
 	return n
 }
+
+// Check refuses a tensors section whose counts do not add up, before a
+// reader sizes anything by them (an edited or damaged manifest): shards
+// that tile the samples (and, packed, the items) in order, totals that are
+// their sums, canonical blocks of at least one sample, and shard slices
+// that lie inside their shard and name one of the manifest's slices
+// (slices of them). A shard's own bytes are checked against its header
+// when it is read.
+func (t *Tensors) Check(slices []Slice) error {
+	if t.Order.BlockSamples < 1 {
+		return fmt.Errorf("tensors: %d samples per block, want at least 1", t.Order.BlockSamples)
+	}
+	if len(t.Schema) == 0 {
+		return fmt.Errorf("tensors: no tensors in the schema")
+	}
+	if t.Totals.Shards != len(t.Shards) {
+		return fmt.Errorf("tensors: totals count %d shards, the manifest lists %d", t.Totals.Shards, len(t.Shards))
+	}
+	var rows, items, bytes int64
+	for k, sh := range t.Shards {
+		if sh.FirstRow != rows || sh.Rows < 0 || sh.FirstItem != items || sh.Items < 0 || sh.Bytes < 0 || sh.HeaderBytes < 0 || sh.HeaderBytes > sh.Bytes {
+			return fmt.Errorf("tensors: shard %d (%s): samples [%d, +%d), items [%d, +%d), %d bytes (header %d), where the shards before it end at sample %d, item %d",
+				k, sh.Path, sh.FirstRow, sh.Rows, sh.FirstItem, sh.Items, sh.Bytes, sh.HeaderBytes, rows, items)
+		}
+		for _, ss := range sh.Slices {
+			if ss.Slice < 0 || ss.Slice >= len(slices) || ss.FirstRow < 0 || ss.Rows < 0 || ss.FirstRow > sh.Rows-ss.Rows {
+				return fmt.Errorf("tensors: shard %d (%s): slice %d at samples [%d, +%d) of its %d (the manifest has %d slices)", k, sh.Path, ss.Slice, ss.FirstRow, ss.Rows, sh.Rows, len(slices))
+			}
+		}
+		rows, items, bytes = rows+sh.Rows, items+sh.Items, bytes+sh.Bytes
+	}
+	if rows != t.Totals.Rows || items != t.Totals.Items || bytes != t.Totals.Bytes {
+		return fmt.Errorf("tensors: the shards hold %d samples, %d items and %d bytes; the totals say %d, %d and %d", rows, items, bytes, t.Totals.Rows, t.Totals.Items, t.Totals.Bytes)
+	}
+	for i, s := range slices {
+		if s.FirstRow < 0 || s.Rows < 0 || s.FirstRow > rows-s.Rows {
+			return fmt.Errorf("slice %d: rows [%d, +%d) of the %d samples", i, s.FirstRow, s.Rows, rows)
+		}
+	}
+	return nil
+}

@@ -73,7 +73,7 @@ func TestPlanEditSweep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var edits []jsonEdit
+			var edits []testutil.JSONEdit
 			for _, name := range files {
 				data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
 				if err != nil {
@@ -83,15 +83,15 @@ func TestPlanEditSweep(t *testing.T) {
 				if err := json.Unmarshal(data, &doc); err != nil {
 					t.Fatal(err)
 				}
-				fe := jsonEdits(doc, name)
+				fe := testutil.JSONEdits(doc, name)
 				if len(fe) < 20 {
 					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
 				}
-				fe = append(fe, jsonEdit{what: name + " as written", data: data, baseline: true})
+				fe = append(fe, testutil.JSONEdit{What: name + " as written", Data: data, Baseline: true})
 				for i := range fe {
-					fe[i].file = name
+					fe[i].File = name
 					if name != plan.FileName {
-						fe[i].data = sealed(fe[i].data) // past the checksum, to the checks behind it
+						fe[i].Data = sealed(fe[i].Data) // past the checksum, to the checks behind it
 					}
 				}
 				edits = append(edits, fe...)
@@ -100,7 +100,7 @@ func TestPlanEditSweep(t *testing.T) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var failed []string
-			work := make(chan jsonEdit)
+			work := make(chan testutil.JSONEdit)
 			for w := 0; w < 2; w++ {
 				wg.Add(1)
 				go func() {
@@ -136,7 +136,7 @@ func TestPlanEditSweep(t *testing.T) {
 // edited; it returns what went wrong ("" when every step succeeded or
 // failed classified). Map task 0 runs only on an edited plan: it would
 // write a manifest of its own over an edited one.
-func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdit, detectTasks, reduceTasks int, local RunOptions) (msg string) {
+func runEdited(ctx context.Context, t *testing.T, out, planRel string, e testutil.JSONEdit, detectTasks, reduceTasks int, local RunOptions) (msg string) {
 	dir, err := os.MkdirTemp(t.TempDir(), "edit")
 	if err != nil {
 		return err.Error()
@@ -145,36 +145,36 @@ func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdi
 	if err := copyTree(out, dir); err != nil {
 		return err.Error()
 	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.file)), e.data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.File)), e.Data, 0o644); err != nil {
 		return err.Error()
 	}
 	planURL := filepath.Join(dir, planRel)
 	if os.Getenv("RELAYOUT_SWEEP_TRACE") != "" {
-		fmt.Fprintln(os.Stderr, "edit:", e.file, e.what)
+		fmt.Fprintln(os.Stderr, "edit:", e.File, e.What)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second) // generous: a busy machine must not fail it
 	defer cancel()
 	step := "map"
 	defer func() {
 		if r := recover(); r != nil {
-			msg = fmt.Sprintf("%s: %s panicked: %v", e.what, step, r)
+			msg = fmt.Sprintf("%s: %s panicked: %v", e.What, step, r)
 		}
 	}()
 	check := func(err error) string {
-		if err == nil || (!e.baseline && !unclassified(err)) {
+		if err == nil || (!e.Baseline && !unclassified(err)) {
 			return ""
 		}
-		return fmt.Sprintf("%s: %s: %v", e.what, step, err)
+		return fmt.Sprintf("%s: %s: %v", e.What, step, err)
 	}
 	// Each step after the one that writes the edited file (the plan: all).
-	if e.file == plan.FileName {
+	if e.File == plan.FileName {
 		// A new attempt, with its own manifest, beside the one it replaces.
 		if _, err := MapTask(tctx, planURL, 0, local); check(err) != "" {
 			return check(err)
 		}
 	}
 	step = "detect"
-	for j := 0; j < detectTasks && !strings.Contains(e.file, "/detect/"); j++ {
+	for j := 0; j < detectTasks && !strings.Contains(e.File, "/detect/"); j++ {
 		if _, err := DetectTask(tctx, planURL, j, local); check(err) != "" {
 			return check(err)
 		}
@@ -195,84 +195,6 @@ func runEdited(ctx context.Context, t *testing.T, out, planRel string, e jsonEdi
 func unclassified(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "panic") || (errs.ClassOf(err) == errs.Internal && !strings.Contains(msg, "internal:") && !strings.Contains(msg, "check failed"))
-}
-
-// jsonEdit is a file with one change.
-type jsonEdit struct {
-	file, what string
-	data       []byte
-	// baseline: the file as written, on which every step must succeed
-	// (else the sweep tests nothing).
-	baseline bool
-}
-
-// jsonEdits lists the edits of every value in doc (a decoded JSON
-// document), at path; array members beyond the first and last are left:
-// they repeat the first's shape.
-func jsonEdits(doc any, path string) []jsonEdit {
-	var out []jsonEdit
-	root := doc
-	var walk func(v any, path string, set func(any))
-	add := func(what string, set func(any), val any, restore any) {
-		set(val)
-		data, err := json.Marshal(root)
-		set(restore)
-		if err == nil {
-			out = append(out, jsonEdit{what: what, data: data})
-		}
-	}
-	walk = func(v any, path string, set func(any)) {
-		switch x := v.(type) {
-		case float64:
-			for _, n := range []float64{-1, 0, x + 1, 1 << 40} {
-				if n != x {
-					add(fmt.Sprintf("%s = %v", path, n), set, n, x)
-				}
-			}
-		case string:
-			if x != "" {
-				add(path+` = ""`, set, "", x)
-			}
-		case bool:
-			add(fmt.Sprintf("%s = %v", path, !x), set, !x, x)
-		case []any:
-			if len(x) > 0 {
-				add(path+" = []", set, []any{}, x)
-				add(path+" without its first", set, x[1:], x)
-				add(path+" without its last", set, x[:len(x)-1], x)
-				add(path+" with its first twice", set, append([]any{x[0]}, x...), x)
-			}
-			for i := range x {
-				if i != 0 && i != len(x)-1 {
-					continue
-				}
-				i := i
-				walk(x[i], fmt.Sprintf("%s[%d]", path, i), func(nv any) { x[i] = nv })
-			}
-		case map[string]any:
-			keys := make([]string, 0, len(x))
-			for k := range x {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				k, old := k, x[k]
-				p := path + "." + k
-				out = append(out, func() jsonEdit {
-					delete(x, k)
-					data, _ := json.Marshal(root)
-					x[k] = old
-					return jsonEdit{what: p + " deleted", data: data}
-				}())
-				if old != nil {
-					add(p+" = null", func(nv any) { x[k] = nv }, nil, old)
-				}
-				walk(old, p, func(nv any) { x[k] = nv })
-			}
-		}
-	}
-	walk(doc, path, func(any) {})
-	return out
 }
 
 // TestKeyPlanEditSweep is TestPlanEditSweep for the key pass as tasks
@@ -315,7 +237,7 @@ func TestKeyPlanEditSweep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var edits []jsonEdit
+			var edits []testutil.JSONEdit
 			for _, name := range []string{KeysFileName, keysDoneName(0)} {
 				data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
 				if err != nil {
@@ -325,15 +247,15 @@ func TestKeyPlanEditSweep(t *testing.T) {
 				if err := json.Unmarshal(data, &doc); err != nil {
 					t.Fatal(err)
 				}
-				fe := jsonEdits(doc, name)
+				fe := testutil.JSONEdits(doc, name)
 				if len(fe) < 20 {
 					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
 				}
-				fe = append(fe, jsonEdit{what: name + " as written", data: data, baseline: true})
+				fe = append(fe, testutil.JSONEdit{What: name + " as written", Data: data, Baseline: true})
 				for i := range fe {
-					fe[i].file = name
+					fe[i].File = name
 					if name != KeysFileName {
-						fe[i].data = sealed(fe[i].data)
+						fe[i].Data = sealed(fe[i].Data)
 					}
 				}
 				edits = append(edits, fe...)
@@ -359,7 +281,7 @@ func TestKeyPlanEditSweep(t *testing.T) {
 // runEditedKeys runs the key tasks (an edited key plan) and plan --keys on
 // a copy of the output with e's file edited; "" when each succeeded or
 // failed classified.
-func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e jsonEdit, keyTasks int, local RunOptions) (msg string) {
+func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e testutil.JSONEdit, keyTasks int, local RunOptions) (msg string) {
 	dir, err := os.MkdirTemp(t.TempDir(), "edit")
 	if err != nil {
 		return err.Error()
@@ -368,7 +290,7 @@ func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e jso
 	if err := copyTree(out, dir); err != nil {
 		return err.Error()
 	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.file)), e.data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.File)), e.Data, 0o644); err != nil {
 		return err.Error()
 	}
 	keysURL := filepath.Join(dir, keysRel)
@@ -377,16 +299,16 @@ func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e jso
 	step := "keys"
 	defer func() {
 		if r := recover(); r != nil {
-			msg = fmt.Sprintf("%s: %s panicked: %v", e.what, step, r)
+			msg = fmt.Sprintf("%s: %s panicked: %v", e.What, step, r)
 		}
 	}()
 	check := func(err error) string {
-		if err == nil || (!e.baseline && !unclassified(err)) {
+		if err == nil || (!e.Baseline && !unclassified(err)) {
 			return ""
 		}
-		return fmt.Sprintf("%s: %s: %v", e.what, step, err)
+		return fmt.Sprintf("%s: %s: %v", e.What, step, err)
 	}
-	if e.file == KeysFileName {
+	if e.File == KeysFileName {
 		for i := 0; i < keyTasks; i++ {
 			if _, err := KeysTask(tctx, keysURL, i, local); check(err) != "" {
 				return check(err)

@@ -406,6 +406,50 @@ def _expand(offsets, r):
 
 # --- safetensors ------------------------------------------------------------------
 
+def check_tensors(t, slices, where):
+    """Refuse a tensors section whose counts do not add up, before anything
+    is sized by them (an edited or damaged manifest), as the Go loader does
+    (manifests.Tensors.Check): shards tiling the samples and items in
+    order, totals their sums, blocks of at least one sample, shard slices
+    inside their shard, and slices inside the samples."""
+    def bad(msg):
+        raise ValueError(f"{where}: tensors: {msg}")
+
+    def num(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    try:
+        if not num(t["order"]["block_samples"]) or t["order"]["block_samples"] < 1:
+            bad(f"{t['order']['block_samples']!r} samples per block, want at least 1")
+        if not t["schema"]:
+            bad("no tensors in the schema")
+        shards, tot = t["shards"], t["totals"]
+        if tot["shards"] != len(shards):
+            bad(f"totals count {tot['shards']} shards, the manifest lists {len(shards)}")
+        rows = items = nbytes = 0
+        for k, sh in enumerate(shards):
+            r, i, b = sh["rows"], sh.get("items", 0), sh["bytes"]
+            h = sh.get("header_bytes", 0)
+            if not all(num(x) for x in (sh["first_row"], r, sh.get("first_item", 0), i, b, h)) or \
+                    sh["first_row"] != rows or r < 0 or sh.get("first_item", 0) != items or i < 0 or b < 0 or h < 0 or h > b:
+                bad(f"shard {k} ({sh.get('path')}): samples [{sh['first_row']}, +{r}), items [{sh.get('first_item', 0)}, +{i}), "
+                    f"{b} bytes, where the shards before it end at sample {rows}, item {items}")
+            for ss in sh.get("slices") or []:
+                if not (num(ss["slice"]) and 0 <= ss["slice"] < len(slices) and num(ss["first_row"]) and num(ss["rows"])
+                        and ss["first_row"] >= 0 and ss["rows"] >= 0 and ss["first_row"] + ss["rows"] <= r):
+                    bad(f"shard {k}: slice {ss['slice']} at samples [{ss['first_row']}, +{ss['rows']}) of its {r}")
+            rows, items, nbytes = rows + r, items + i, nbytes + b
+        if (rows, items, nbytes) != (tot["rows"], tot.get("items", 0), tot["bytes"]):
+            bad(f"the shards hold {rows} samples, {items} items and {nbytes} bytes; the totals say "
+                f"{tot['rows']}, {tot.get('items', 0)} and {tot['bytes']}")
+        for i, s in enumerate(slices):
+            if not (num(s["first_row"]) and num(s["rows"]) and s["first_row"] >= 0 and s["rows"] >= 0
+                    and s["first_row"] + s["rows"] <= rows):
+                raise ValueError(f"{where}: slice {i}: rows [{s['first_row']}, +{s['rows']}) of the {rows} samples")
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{where}: tensors: {type(e).__name__} {e}: not a relayout manifest's tensors") from None
+
+
 def read_header(buf, size=None):
     """Parse and validate a safetensors header from a buffer (bytes, mmap).
 
@@ -1120,6 +1164,7 @@ class Dataset:
             raise ValueError(f"{manifest}: this output has no tensor shards (run relayout with --tensors)")
         if self.tensors_info["order"]["algorithm"] not in (ALGORITHM, ORDER_V2):
             raise ValueError(f"{manifest}: order algorithm {self.tensors_info['order']['algorithm']} is not {ALGORITHM}")
+        check_tensors(self.tensors_info, m.get("slices") or [], manifest)
         self.root = None if self._remote else os.path.dirname(os.path.abspath(manifest))
         self.rank, self.world, self.worker, self.num_workers = rank, world, worker, num_workers
         self.seed, self.epoch, self.shuffle = seed, epoch, shuffle

@@ -304,3 +304,82 @@ func Trials(n int) int {
 	}
 	return n
 }
+
+// JSONEdit is a JSON file with one change (JSONEdits), or, Baseline, as
+// written.
+type JSONEdit struct {
+	File, What string
+	Data       []byte
+	// Baseline: the file as written, on which every step must succeed
+	// (else a sweep over its edits tests nothing).
+	Baseline bool
+}
+
+// JSONEdits lists the edits of every value in doc (a decoded JSON
+// document), at path; array members beyond the first and last are left:
+// they repeat the first's shape.
+func JSONEdits(doc any, path string) []JSONEdit {
+	var out []JSONEdit
+	root := doc
+	var walk func(v any, path string, set func(any))
+	add := func(what string, set func(any), val any, restore any) {
+		set(val)
+		data, err := json.Marshal(root)
+		set(restore)
+		if err == nil {
+			out = append(out, JSONEdit{What: what, Data: data})
+		}
+	}
+	walk = func(v any, path string, set func(any)) {
+		switch x := v.(type) {
+		case float64:
+			for _, n := range []float64{-1, 0, x + 1, 1 << 40} {
+				if n != x {
+					add(fmt.Sprintf("%s = %v", path, n), set, n, x)
+				}
+			}
+		case string:
+			if x != "" {
+				add(path+` = ""`, set, "", x)
+			}
+		case bool:
+			add(fmt.Sprintf("%s = %v", path, !x), set, !x, x)
+		case []any:
+			if len(x) > 0 {
+				add(path+" = []", set, []any{}, x)
+				add(path+" without its first", set, x[1:], x)
+				add(path+" without its last", set, x[:len(x)-1], x)
+				add(path+" with its first twice", set, append([]any{x[0]}, x...), x)
+			}
+			for i := range x {
+				if i != 0 && i != len(x)-1 {
+					continue
+				}
+				i := i
+				walk(x[i], fmt.Sprintf("%s[%d]", path, i), func(nv any) { x[i] = nv })
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				k, old := k, x[k]
+				p := path + "." + k
+				out = append(out, func() JSONEdit {
+					delete(x, k)
+					data, _ := json.Marshal(root)
+					x[k] = old
+					return JSONEdit{What: p + " deleted", Data: data}
+				}())
+				if old != nil {
+					add(p+" = null", func(nv any) { x[k] = nv }, nil, old)
+				}
+				walk(old, p, func(nv any) { x[k] = nv })
+			}
+		}
+	}
+	walk(doc, path, func(any) {})
+	return out
+}

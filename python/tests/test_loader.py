@@ -75,10 +75,6 @@ class OrderTest(unittest.TestCase):
         self.assertEqual(g.next(), 0xE220A8397B1DCDAF)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 def window_global(n, block, batch, window, streams, world, nw, seed=5, epoch=2, seen=0, sel=None, weights=None):
     """Interleave every reader's window-order batches into the global order."""
     ss, total = rl.streams_of(n, block, sel, weights, seed, epoch, streams, batch)
@@ -153,3 +149,42 @@ class WindowOrderTest(unittest.TestCase):
     def test_window_samples(self):
         self.assertEqual(rl.window_samples(1 << 20, 100 << 20, 1_000_000, 512), 9728)
         self.assertEqual(rl.window_samples(1, 100, 10, 4), 4)  # at least one batch
+
+
+class CheckTensorsTest(unittest.TestCase):
+    """check_tensors refuses counts that do not add up before anything is
+    sized by them (TestManifestEditSweep does the same for the Go loader
+    over every field of real manifests)."""
+
+    def manifest(self):
+        sh = lambda first, rows, nbytes: {"path": "s", "first_row": first, "rows": rows, "bytes": nbytes,
+                                          "slices": [{"slice": 0, "first_row": 0, "rows": rows}]}
+        t = {"order": {"block_samples": 4}, "schema": [{"name": "x"}], "shards": [sh(0, 10, 100), sh(10, 5, 60)],
+             "totals": {"shards": 2, "rows": 15, "bytes": 160}}
+        t["shards"][1]["slices"][0]["slice"] = 1
+        return t, [{"first_row": 0, "rows": 10}, {"first_row": 10, "rows": 5}]
+
+    def test_accepts_and_refuses(self):
+        t, sl = self.manifest()
+        rl.check_tensors(t, sl, "m")
+        edits = {
+            "huge totals": lambda t, sl: t["totals"].__setitem__("rows", 1 << 40),
+            "gap": lambda t, sl: t["shards"][1].__setitem__("first_row", 11),
+            "negative rows": lambda t, sl: t["shards"][0].__setitem__("rows", -1),
+            "no blocks": lambda t, sl: t["order"].__setitem__("block_samples", 0),
+            "shard count": lambda t, sl: t["totals"].__setitem__("shards", 3),
+            "slice index": lambda t, sl: t["shards"][0]["slices"][0].__setitem__("slice", 7),
+            "slice past its shard": lambda t, sl: t["shards"][1]["slices"][0].__setitem__("rows", 6),
+            "slice past the samples": lambda t, sl: sl[1].__setitem__("rows", 6),
+            "not a number": lambda t, sl: t["shards"][0].__setitem__("rows", "10"),
+            "missing": lambda t, sl: t.__delitem__("totals"),
+        }
+        for name, edit in edits.items():
+            t, sl = self.manifest()
+            edit(t, sl)
+            with self.subTest(name), self.assertRaises(ValueError):
+                rl.check_tensors(t, sl, "m")
+
+
+if __name__ == "__main__":
+    unittest.main()
