@@ -1,7 +1,6 @@
 package loader_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,44 +34,26 @@ func TestManifestEditSweep(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			out := run(t, o)
-			data, err := os.ReadFile(filepath.Join(out, manifests.FileName))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var doc any
-			if err := json.Unmarshal(data, &doc); err != nil {
-				t.Fatal(err)
-			}
-			edits := append(testutil.JSONEdits(doc, manifests.FileName), testutil.JSONEdit{What: "as written", Data: data, Baseline: true})
+			edits := testutil.FileEdits(t, out, manifests.FileName, nil)
 			if len(edits) < 200 {
 				t.Fatalf("only %d edits of the manifest: the sweep lost its reach", len(edits))
 			}
 			// Each edit in a folder of its own whose shards and files are
 			// links to the output's (the loader only reads them).
-			var failed []string
-			for k, e := range edits {
-				dir := filepath.Join(t.TempDir(), fmt.Sprint(k))
-				if err := linkTree(out, dir); err != nil {
-					t.Fatal(err)
+			testutil.SweepEdits(t, edits, 1, func(e testutil.JSONEdit) string {
+				dir := filepath.Join(t.TempDir(), "edit")
+				defer os.RemoveAll(dir)
+				if err := testutil.LinkTree(out, dir); err != nil {
+					return err.Error()
+				}
+				if err := os.Remove(filepath.Join(dir, manifests.FileName)); err != nil {
+					return err.Error()
 				}
 				if err := os.WriteFile(filepath.Join(dir, manifests.FileName), e.Data, 0o644); err != nil {
-					t.Fatal(err)
+					return err.Error()
 				}
-				if os.Getenv("RELAYOUT_SWEEP_TRACE") != "" {
-					fmt.Fprintln(os.Stderr, "edit:", e.What)
-				}
-				if msg := readEdited(dir, e); msg != "" {
-					failed = append(failed, msg)
-				}
-				os.RemoveAll(dir)
-			}
-			for i, f := range failed {
-				if i == 20 {
-					t.Errorf("… and %d more", len(failed)-20)
-					break
-				}
-				t.Error(f)
-			}
+				return readEdited(dir, e)
+			})
 			t.Logf("%d edits of %s", len(edits), manifests.FileName)
 		})
 	}
@@ -129,18 +110,4 @@ func readEdited(dir string, e testutil.JSONEdit) (msg string) {
 		d.Close()
 	}
 	return ""
-}
-
-// linkTree makes dst a copy of src whose files are hard links.
-func linkTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if de.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		return os.Link(p, filepath.Join(dst, rel))
-	})
 }

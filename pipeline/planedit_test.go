@@ -2,11 +2,9 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +13,9 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/manifests"
 	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/verify"
 )
 
 // TestPlanEditSweep edits plan.json, then map task 0's manifest and, packed,
@@ -55,16 +55,7 @@ func TestPlanEditSweep(t *testing.T) {
 				t.Fatal(err)
 			}
 			local := RunOptions{Parallel: 1}
-			for i := 0; i < res.MapTasks; i++ {
-				if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for j := 0; j < res.DetectTasks; j++ {
-				if _, err := DetectTask(ctx, res.Plan, j, local); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mapsAndDetects(t, ctx, res, local)
 			files := []string{plan.FileName, mapDoneName(0)}
 			if packed {
 				files = append(files, detectDoneName(0))
@@ -75,58 +66,16 @@ func TestPlanEditSweep(t *testing.T) {
 			}
 			var edits []testutil.JSONEdit
 			for _, name := range files {
-				data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
-				if err != nil {
-					t.Fatal(err)
+				var seal func([]byte) []byte
+				if name != plan.FileName {
+					seal = sealed // past the checksum, to the checks behind it
 				}
-				var doc any
-				if err := json.Unmarshal(data, &doc); err != nil {
-					t.Fatal(err)
-				}
-				fe := testutil.JSONEdits(doc, name)
-				if len(fe) < 20 {
-					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
-				}
-				fe = append(fe, testutil.JSONEdit{What: name + " as written", Data: data, Baseline: true})
-				for i := range fe {
-					fe[i].File = name
-					if name != plan.FileName {
-						fe[i].Data = sealed(fe[i].Data) // past the checksum, to the checks behind it
-					}
-				}
-				edits = append(edits, fe...)
+				edits = append(edits, testutil.FileEdits(t, out, name, seal)...)
 			}
 			// Two at a time: each runs on its own copy.
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var failed []string
-			work := make(chan testutil.JSONEdit)
-			for w := 0; w < 2; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for e := range work {
-						if msg := runEdited(ctx, t, out, planRel, e, res.DetectTasks, res.ReduceTasks, local); msg != "" {
-							mu.Lock()
-							failed = append(failed, msg)
-							mu.Unlock()
-						}
-					}
-				}()
-			}
-			for _, e := range edits {
-				work <- e
-			}
-			close(work)
-			wg.Wait()
-			sort.Strings(failed)
-			for i, f := range failed {
-				if i == 20 {
-					t.Errorf("… and %d more", len(failed)-20)
-					break
-				}
-				t.Error(f)
-			}
+			testutil.SweepEdits(t, edits, 2, func(e testutil.JSONEdit) string {
+				return runEdited(ctx, t, out, planRel, e, res.DetectTasks, res.ReduceTasks, local)
+			})
 			t.Logf("%d edits of %v, each through the steps after", len(edits), files)
 		})
 	}
@@ -136,7 +85,55 @@ func TestPlanEditSweep(t *testing.T) {
 // edited; it returns what went wrong ("" when every step succeeded or
 // failed classified). Map task 0 runs only on an edited plan: it would
 // write a manifest of its own over an edited one.
-func runEdited(ctx context.Context, t *testing.T, out, planRel string, e testutil.JSONEdit, detectTasks, reduceTasks int, local RunOptions) (msg string) {
+func runEdited(ctx context.Context, t *testing.T, out, planRel string, e testutil.JSONEdit, detectTasks, reduceTasks int, local RunOptions) string {
+	return onEditedCopy(ctx, t, out, e, func(tctx context.Context, dir string, s *sweepSteps) {
+		planURL := filepath.Join(dir, planRel)
+		// Each step after the one that writes the edited file (the plan: all).
+		if e.File == plan.FileName {
+			// A new attempt, with its own manifest, beside the one it replaces.
+			if !s.ok("map", func() error { _, err := MapTask(tctx, planURL, 0, local); return err }) {
+				return
+			}
+		}
+		for j := 0; j < detectTasks && !strings.Contains(e.File, "/detect/"); j++ {
+			if !s.ok("detect", func() error { _, err := DetectTask(tctx, planURL, j, local); return err }) {
+				return
+			}
+		}
+		for j := 0; j < reduceTasks; j++ {
+			if !s.ok("reduce", func() error { _, err := ReduceTask(tctx, planURL, j, local); return err }) {
+				return
+			}
+		}
+		s.ok("commit", func() error { _, err := CommitJob(tctx, planURL, local); return err })
+	})
+}
+
+// sweepSteps runs an edit's steps, keeping the first that went wrong.
+type sweepSteps struct {
+	e   testutil.JSONEdit
+	msg string
+}
+
+// ok runs step; it reports whether the sweep goes on: the step succeeded
+// (an edit may fail it, classified: then the steps after are not run).
+func (s *sweepSteps) ok(name string, step func() error) (goOn bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.msg, goOn = fmt.Sprintf("%s: %s panicked: %v", s.e.What, name, r), false
+		}
+	}()
+	err := step()
+	if err != nil && (s.e.Baseline || unclassified(err)) {
+		s.msg = fmt.Sprintf("%s: %s: %v", s.e.What, name, err)
+	}
+	return err == nil
+}
+
+// onEditedCopy runs steps on a copy of out with e's file written over,
+// under a deadline; it returns what went wrong ("" when each step
+// succeeded or failed classified).
+func onEditedCopy(ctx context.Context, t *testing.T, out string, e testutil.JSONEdit, steps func(tctx context.Context, dir string, s *sweepSteps)) string {
 	dir, err := os.MkdirTemp(t.TempDir(), "edit")
 	if err != nil {
 		return err.Error()
@@ -148,46 +145,11 @@ func runEdited(ctx context.Context, t *testing.T, out, planRel string, e testuti
 	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.File)), e.Data, 0o644); err != nil {
 		return err.Error()
 	}
-	planURL := filepath.Join(dir, planRel)
-	if os.Getenv("RELAYOUT_SWEEP_TRACE") != "" {
-		fmt.Fprintln(os.Stderr, "edit:", e.File, e.What)
-	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second) // generous: a busy machine must not fail it
 	defer cancel()
-	step := "map"
-	defer func() {
-		if r := recover(); r != nil {
-			msg = fmt.Sprintf("%s: %s panicked: %v", e.What, step, r)
-		}
-	}()
-	check := func(err error) string {
-		if err == nil || (!e.Baseline && !unclassified(err)) {
-			return ""
-		}
-		return fmt.Sprintf("%s: %s: %v", e.What, step, err)
-	}
-	// Each step after the one that writes the edited file (the plan: all).
-	if e.File == plan.FileName {
-		// A new attempt, with its own manifest, beside the one it replaces.
-		if _, err := MapTask(tctx, planURL, 0, local); check(err) != "" {
-			return check(err)
-		}
-	}
-	step = "detect"
-	for j := 0; j < detectTasks && !strings.Contains(e.File, "/detect/"); j++ {
-		if _, err := DetectTask(tctx, planURL, j, local); check(err) != "" {
-			return check(err)
-		}
-	}
-	step = "reduce"
-	for j := 0; j < reduceTasks; j++ {
-		if _, err := ReduceTask(tctx, planURL, j, local); check(err) != "" {
-			return check(err)
-		}
-	}
-	step = "commit"
-	_, err = CommitJob(tctx, planURL, local)
-	return check(err)
+	s := &sweepSteps{e: e}
+	steps(tctx, dir, s)
+	return s.msg
 }
 
 // unclassified reports a panic's error or an internal error that is not
@@ -237,42 +199,10 @@ func TestKeyPlanEditSweep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var edits []testutil.JSONEdit
-			for _, name := range []string{KeysFileName, keysDoneName(0)} {
-				data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var doc any
-				if err := json.Unmarshal(data, &doc); err != nil {
-					t.Fatal(err)
-				}
-				fe := testutil.JSONEdits(doc, name)
-				if len(fe) < 20 {
-					t.Fatalf("only %d edits of %s: the sweep lost its reach", len(fe), name)
-				}
-				fe = append(fe, testutil.JSONEdit{What: name + " as written", Data: data, Baseline: true})
-				for i := range fe {
-					fe[i].File = name
-					if name != KeysFileName {
-						fe[i].Data = sealed(fe[i].Data)
-					}
-				}
-				edits = append(edits, fe...)
-			}
-			var failed []string
-			for _, e := range edits {
-				if msg := runEditedKeys(ctx, t, out, keysRel, e, kr.KeyTasks, local); msg != "" {
-					failed = append(failed, msg)
-				}
-			}
-			for i, f := range failed {
-				if i == 20 {
-					t.Errorf("… and %d more", len(failed)-20)
-					break
-				}
-				t.Error(f)
-			}
+			edits := append(testutil.FileEdits(t, out, KeysFileName, nil), testutil.FileEdits(t, out, keysDoneName(0), sealed)...)
+			testutil.SweepEdits(t, edits, 1, func(e testutil.JSONEdit) string {
+				return runEditedKeys(ctx, t, out, keysRel, e, kr.KeyTasks, local)
+			})
 			t.Logf("%d edits of keys.json and key task 0's manifest", len(edits))
 		})
 	}
@@ -281,41 +211,98 @@ func TestKeyPlanEditSweep(t *testing.T) {
 // runEditedKeys runs the key tasks (an edited key plan) and plan --keys on
 // a copy of the output with e's file edited; "" when each succeeded or
 // failed classified.
-func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e testutil.JSONEdit, keyTasks int, local RunOptions) (msg string) {
-	dir, err := os.MkdirTemp(t.TempDir(), "edit")
-	if err != nil {
-		return err.Error()
-	}
-	defer os.RemoveAll(dir)
-	if err := copyTree(out, dir); err != nil {
-		return err.Error()
-	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(e.File)), e.Data, 0o644); err != nil {
-		return err.Error()
-	}
-	keysURL := filepath.Join(dir, keysRel)
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second) // generous: a busy machine must not fail it
-	defer cancel()
-	step := "keys"
-	defer func() {
-		if r := recover(); r != nil {
-			msg = fmt.Sprintf("%s: %s panicked: %v", e.What, step, r)
-		}
-	}()
-	check := func(err error) string {
-		if err == nil || (!e.Baseline && !unclassified(err)) {
-			return ""
-		}
-		return fmt.Sprintf("%s: %s: %v", e.What, step, err)
-	}
-	if e.File == KeysFileName {
-		for i := 0; i < keyTasks; i++ {
-			if _, err := KeysTask(tctx, keysURL, i, local); check(err) != "" {
-				return check(err)
+func runEditedKeys(ctx context.Context, t *testing.T, out, keysRel string, e testutil.JSONEdit, keyTasks int, local RunOptions) string {
+	return onEditedCopy(ctx, t, out, e, func(tctx context.Context, dir string, s *sweepSteps) {
+		keysURL := filepath.Join(dir, keysRel)
+		for i := 0; i < keyTasks && e.File == KeysFileName; i++ {
+			if !s.ok("keys", func() error { _, err := KeysTask(tctx, keysURL, i, local); return err }) {
+				return
 			}
 		}
+		s.ok("plan --keys", func() error { _, _, err := PlanFromKeys(tctx, keysURL, local); return err })
+	})
+}
+
+// TestVerifyManifestEditSweep edits every field of a committed output's
+// manifest.json (flat with tensors, packed with tensors) one at a time and
+// runs relayout verify's check over it (quick; deep too for the content
+// fingerprint and the manifest as written): it must report a
+// problem or pass, never panic or fail unclassified; the manifest as
+// written must pass. The edits it passes are logged: the ones that do not
+// describe data (the report's figures, the config echo).
+func TestVerifyManifestEditSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the sweep verifies some hundreds of edited outputs")
 	}
-	step = "plan --keys"
-	_, _, err = PlanFromKeys(tctx, keysURL, local)
-	return check(err)
+	ctx := context.Background()
+	in := testutil.Generate(t, gen.Options{Rows: 2_000, Files: 2, Seed: 55})
+	for _, packed := range []bool{false, true} {
+		name := "flat+tensors"
+		o := RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "out"), SliceKeys: []string{"country"}, Tensors: true,
+			ShardBytes: 32 << 10, BlockSamples: 100, FileBytes: 64 << 10, RowGroupBytes: 32 << 10, MinRowGroupBytes: 8 << 10, Parallel: 1}
+		if packed {
+			name, o.QueryKey = "packed+tensors", []string{"query_id"}
+		}
+		t.Run(name, func(t *testing.T) {
+			if _, err := Run(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			edits := testutil.FileEdits(t, o.Output, manifests.FileName, nil)
+			var mu sync.Mutex
+			var passed []string
+			testutil.SweepEdits(t, edits, 1, func(e testutil.JSONEdit) string {
+				dir := filepath.Join(t.TempDir(), "edit")
+				defer os.RemoveAll(dir)
+				if err := testutil.LinkTree(o.Output, dir); err != nil {
+					return err.Error()
+				}
+				if err := os.Remove(filepath.Join(dir, manifests.FileName)); err != nil {
+					return err.Error()
+				}
+				if err := os.WriteFile(filepath.Join(dir, manifests.FileName), e.Data, 0o644); err != nil {
+					return err.Error()
+				}
+				ok, msg := verifyEdited(ctx, dir, e)
+				if ok && msg == "" && !e.Baseline {
+					mu.Lock()
+					passed = append(passed, e.What)
+					mu.Unlock()
+				}
+				return msg
+			})
+			t.Logf("%d edits of %s; verify passed %d of them: %s", len(edits), manifests.FileName, len(passed), strings.Join(passed, "; "))
+		})
+	}
+}
+
+// verifyEdited runs verify.Output over dir, quick then (fingerprint edits
+// and the baseline) deep: ok when each passed; msg says what went wrong (a panic, an unclassified error, or the
+// baseline refused).
+func verifyEdited(ctx context.Context, dir string, e testutil.JSONEdit) (ok bool, msg string) {
+	deep := false
+	defer func() {
+		if r := recover(); r != nil {
+			ok, msg = false, fmt.Sprintf("%s: verify (deep %v) panicked: %v", e.What, deep, r)
+		}
+	}()
+	ok = true
+	for _, deep = range []bool{false, true} {
+		// Deep (every value decoded) only where it adds a check: the
+		// content fingerprint; the rest is the quick check's.
+		if deep && !e.Baseline && !strings.Contains(e.What, ".fingerprint") {
+			continue
+		}
+		res, err := verify.Output(ctx, dir, deep, 1)
+		switch {
+		case err != nil && (e.Baseline || unclassified(err)):
+			return false, fmt.Sprintf("%s: verify (deep %v): %v", e.What, deep, err)
+		case err != nil:
+			ok = false
+		case e.Baseline && !res.OK:
+			return false, fmt.Sprintf("%s: verify (deep %v): %s", e.What, deep, res.Problem)
+		default:
+			ok = ok && res.OK
+		}
+	}
+	return ok, ""
 }

@@ -253,6 +253,9 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 		}
 	}
 	if m.Tensors != nil {
+		if err := m.Tensors.Check(m.Slices); err != nil {
+			return fail("%v", err)
+		}
 		problem, err := verifyShards(ctx, out, m, parallel, prior.Shards)
 		if err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -382,4 +383,87 @@ func JSONEdits(doc any, path string) []JSONEdit {
 	}
 	walk(doc, path, func(any) {})
 	return out
+}
+
+// LinkTree makes dst a copy of folder src whose files are hard links to
+// src's (for readers: a file written to dst replaces its link).
+func LinkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if de.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		return os.Link(p, filepath.Join(dst, rel))
+	})
+}
+
+// FileEdits reads the JSON file name under dir and returns its edits
+// (JSONEdits) and the file as written (Baseline), each with File set and
+// its bytes passed through seal when seal is not nil (a sealed manifest
+// sealed again, so that the edits reach the checks behind its checksum).
+func FileEdits(t testing.TB, dir, name string, seal func([]byte) []byte) []JSONEdit {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	edits := JSONEdits(doc, name)
+	if len(edits) < 20 {
+		t.Fatalf("only %d edits of %s: the sweep lost its reach", len(edits), name)
+	}
+	edits = append(edits, JSONEdit{What: name + " as written", Data: data, Baseline: true})
+	for i := range edits {
+		edits[i].File = name
+		if seal != nil && !edits[i].Baseline {
+			edits[i].Data = seal(edits[i].Data)
+		}
+	}
+	return edits
+}
+
+// SweepEdits runs each edit through try, workers at a time, and fails t
+// with what try returned for each that went wrong ("" when it went right),
+// the first 20 of them, sorted.
+func SweepEdits(t *testing.T, edits []JSONEdit, workers int, try func(JSONEdit) string) {
+	t.Helper()
+	var mu sync.Mutex
+	var failed []string
+	work := make(chan JSONEdit)
+	var wg sync.WaitGroup
+	for w := 0; w < max(workers, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range work {
+				if os.Getenv("RELAYOUT_SWEEP_TRACE") != "" {
+					fmt.Fprintln(os.Stderr, "edit:", e.File, e.What)
+				}
+				if msg := try(e); msg != "" {
+					mu.Lock()
+					failed = append(failed, msg)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, e := range edits {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+	sort.Strings(failed)
+	for i, f := range failed {
+		if i == 20 {
+			t.Errorf("… and %d more", len(failed)-20)
+			break
+		}
+		t.Error(f)
+	}
 }
