@@ -418,6 +418,8 @@ func TestVerifyCatchesManifestEdits(t *testing.T) {
 		},
 		"totals":        func(m map[string]any) { obj(m, "totals")["bytes"] = num(obj(m, "totals")["bytes"]) + 1 },
 		"schema name":   func(m map[string]any) { obj(m, "schema", 3)["name"] = "renamed" },
+		"schema type":   func(m map[string]any) { obj(m, "schema", 3)["type"] = "float64" },
+		"nullable":      func(m map[string]any) { c := obj(m, "schema", 3); c["nullable"] = !c["nullable"].(bool) },
 		"unknown field": func(m map[string]any) { m["slice_index_v2"] = true },
 	}
 	for name, f := range cases {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -457,8 +458,12 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 		return fmt.Sprintf("%s: %d columns, the manifest's schema has %d", url, tbl.Schema.NumFields(), len(m.Schema)), fp, nil, nil, nil
 	}
 	for i, c := range m.Schema {
-		if name := tbl.Schema.Field(i).Name; name != c.Name {
-			return fmt.Sprintf("%s: column %d is %q, the manifest's schema says %q", url, i, name, c.Name), fp, nil, nil, nil
+		f := tbl.Schema.Field(i)
+		if f.Name != c.Name {
+			return fmt.Sprintf("%s: column %d is %q, the manifest's schema says %q", url, i, f.Name, c.Name), fp, nil, nil, nil
+		}
+		if sameType(f.Type.String()) != sameType(c.Type) || f.Nullable != c.Nullable {
+			return fmt.Sprintf("%s: column %q is %s (nullable %v), the manifest's schema says %s (nullable %v)", url, c.Name, f.Type, f.Nullable, c.Type, c.Nullable), fp, nil, nil, nil
 		}
 	}
 	// Row groups are checked in parallel; key order across their
@@ -646,4 +651,14 @@ func damagedPage(ctx context.Context, out storage.Location, mf manifests.File) s
 		return ""
 	}
 	return ": " + pe.Where() + " does not match its CRC32"
+}
+
+// listField matches a list type's element name in an Arrow type string.
+var listField = regexp.MustCompile(`(^|[<, ])((?:large_)?list|fixed_size_list)<[A-Za-z0-9_]+: `)
+
+// sameType is an Arrow type string with list element names left out:
+// writers name them differently (item, element, key) and Parquet readers
+// give back their own; the types are the same.
+func sameType(t string) string {
+	return listField.ReplaceAllString(t, "$1$2<: ")
 }
