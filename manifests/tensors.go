@@ -79,6 +79,11 @@ type TensorTotals struct {
 	Items  int64 `json:"items,omitempty"`
 }
 
+// OrderAlgorithm names the determinism contract loaders implement
+// (docs/loader.md): the canonical blocks and their order. The window order
+// (relayout-order-v2) is a way of reading them, not written here.
+const OrderAlgorithm = "relayout-order-v1"
+
 // Order is the determinism contract: the canonical blocks fixed when the
 // output was written and the algorithm that orders and assigns them (see
 // docs/loader.md).
@@ -144,14 +149,18 @@ func (b *BlockTable) Bytes(k int) int64 {
 	return n
 }
 
-// Check refuses a tensors section whose counts do not add up, before a
-// reader sizes anything by them (an edited or damaged manifest): shards
+// Check refuses a tensors section of another order contract, or whose
+// counts do not add up, before a reader sizes anything by them (an edited
+// or damaged manifest): shards
 // that tile the samples (and, packed, the items) in order, totals that are
 // their sums, canonical blocks of at least one sample, and shard slices
 // that lie inside their shard and name one of the manifest's slices
 // (slices of them). A shard's own bytes are checked against its header
 // when it is read.
 func (t *Tensors) Check(slices []Slice) error {
+	if t.Order.Algorithm != OrderAlgorithm {
+		return fmt.Errorf("tensors: order algorithm %q; this relayout reads %q (a newer relayout wrote it, or the manifest is damaged)", t.Order.Algorithm, OrderAlgorithm)
+	}
 	if t.Order.BlockSamples < 1 {
 		return fmt.Errorf("tensors: %d samples per block, want at least 1", t.Order.BlockSamples)
 	}

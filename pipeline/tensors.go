@@ -17,7 +17,7 @@ import (
 
 // OrderAlgorithm names the determinism contract loaders implement
 // (docs/loader.md).
-const OrderAlgorithm = "relayout-order-v1"
+const OrderAlgorithm = manifests.OrderAlgorithm
 
 // tensorRun writes tensor shards beside the Parquet files: it profiles list
 // lengths while the input is read, fixes the tensor plan once the output

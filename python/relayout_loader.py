@@ -1162,7 +1162,7 @@ class Dataset:
         self.tensors_info = m.get("tensors")
         if not self.tensors_info:
             raise ValueError(f"{manifest}: this output has no tensor shards (run relayout with --tensors)")
-        if self.tensors_info["order"]["algorithm"] not in (ALGORITHM, ORDER_V2):
+        if self.tensors_info["order"]["algorithm"] != ALGORITHM:  # v2 is a way of reading v1 blocks
             raise ValueError(f"{manifest}: order algorithm {self.tensors_info['order']['algorithm']} is not {ALGORITHM}")
         check_tensors(self.tensors_info, m.get("slices") or [], manifest)
         self.root = None if self._remote else os.path.dirname(os.path.abspath(manifest))
