@@ -95,8 +95,8 @@ type DecideOptions struct {
 // detection over every row. Slice keys must be query-level: they are added
 // when constant, and one that varies within a query is bad input.
 func Decide(flat *arrow.Schema, queryKey, sliceCols []int, det Detection, o DecideOptions) (*Decision, error) {
-	if len(det.Varying) != flat.NumFields() {
-		return nil, fmt.Errorf("internal: a detection of %d columns for a table of %d", len(det.Varying), flat.NumFields())
+	if err := det.CheckColumns(flat.NumFields()); err != nil {
+		return nil, fmt.Errorf("internal: %w", err) // read detections are checked first
 	}
 	d := &Decision{QueryKey: queryKey}
 	isQuery := det.Constant()

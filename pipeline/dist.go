@@ -246,6 +246,24 @@ type loadedPlan struct {
 	// segments, which the reduce reads instead of the map tasks'.
 	bins   []int
 	binned []partition.Segment
+	// schemaMu guards schemaOf, the plan's stored schema once read
+	// (schema): a reduce reads it for the detection and for its partition.
+	schemaMu sync.Mutex
+	schemaOf *arrow.Schema
+}
+
+// schema reads the table's schema the plan stored, once per loaded plan.
+func (lp *loadedPlan) schema(ctx context.Context) (*arrow.Schema, error) {
+	lp.schemaMu.Lock()
+	defer lp.schemaMu.Unlock()
+	if lp.schemaOf == nil {
+		s, err := readSchema(ctx, lp.work)
+		if err != nil {
+			return nil, err
+		}
+		lp.schemaOf = s
+	}
+	return lp.schemaOf, nil
 }
 
 // planLocation splits a plan URL (<output>/_relayout/plan.json, with the
@@ -743,7 +761,7 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64, error) {
 	var det dedupe.Detection
 	var secs float64
-	schema, err := readSchema(ctx, lp.work)
+	schema, err := lp.schema(ctx)
 	if err != nil {
 		return det, 0, err
 	}

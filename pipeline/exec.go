@@ -301,7 +301,7 @@ func (lp *loadedPlan) mapsAndSchema(ctx context.Context) ([]*TaskManifest, *arro
 			return nil, nil, errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(mapDoneName(m)), err), "run the map task again (under this plan)")
 		}
 	}
-	schema, err := readSchema(ctx, lp.work)
+	schema, err := lp.schema(ctx)
 	return dones, schema, err
 }
 
