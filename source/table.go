@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
 	"github.com/relayout/relayout/hive"
+	"github.com/relayout/relayout/internal/arrowipc"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/storage"
@@ -83,12 +84,39 @@ type handle struct {
 // arrowReader returns the file's Arrow reader, made on first use.
 func (h *handle) arrowReader() (*pqarrow.FileReader, error) {
 	h.frOnce.Do(func() {
+		if h.frErr = checkArrowSchema(h.pq, h.url); h.frErr != nil {
+			return
+		}
 		h.fr, h.frErr = pqarrow.NewFileReader(h.pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
 		if h.frErr != nil {
 			h.frErr = unsupported("open "+h.url, fmt.Errorf("schema: %w", h.frErr))
 		}
 	})
 	return h.fr, h.frErr
+}
+
+// checkArrowSchema checks the Arrow schema a file's footer stores
+// (ARROW:schema), which pqarrow decodes when it opens the file, before it
+// does: arrow-go allocates by the counts in it, so a damaged one could
+// crash the process rather than fail (arrowipc).
+func checkArrowSchema(pq *file.Reader, url string) error {
+	kv := pq.MetaData().KeyValueMetadata()
+	if kv == nil {
+		return nil
+	}
+	v := kv.FindValue("ARROW:schema")
+	if v == nil {
+		return nil
+	}
+	b, err := arrowipc.DecodeSchemaMetadata(*v)
+	if err == nil {
+		err = arrowipc.CheckStream(b)
+	}
+	if err != nil {
+		return errs.WithHint(errs.BadInputf("open %s: the Arrow schema in its footer (ARROW:schema) is damaged: %v", url, err),
+			"re-export the file or leave it out of --input")
+	}
+	return nil
 }
 
 // WithParquet calls fn with the file's low-level reader (footer metadata,
