@@ -193,9 +193,14 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 		// Stored once, so reduce tasks need not each read the input's
 		// first row group again; meanwhile the schema, so that they need
 		// no input footer at all.
+		var sampleHash string
 		sampled := make(chan error, 1)
-		go func() { sampled <- putSample(ctx, pj.out, ks.Sample) }()
-		err := putSchema(ctx, pj.out, pj.tbl.Schema)
+		go func() {
+			var err error
+			sampleHash, err = putSample(ctx, pj.out, ks.Sample)
+			sampled <- err
+		}()
+		schemaHash, err := putSchema(ctx, pj.out, pj.tbl.Schema)
 		if serr := <-sampled; err == nil {
 			err = serr
 		}
@@ -203,8 +208,13 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 		if err != nil {
 			return nil, nil, err
 		}
-	} else if err := putSchema(ctx, pj.out, pj.tbl.Schema); err != nil {
-		return nil, nil, err
+		p.WorkFiles = map[string]string{workFileKey(plan.SchemaFileName): schemaHash, workFileKey(plan.SampleFileName): sampleHash}
+	} else {
+		schemaHash, err := putSchema(ctx, pj.out, pj.tbl.Schema)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.WorkFiles = map[string]string{workFileKey(plan.SchemaFileName): schemaHash}
 	}
 	p.Staged = pj.staged
 	data, err := json.MarshalIndent(p, "", " ")
@@ -257,7 +267,7 @@ func (lp *loadedPlan) schema(ctx context.Context) (*arrow.Schema, error) {
 	lp.schemaMu.Lock()
 	defer lp.schemaMu.Unlock()
 	if lp.schemaOf == nil {
-		s, err := readSchema(ctx, lp.work)
+		s, err := readSchema(ctx, lp.work, lp.WorkFiles, lp.work.URL(plan.FileName))
 		if err != nil {
 			return nil, err
 		}
@@ -453,7 +463,7 @@ func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Tabl
 	if len(own) == 0 { // an empty input's one map task
 		return lp.openInputs(ctx, nil)
 	}
-	return openOwn(ctx, lp.work, lp.InputArgs, lp.Inputs, lp.opts.hive, own, nil, lp.opts.MemoryLimit)
+	return openOwn(ctx, lp.work, lp.Header, lp.work.URL(plan.FileName), lp.opts.hive, own, nil, lp.opts.MemoryLimit)
 }
 
 // openOwn opens only the pinned input files own (indices into pins, in
@@ -461,7 +471,8 @@ func (lp *loadedPlan) openMapInputs(ctx context.Context, task int) (*source.Tabl
 // with rowGroups, their row-group counts), placed at the file indices and
 // row offsets they have in the whole table and typed with the plan's
 // schema (stored under work): what a map or key task reads.
-func openOwn(ctx context.Context, work storage.Location, inputArgs []string, pins []manifests.Input, hiveSpec string, own []int, rowGroups []int, memoryLimit int64) (*source.Table, error) {
+func openOwn(ctx context.Context, work storage.Location, h plan.Header, planURL string, hiveSpec string, own []int, rowGroups []int, memoryLimit int64) (*source.Table, error) {
+	inputArgs, pins := h.InputArgs, h.Inputs
 	objs, err := storage.List(ctx, inputArgs)
 	if err != nil {
 		return nil, err
@@ -481,7 +492,7 @@ func openOwn(ctx context.Context, work storage.Location, inputArgs []string, pin
 	if err := checkPins(sub, subPins); err != nil {
 		return nil, err
 	}
-	schema, err := readSchema(ctx, work)
+	schema, err := readSchema(ctx, work, h.WorkFiles, planURL)
 	if err != nil {
 		return nil, err
 	}
@@ -1101,38 +1112,64 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	return m, nil
 }
 
-// putSample stores the encoding sample under the work prefix.
-func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBatch) error {
+// putSample stores the encoding sample under the work prefix and returns
+// its hash (workFileHash).
+func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBatch) (string, error) {
 	// LZ4 leaves the sample at most its decoded size: one buffer, grown
 	// never (its doublings were a sixth of the plan step's CPU).
 	buf := bytes.NewBuffer(make([]byte, 0, plan.RecordBytes(sample)+64<<10))
 	w := ipc.NewWriter(buf, ipc.WithSchema(sample.Schema()), ipc.WithLZ4())
 	if err := w.Write(sample); err != nil {
-		return err
+		return "", err
 	}
 	if err := w.Close(); err != nil {
-		return err
+		return "", err
 	}
 	if err := work.Bucket.WriteAll(ctx, work.Key(plan.SampleFileName), buf.Bytes(), nil); err != nil {
-		return storage.Classify(fmt.Errorf("write %s: %w", work.URL(plan.SampleFileName), err))
+		return "", storage.Classify(fmt.Errorf("write %s: %w", work.URL(plan.SampleFileName), err))
 	}
-	return nil
+	return workFileHash(buf.Bytes()), nil
 }
 
-// putSchema stores the table's schema under the work prefix.
-func putSchema(ctx context.Context, work storage.Location, schema *arrow.Schema) error {
+// putSchema stores the table's schema under the work prefix and returns
+// its hash (workFileHash).
+func putSchema(ctx context.Context, work storage.Location, schema *arrow.Schema) (string, error) {
 	var buf bytes.Buffer
 	w := ipc.NewWriter(&buf, ipc.WithSchema(schema))
 	if err := w.Close(); err != nil {
-		return err
+		return "", err
 	}
-	return putObject(ctx, work, plan.SchemaFileName, buf.Bytes())
+	return workFileHash(buf.Bytes()), putObject(ctx, work, plan.SchemaFileName, buf.Bytes())
 }
 
-// readSchema reads the table's schema a plan (or key plan) stored under
-// work.
-func readSchema(ctx context.Context, work storage.Location) (*arrow.Schema, error) {
-	data, err := storage.Get(ctx, work, plan.SchemaFileName)
+// workFileHash is the hash plan.Header.WorkFiles records: xxhash64, hex.
+func workFileHash(data []byte) string { return fmt.Sprintf("%016x", xxhash.Sum64(data)) }
+
+// workFileKey is a work file's name in plan.Header.WorkFiles.
+func workFileKey(name string) string { return strings.TrimPrefix(name, plan.WorkPrefix) }
+
+// getWorkFile reads a file the plan step stored under work and checks it
+// against the hash its plan file (planURL) records in hashes: a file
+// changed or damaged since is bad input, before anything decodes it.
+func getWorkFile(ctx context.Context, work storage.Location, name string, hashes map[string]string, planURL string) ([]byte, error) {
+	data, err := storage.Get(ctx, work, name)
+	if err != nil {
+		return nil, err
+	}
+	want, ok := hashes[workFileKey(name)]
+	if !ok {
+		return nil, errs.WithHint(errs.BadInputf("%s records no hash for %s", planURL, work.URL(name)), "re-run relayout plan")
+	}
+	if got := workFileHash(data); got != want {
+		return nil, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", work.URL(name), got, planURL, want), "re-run relayout plan")
+	}
+	return data, nil
+}
+
+// readSchema reads the table's schema a plan (or key plan, planURL) stored
+// under work, checked against the hashes the plan records.
+func readSchema(ctx context.Context, work storage.Location, hashes map[string]string, planURL string) (*arrow.Schema, error) {
+	data, err := getWorkFile(ctx, work, plan.SchemaFileName, hashes, planURL)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		return nil, errs.Preconditionf("re-run relayout plan", "the plan's schema %s is missing", work.URL(plan.SchemaFileName))
 	}
@@ -1149,7 +1186,7 @@ func readSchema(ctx context.Context, work storage.Location) (*arrow.Schema, erro
 
 // sample reads the encoding sample plan stored (nil for an empty input).
 func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.RecordBatch, error) {
-	data, err := storage.Get(ctx, lp.work, plan.SampleFileName)
+	data, err := getWorkFile(ctx, lp.work, plan.SampleFileName, lp.WorkFiles, lp.work.URL(plan.FileName))
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		if lp.Rows > 0 {
 			return nil, errs.Preconditionf("re-run relayout plan", "the plan's encoding sample %s is missing", lp.work.URL(plan.SampleFileName))
@@ -1167,7 +1204,9 @@ func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.R
 		rec.(arrow.RecordBatch).Retain()
 		return rec.(arrow.RecordBatch), nil
 	}
-	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithSchema(schema))
+	// Its hash checked (getWorkFile), its body may exceed arrow-go's
+	// default limit (256 MiB: the input's first row group, compressed).
+	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithSchema(schema), ipc.WithBodySizeLimit(0))
 	if err != nil {
 		return nil, errs.BadInputf("read %s: %v", lp.work.URL(plan.SampleFileName), err)
 	}

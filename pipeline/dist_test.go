@@ -942,7 +942,7 @@ func TestTasksShareSampleAndEncodings(t *testing.T) {
 	}
 	schema, err := func() (*arrow.Schema, error) {
 		a, _ := load(61)
-		return readSchema(ctx, a.work)
+		return a.schema(ctx)
 	}()
 	if err != nil {
 		t.Fatal(err)

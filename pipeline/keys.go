@@ -89,9 +89,11 @@ func KeyPlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*KeyPlanR
 	for _, f := range pj.tbl.Files {
 		kp.InputRowGroups = append(kp.InputRowGroups, len(f.RowGroupRows))
 	}
-	if err := putSchema(ctx, pj.out, pj.tbl.Schema); err != nil {
+	schemaHash, err := putSchema(ctx, pj.out, pj.tbl.Schema)
+	if err != nil {
 		return nil, err
 	}
+	kp.WorkFiles = map[string]string{workFileKey(plan.SchemaFileName): schemaHash}
 	refs := pj.tbl.RowGroups()
 	for i, run := range plan.MapRuns(pj.tbl, pj.mapBytes) {
 		t := keyTask{Index: i, First: run[0], End: run[1]}
@@ -231,7 +233,7 @@ func (lk *loadedKeys) openRun(ctx context.Context, kt keyTask) (*source.Table, i
 	for k := range own {
 		own[k] = a + k
 	}
-	tbl, err := openOwn(ctx, lk.out, lk.InputArgs, lk.Inputs, lk.opts.hive, own, lk.InputRowGroups, lk.opts.MemoryLimit)
+	tbl, err := openOwn(ctx, lk.out, lk.Header, lk.out.URL(KeysFileName), lk.opts.hive, own, lk.InputRowGroups, lk.opts.MemoryLimit)
 	return tbl, base, err
 }
 

@@ -56,6 +56,11 @@ type Header struct {
 	ConfigHash      string            `json:"config_hash"`
 	InputArgs       []string          `json:"input_args"`
 	Inputs          []manifests.Input `json:"inputs"`
+	// WorkFiles is the xxhash64 of each file the plan step stored beside
+	// it (the schema, the encoding sample), by name under WorkPrefix:
+	// tasks check a file before they decode it, so a damaged one is
+	// refused and not handed to the Arrow IPC reader.
+	WorkFiles map[string]string `json:"work_files,omitempty"`
 }
 
 // NewHeader is the header of a plan file of the given format for the
