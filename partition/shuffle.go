@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -31,6 +32,11 @@ type Segment struct {
 	Rows      int64  `json:"rows"`
 	Bytes     int64  `json:"bytes"`
 	Path      string `json:"path"`
+	// XXHash64 is the hash of the range's bytes (hex), which a reduce
+	// checks before it decodes them: a lean segment crosses the network
+	// and sits in the store, and a damaged length in it would make the
+	// Arrow IPC reader allocate by it. Run's local spill has none.
+	XXHash64 string `json:"xxhash64,omitempty"`
 }
 
 // ShuffleWriter collects a map task's rows per unit, each unit Arrow IPC in
@@ -62,6 +68,7 @@ type unitStream struct {
 	schema *arrow.Schema // the current stream's schema
 	sink   sink          // where w writes: a pooled buffer during a Write
 	rows   int64
+	hash   *xxhash.Digest // of the file's bytes (lean)
 }
 
 // sink is the io.Writer a unit's IPC writer is bound to. It points at a
@@ -213,10 +220,22 @@ func (s *ShuffleWriter) flush(u int, us *unitStream) error {
 	out := enc.EncodeAll(us.sink.buf.Bytes(), frame.AvailableBuffer())
 	shuffleZstd.Put(enc)
 	us.sink.buf.Reset()
+	if us.hash == nil {
+		us.hash = xxhash.New()
+	}
+	us.hash.Write(out)
 	_, err := us.file.Write(out)
 	*frame = *bytes.NewBuffer(out[:0]) // keeps what EncodeAll grew
 	s.putBuf(frame)
 	return err
+}
+
+// sum is the hash of what the unit's file holds, or "" (plain).
+func (us *unitStream) sum() string {
+	if us.hash == nil {
+		return ""
+	}
+	return fmt.Sprintf("%016x", us.hash.Sum64())
 }
 
 // publish ends every stream and makes the segments visible; part maps a
@@ -254,7 +273,7 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 			if err != nil {
 				return nil, errs.TransientErr(err)
 			}
-			out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: st.Size(), Length: st.Size(), Path: s.prefix + unitFileName(u)})
+			out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: st.Size(), Length: st.Size(), Path: s.prefix + unitFileName(u), XXHash64: us.sum()})
 		}
 		return out, nil
 	}
@@ -280,7 +299,7 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 			bw.Close()
 			return nil, storage.Classify(fmt.Errorf("write %s: %w", s.work.URL(name), err))
 		}
-		out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: n, Offset: off, Length: n, Path: name})
+		out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: n, Offset: off, Length: n, Path: name, XXHash64: us.sum()})
 		off += n
 	}
 	if err := bw.Close(); err != nil {
@@ -315,6 +334,12 @@ func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema
 			err = errs.WithHint(err, "run the map task that wrote it again")
 		}
 		return nil, err
+	}
+	if seg.XXHash64 != "" {
+		if got := fmt.Sprintf("%016x", xxhash.Sum64(comp)); got != seg.XXHash64 {
+			return nil, errs.WithHint(errs.BadInputf("read %s at %d: the shuffle is damaged: its xxhash64 is %s, the map task wrote %s", url, seg.Offset, got, seg.XXHash64),
+				"run the map task that wrote it again")
+		}
 	}
 	// A segment is zstd frames of one or more IPC streams
 	// (shufflecodec.go), read until its bytes end.
@@ -366,7 +391,11 @@ func eachStreamBatch(br *bufio.Reader, fn func(arrow.RecordBatch) error) error {
 		} else if err != nil {
 			return err
 		}
-		rd, err := ipc.NewReader(br, ipc.WithAllocator(memory.DefaultAllocator))
+		// No limit on a message's body (arrow-go's default is 256 MiB): a
+		// unit's piece of one input row group can be larger, and a segment
+		// is what this process spilled or, hashed (ReadSegment), what a map
+		// task wrote.
+		rd, err := ipc.NewReader(br, ipc.WithAllocator(memory.DefaultAllocator), ipc.WithBodySizeLimit(0))
 		if err != nil {
 			return err
 		}
