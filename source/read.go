@@ -193,6 +193,7 @@ func (t *Table) Head(ctx context.Context, ref RowGroupRef, n int64) (rec arrow.R
 		return nil, err
 	}
 	defer t.release(f)
+	setPageLimits(props, h.pq.MetaData(), f.Obj.Size)
 	pq, err := file.NewParquetReader(h.ra, file.WithReadProps(props), file.WithMetadata(h.pq.MetaData()))
 	if err != nil {
 		return nil, classify(err, what)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -807,7 +808,31 @@ func openHandle(ctx context.Context, obj storage.Object, counts *storage.Counter
 		return nil, badData("open "+obj.URL, err)
 	}
 	cra.md = pq.MetaData() // indexed on the first chunk read
+	setPageLimits(props, pq.MetaData(), obj.Size)
 	return &handle{ra: ra, pq: pq, url: obj.URL}, nil
+}
+
+// setPageLimits raises arrow-go's limits on a page's declared sizes (64
+// MiB compressed, 256 MiB decompressed by default: a valid file with a
+// larger page, such as a column of large blobs written with a large page
+// size, was refused as corrupt) to what the file's row groups can hold:
+// a page lies in one column chunk of one row group, so none is larger than
+// the largest row group, stored or decoded (nor than the file, nor than a
+// page header's int32 allows). A damaged page header still cannot make the
+// reader allocate more than its row group's size.
+func setPageLimits(props *parquet.ReaderProperties, md *metadata.FileMetaData, size int64) {
+	c, u := parquet.DefaultMaxCompressedPageSize, parquet.DefaultMaxUncompressedPageSize
+	for i := 0; i < md.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		stored := rg.TotalCompressedSize()
+		if stored <= 0 { // not written by older writers: the file bounds it
+			stored = size
+		}
+		c = max(c, min(stored, size))
+		u = max(u, rg.TotalByteSize())
+	}
+	props.MaxCompressedPageSize = min(c, math.MaxInt32)
+	props.MaxUncompressedPageSize = min(u, math.MaxInt32)
 }
 
 // AddPartitions adds the Hive partition columns p found in the files'
