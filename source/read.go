@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -26,7 +27,76 @@ func concat(ch *arrow.Chunked) (arrow.Array, error) {
 		a.Retain()
 		return a, nil
 	}
+	if n, ok := overflows(ch.Chunks()); ok {
+		return nil, errTooLarge{n}
+	}
 	return array.Concatenate(ch.Chunks(), memory.DefaultAllocator)
+}
+
+// errTooLarge is a row group's column too large for one array with 32-bit
+// offsets: n values (bytes of strings, or elements of lists).
+type errTooLarge struct{ n int64 }
+
+func (e errTooLarge) Error() string {
+	return fmt.Sprintf("unsupported: %d values (string bytes, list elements) in one row group's column; "+
+		"relayout holds a row group's column as one Arrow array, whose 32-bit offsets reach %d", e.n, math.MaxInt32)
+}
+
+// overflows reports whether chunks of a type with 32-bit offsets (strings,
+// binary, lists, at any depth) hold more values than one array of it can:
+// arrow-go's Concatenate wraps the offsets around instead of failing. n is
+// the count that does not fit.
+func overflows(chunks []arrow.Array) (int64, bool) {
+	if len(chunks) < 2 {
+		return 0, false
+	}
+	var total int64
+	var kids []arrow.Array
+	switch chunks[0].DataType().ID() {
+	case arrow.STRING, arrow.BINARY:
+		for _, c := range chunks {
+			if c.Len() > 0 {
+				o := c.Data().Buffers()[1]
+				offs := arrow.Int32Traits.CastFromBytes(o.Bytes())[c.Data().Offset():]
+				total += int64(offs[c.Len()]) - int64(offs[0])
+			}
+		}
+	case arrow.LIST, arrow.MAP:
+		for _, c := range chunks {
+			l := c.(array.ListLike)
+			if c.Len() > 0 {
+				start, _ := l.ValueOffsets(0)
+				_, end := l.ValueOffsets(c.Len() - 1)
+				total += end - start
+				kids = append(kids, array.NewSlice(l.ListValues(), start, end))
+			}
+		}
+		defer func() {
+			for _, k := range kids {
+				k.Release()
+			}
+		}()
+	case arrow.STRUCT:
+		for i := range chunks[0].(*array.Struct).NumField() {
+			var fs []arrow.Array
+			for _, c := range chunks {
+				fs = append(fs, c.(*array.Struct).Field(i))
+			}
+			if n, ok := overflows(fs); ok {
+				return n, true
+			}
+		}
+		return 0, false
+	default:
+		return 0, false
+	}
+	if total > math.MaxInt32 {
+		return total, true
+	}
+	if kids != nil {
+		return overflows(kids)
+	}
+	return 0, false
 }
 
 // RowGroupRef names one row group of one file.

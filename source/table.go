@@ -570,6 +570,9 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 		return nil, errs.BadInputf("%s: decoded %d values, the footer says %d rows", what, ch.Len(), f.RowGroupRows[rg])
 	}
 	arr, err = concat(ch)
+	if tl, ok := err.(errTooLarge); ok {
+		return nil, errs.WithHint(errs.BadInputf("%s: %v", what, tl), tooLargeHint)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -577,7 +580,13 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 		arr = compact(arr, f.t.mem)
 	}
 	if verr := validateArray(arr); verr != nil {
+		dt := arr.DataType()
 		arr.Release()
+		if n := f.decodedBytes(rg, col); n > math.MaxInt32 && hasInt32Offsets(dt) {
+			// Not damage: arrow-go's reader wraps the 32-bit offsets of a
+			// column chunk past 2 GiB around.
+			return nil, errs.WithHint(errs.BadInputf("%s: %v", what, errTooLarge{n}), tooLargeHint)
+		}
 		return nil, errs.WithHint(errs.BadInputf("%s: corrupt data: %v", what, verr), "re-export the file or leave it out of --input")
 	}
 	if f.t.partCol != nil && f.t.partCol[col] >= 0 {
@@ -587,6 +596,49 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arr arrow.Array, er
 		}
 	}
 	return arr, nil
+}
+
+// tooLargeHint says what to do with a row group's column too large for
+// one array with 32-bit offsets (errTooLarge).
+const tooLargeHint = "rewrite the file with smaller row groups (e.g. DuckDB's COPY ... (ROW_GROUP_SIZE n)), or with the column as large_string or large_list in its stored Arrow schema"
+
+// decodedBytes is the decoded size the footer gives for table column col
+// of row group rg: its leaf column chunks' uncompressed sizes.
+func (f *File) decodedBytes(rg, col int) int64 {
+	md, err := f.Metadata()
+	if err != nil || rg >= md.NumRowGroups() || col >= len(f.leaves) {
+		return 0
+	}
+	var n int64
+	for _, leaf := range f.leaves[col] {
+		if cc, err := md.RowGroup(rg).ColumnChunk(leaf); err == nil {
+			n += cc.TotalUncompressedSize()
+		}
+	}
+	return n
+}
+
+// hasInt32Offsets reports whether arrays of t have 32-bit offsets at some
+// depth (strings, binary, lists, maps), which cap one array at 2 GiB of
+// values.
+func hasInt32Offsets(t arrow.DataType) bool {
+	switch t := t.(type) {
+	case *arrow.StringType, *arrow.BinaryType:
+		return true
+	case *arrow.ListType, *arrow.MapType:
+		return true
+	case *arrow.LargeListType:
+		return hasInt32Offsets(t.Elem())
+	case *arrow.FixedSizeListType:
+		return hasInt32Offsets(t.Elem())
+	case *arrow.StructType:
+		for _, f := range t.Fields() {
+			if hasInt32Offsets(f.Type) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // validateArray checks a decoded array's internal consistency (offsets in
