@@ -3,6 +3,7 @@ package manifests
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,4 +66,25 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded manifest does not decode: %v", err)
 		}
 	})
+}
+
+// TestBlockRows: a shard's canonical block boundaries, written out by
+// hand: cut at every multiple of block_samples counted from the output's
+// first sample, relative to the shard's first.
+func TestBlockRows(t *testing.T) {
+	for _, c := range []struct {
+		first, rows, bs int64
+		want            []int64
+	}{
+		{0, 10, 4, []int64{0, 4, 8, 10}},
+		{0, 8, 4, []int64{0, 4, 8}},
+		{6, 10, 4, []int64{0, 2, 6, 10}}, // output samples 6..15: cuts at 8 and 12
+		{8, 3, 4, []int64{0, 3}},
+		{5, 1, 1, []int64{0, 1}},
+		{0, 3, 100, []int64{0, 3}},
+	} {
+		if got := BlockRows(c.first, c.rows, c.bs); !slices.Equal(got, c.want) {
+			t.Errorf("BlockRows(%d, %d, %d) = %v, want %v", c.first, c.rows, c.bs, got, c.want)
+		}
+	}
 }

@@ -117,6 +117,19 @@ type BlockTable struct {
 	XXHash64 []string `json:"xxhash64"`
 }
 
+// BlockRows are the canonical block boundaries of a shard whose first
+// sample is the output's firstRow and which holds rows samples: 0, every
+// multiple of blockSamples counted from the output's first sample, and
+// rows, each from the shard's first sample (blockSamples at least 1). A
+// BlockTable's Rows are these.
+func BlockRows(firstRow, rows, blockSamples int64) []int64 {
+	out := []int64{0}
+	for k := (firstRow/blockSamples + 1) * blockSamples; k < firstRow+rows; k += blockSamples {
+		out = append(out, k-firstRow)
+	}
+	return append(out, rows)
+}
+
 // Validate checks a block table against its shard: rows cover [0, rows)
 // in increasing order and every range lies within the data buffer.
 func (b *BlockTable) Validate(rows, dataBytes int64, tensors int) error {

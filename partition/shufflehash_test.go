@@ -11,14 +11,13 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/cespare/xxhash/v2"
 	flatbuffers "github.com/google/flatbuffers/go"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/storage"
 )
 
@@ -105,13 +104,7 @@ func TestShuffleBatchOver256MiB(t *testing.T) {
 		t.Skip("-short: writes and reads 272 MiB twice (a few seconds); make test runs it")
 	}
 	n := 34 << 20 // int64s: 272 MiB
-	vals := memory.NewBufferBytes(make([]byte, n*8))
-	data := array.NewData(arrow.PrimitiveTypes.Int64, n, []*memory.Buffer{nil, vals}, nil, 0, 0)
-	a := array.MakeFromData(data)
-	data.Release()
-	sc := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
-	rec := array.NewRecordBatch(sc, []arrow.Array{a}, int64(n))
-	a.Release()
+	rec := testutil.Int64Batch(make([]byte, n*8))
 	defer rec.Release()
 	for _, lean := range []bool{false, true} {
 		got := shuffleRoundTrip(t, []arrow.RecordBatch{rec}, lean)

@@ -1128,7 +1128,7 @@ func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBa
 	if err := work.Bucket.WriteAll(ctx, work.Key(plan.SampleFileName), buf.Bytes(), nil); err != nil {
 		return "", storage.Classify(fmt.Errorf("write %s: %w", work.URL(plan.SampleFileName), err))
 	}
-	return workFileHash(buf.Bytes()), nil
+	return workFileHash(xxhash.Sum64(buf.Bytes())), nil
 }
 
 // putSchema stores the table's schema under the work prefix and returns
@@ -1139,37 +1139,39 @@ func putSchema(ctx context.Context, work storage.Location, schema *arrow.Schema)
 	if err := w.Close(); err != nil {
 		return "", err
 	}
-	return workFileHash(buf.Bytes()), putObject(ctx, work, plan.SchemaFileName, buf.Bytes())
+	return workFileHash(xxhash.Sum64(buf.Bytes())), putObject(ctx, work, plan.SchemaFileName, buf.Bytes())
 }
 
 // workFileHash is the hash plan.Header.WorkFiles records: xxhash64, hex.
-func workFileHash(data []byte) string { return fmt.Sprintf("%016x", xxhash.Sum64(data)) }
+func workFileHash(sum uint64) string { return fmt.Sprintf("%016x", sum) }
 
 // workFileKey is a work file's name in plan.Header.WorkFiles.
 func workFileKey(name string) string { return strings.TrimPrefix(name, plan.WorkPrefix) }
 
 // getWorkFile reads a file the plan step stored under work and checks it
 // against the hash its plan file (planURL) records in hashes: a file
-// changed or damaged since is bad input, before anything decodes it.
-func getWorkFile(ctx context.Context, work storage.Location, name string, hashes map[string]string, planURL string) ([]byte, error) {
+// changed or damaged since is bad input, before anything decodes it. It
+// returns the bytes and their xxhash64.
+func getWorkFile(ctx context.Context, work storage.Location, name string, hashes map[string]string, planURL string) ([]byte, uint64, error) {
 	data, err := storage.Get(ctx, work, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	want, ok := hashes[workFileKey(name)]
 	if !ok {
-		return nil, errs.WithHint(errs.BadInputf("%s records no hash for %s", planURL, work.URL(name)), "re-run relayout plan")
+		return nil, 0, errs.WithHint(errs.BadInputf("%s records no hash for %s", planURL, work.URL(name)), "re-run relayout plan")
 	}
-	if got := workFileHash(data); got != want {
-		return nil, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", work.URL(name), got, planURL, want), "re-run relayout plan")
+	sum := xxhash.Sum64(data)
+	if got := workFileHash(sum); got != want {
+		return nil, 0, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", work.URL(name), got, planURL, want), "re-run relayout plan")
 	}
-	return data, nil
+	return data, sum, nil
 }
 
 // readSchema reads the table's schema a plan (or key plan, planURL) stored
 // under work, checked against the hashes the plan records.
 func readSchema(ctx context.Context, work storage.Location, hashes map[string]string, planURL string) (*arrow.Schema, error) {
-	data, err := getWorkFile(ctx, work, plan.SchemaFileName, hashes, planURL)
+	data, _, err := getWorkFile(ctx, work, plan.SchemaFileName, hashes, planURL)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		return nil, errs.Preconditionf("re-run relayout plan", "the plan's schema %s is missing", work.URL(plan.SchemaFileName))
 	}
@@ -1186,7 +1188,7 @@ func readSchema(ctx context.Context, work storage.Location, hashes map[string]st
 
 // sample reads the encoding sample plan stored (nil for an empty input).
 func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.RecordBatch, error) {
-	data, err := getWorkFile(ctx, lp.work, plan.SampleFileName, lp.WorkFiles, lp.work.URL(plan.FileName))
+	data, sum, err := getWorkFile(ctx, lp.work, plan.SampleFileName, lp.WorkFiles, lp.work.URL(plan.FileName))
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		if lp.Rows > 0 {
 			return nil, errs.Preconditionf("re-run relayout plan", "the plan's encoding sample %s is missing", lp.work.URL(plan.SampleFileName))
@@ -1198,7 +1200,7 @@ func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.R
 	}
 	// The tasks of a list (--task 0-N) share one plan: its sample is
 	// decoded, and its encodings chosen, once per process.
-	lp.sampleKey = xxhash.Sum64(data)
+	lp.sampleKey = sum // checked against the plan's record: the bytes' own
 	key := sampleCacheKey{lp.sampleKey, schema.String()}
 	if rec, ok := samples.Load(key); ok {
 		rec.(arrow.RecordBatch).Retain()

@@ -7,8 +7,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/storage"
 )
@@ -26,12 +26,8 @@ func TestSampleOver256MiB(t *testing.T) {
 	n := 34 << 20 // random int64s, which LZ4 cannot shrink: 272 MiB
 	vals := make([]byte, n*8)
 	rand.New(rand.NewSource(5)).Read(vals)
-	data := array.NewData(arrow.PrimitiveTypes.Int64, n, []*memory.Buffer{nil, memory.NewBufferBytes(vals)}, nil, 0, 0)
-	a := array.MakeFromData(data)
-	data.Release()
-	sc := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
-	rec := array.NewRecordBatch(sc, []arrow.Array{a}, int64(n))
-	a.Release()
+	rec := testutil.Int64Batch(vals)
+	sc := rec.Schema()
 	defer rec.Release()
 	work, err := storage.OpenDir(ctx, t.TempDir(), true)
 	if err != nil {

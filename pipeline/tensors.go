@@ -15,10 +15,6 @@ import (
 	"github.com/relayout/relayout/writer"
 )
 
-// OrderAlgorithm names the determinism contract loaders implement
-// (docs/loader.md).
-const OrderAlgorithm = manifests.OrderAlgorithm
-
 // tensorRun writes tensor shards beside the Parquet files: it profiles list
 // lengths while the input is read, fixes the tensor plan once the output
 // schema is known, and converts the samples handed to the Parquet writer.
@@ -97,7 +93,7 @@ func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.Shard, opts 
 	mt := &manifests.Tensors{
 		Format: "safetensors", Sample: t.plan.Sample(), ShardBytes: opts.ShardBytes,
 		SpecHash: t.plan.Hash(), Schema: t.plan.Tensors(),
-		Order: manifests.Order{Algorithm: OrderAlgorithm, BlockSamples: opts.BlockSamples},
+		Order: manifests.Order{Algorithm: manifests.OrderAlgorithm, BlockSamples: opts.BlockSamples},
 	}
 	mt.Shards, mt.Totals = m.IndexShards(ms)
 	return mt

@@ -148,7 +148,6 @@ def batch_ranges(seq, size, rank=0, world=1, worker=0, num_workers=1, samples_se
 
 # --- relayout-order-v2: windows ---------------------------------------------------
 
-ORDER_V2 = "relayout-order-v2"
 DEFAULT_WINDOW_BYTES = 256 << 20
 
 

@@ -2,7 +2,6 @@ package source
 
 import (
 	"math/rand"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -12,9 +11,9 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/relayout/relayout/fingerprint"
+	"github.com/relayout/relayout/internal/testutil"
 )
 
 // writeOnePage writes n values of 1 MiB (random, or zeros) as one binary
@@ -36,32 +35,17 @@ func writeOnePage(t *testing.T, n int, random bool, codec compress.Compression) 
 	a := bld.NewArray()
 	rec := array.NewRecordBatch(sc, []arrow.Array{a}, int64(n))
 	a.Release()
-	defer rec.Release()
 	want, err := fingerprint.Record(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "blobs.parquet")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	props := parquet.NewWriterProperties(parquet.WithDataPageSize(1<<30), parquet.WithDictionaryDefault(false), parquet.WithCompression(codec))
-	w, err := pqarrow.NewFileWriter(sc, f, props, pqarrow.DefaultWriterProps())
-	if err == nil {
-		err = w.Write(rec)
-	}
-	if err == nil {
-		err = w.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteArrow(t, p, rec, parquet.WithDataPageSize(1<<30), parquet.WithDictionaryDefault(false), parquet.WithCompression(codec))
 	return p, want
 }
 
-// pageSizes returns the first data page's stored and decoded sizes, as
-// arrow-go's low-level reader reports them with its limits lifted.
+// pageSizes returns the stored and decoded sizes of the file's one column
+// chunk (one data page), from its footer.
 func pageSizes(t *testing.T, p string) (int64, int64) {
 	t.Helper()
 	props := parquet.NewReaderProperties(memory.DefaultAllocator)

@@ -268,9 +268,6 @@ func (t *Table) Head(ctx context.Context, ref RowGroupRef, n int64) (rec arrow.R
 	if err != nil {
 		return nil, classify(err, what)
 	}
-	if err := checkArrowSchema(pq, f.Obj.URL); err != nil {
-		return nil, err
-	}
 	fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: max(n, 1)}, t.mem)
 	if err != nil {
 		return nil, classify(err, what)

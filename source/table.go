@@ -85,9 +85,6 @@ type handle struct {
 // arrowReader returns the file's Arrow reader, made on first use.
 func (h *handle) arrowReader() (*pqarrow.FileReader, error) {
 	h.frOnce.Do(func() {
-		if h.frErr = checkArrowSchema(h.pq, h.url); h.frErr != nil {
-			return
-		}
 		h.fr, h.frErr = pqarrow.NewFileReader(h.pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
 		if h.frErr != nil {
 			h.frErr = unsupported("open "+h.url, fmt.Errorf("schema: %w", h.frErr))
@@ -97,9 +94,10 @@ func (h *handle) arrowReader() (*pqarrow.FileReader, error) {
 }
 
 // checkArrowSchema checks the Arrow schema a file's footer stores
-// (ARROW:schema), which pqarrow decodes when it opens the file, before it
-// does: arrow-go allocates by the counts in it, so a damaged one could
-// crash the process rather than fail (arrowipc).
+// (ARROW:schema), which pqarrow decodes whenever it makes a reader of the
+// file, before the first one (openFile): arrow-go allocates by the counts
+// in it, so a damaged one could crash the process rather than fail
+// (arrowipc).
 func checkArrowSchema(pq *file.Reader, url string) error {
 	kv := pq.MetaData().KeyValueMetadata()
 	if kv == nil {
@@ -448,6 +446,12 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 	}()
 	defer errs.Recover(&err, "open "+obj.URL)
 	pq := h.pq
+	// Once per file, not per handle: a table of many small files reopens
+	// each several times, and a reopened footer is taken to be this one
+	// (acquire checks only its row counts; Head reuses it).
+	if err := checkArrowSchema(pq, obj.URL); err != nil {
+		return nil, err
+	}
 	fr, err := h.arrowReader()
 	if err != nil {
 		return nil, err

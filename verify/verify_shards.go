@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
@@ -174,15 +175,8 @@ func verifyShard(ctx context.Context, out storage.Location, mt *manifests.Tensor
 		// The blocks are the canonical ones: cut at every multiple of
 		// the manifest's block_samples, counted from the output's first
 		// sample (readers cut by that number).
-		if bs := mt.Order.BlockSamples; bs > 0 {
-			at, k := int64(0), 0
-			for at < s.Rows {
-				next := min(((s.FirstRow+at)/bs+1)*bs-s.FirstRow, s.Rows)
-				if k+1 >= len(bt.Rows) || bt.Rows[k] != at || bt.Rows[k+1] != next {
-					return fmt.Sprintf("%s: the block table is not cut every %d samples (block_samples) from the output's first", url, bs), nil
-				}
-				at, k = next, k+1
-			}
+		if bs := mt.Order.BlockSamples; bs > 0 && !slices.Equal(bt.Rows, manifests.BlockRows(s.FirstRow, s.Rows, bs)) {
+			return fmt.Sprintf("%s: the block table is not cut every %d samples (block_samples) from the output's first", url, bs), nil
 		}
 	}
 	readInt64s := func(ti loader.TensorInfo) ([]int64, error) {

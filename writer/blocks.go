@@ -85,12 +85,7 @@ func blockTable(plan *tensors.Plan, b *tensors.Buffers, order []int, begin []int
 		a, e := entries(t.Level, lo, hi)
 		return a * per, e * per
 	}
-	n := b.Rows
-	bt := &manifests.BlockTable{Rows: []int64{0}}
-	for k := (firstRow/blockSamples + 1) * blockSamples; k < firstRow+n; k += blockSamples {
-		bt.Rows = append(bt.Rows, k-firstRow)
-	}
-	bt.Rows = append(bt.Rows, n)
+	bt := &manifests.BlockTable{Rows: manifests.BlockRows(firstRow, b.Rows, blockSamples)}
 	h := xxhash.New()
 	for k := 0; k+1 < len(bt.Rows); k++ {
 		lo, hi := bt.Rows[k], bt.Rows[k+1]

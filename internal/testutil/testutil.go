@@ -19,6 +19,8 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	apq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/parquet-go/parquet-go"
@@ -271,6 +273,20 @@ func BucketTree(tb testing.TB, b *blob.Bucket, prefix string) map[string][]byte 
 		out[strings.TrimPrefix(obj.Key, prefix)] = data
 	}
 	return out
+}
+
+// Int64Batch is a batch of one int64 column, "x", over vals (little
+// endian, len(vals)/8 values) without copying them: a large batch whose
+// bytes the test chooses (random, or zeros never touched, which cost no
+// memory until read).
+func Int64Batch(vals []byte) arrow.RecordBatch {
+	n := len(vals) / 8
+	d := array.NewData(arrow.PrimitiveTypes.Int64, n, []*memory.Buffer{nil, memory.NewBufferBytes(vals[:n*8])}, nil, 0, 0)
+	defer d.Release()
+	a := array.MakeFromData(d)
+	defer a.Release()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	return array.NewRecordBatch(sc, []arrow.Array{a}, int64(n))
 }
 
 // WriteArrow writes rec as one Parquet file with arrow-go's writer (props
