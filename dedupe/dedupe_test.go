@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -236,6 +237,38 @@ func TestProbeDecidesAsTheFullScan(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(*want) {
 				t.Fatalf("probe %d, batching %d: %v, want %v", probe, seed, got, *want)
 			}
+		}
+	}
+}
+
+// TestLayoutFromPackedRefusesBadOrders reads a packed schema back with the
+// flat order and query key a manifest records, and with orders a damaged
+// or edited manifest could hold: a column named twice (another missing)
+// and a query key that is not a query-level column. Unpacking with them
+// would build a wrong flat table.
+func TestLayoutFromPackedRefusesBadOrders(t *testing.T) {
+	isQuery := []bool{true, false, true, true, true, false}
+	l, err := NewLayout(flat, []int{2}, isQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range flat.Fields() {
+		names = append(names, f.Name)
+	}
+	key := []string{flat.Field(2).Name}
+	back, err := LayoutFromPacked(l.Packed, names, key)
+	if err != nil || !back.Flat.Equal(flat) || !slices.Equal(back.QueryKey, l.QueryKey) {
+		t.Fatalf("as recorded: %v, %v", back, err)
+	}
+	twice := slices.Clone(names)
+	twice[1] = twice[0]
+	if _, err := LayoutFromPacked(l.Packed, twice, key); err == nil {
+		t.Errorf("flat order %v (%q twice, %q missing): no error", twice, names[0], names[1])
+	}
+	for _, k := range [][]string{{flat.Field(1).Name}, {"missing"}, {key[0], key[0]}} {
+		if _, err := LayoutFromPacked(l.Packed, names, k); err == nil {
+			t.Errorf("query key %q: no error", k)
 		}
 	}
 }

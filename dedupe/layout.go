@@ -3,6 +3,7 @@ package dedupe
 import (
 	"fmt"
 	"path"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -120,10 +121,16 @@ func LayoutFromPacked(packed *arrow.Schema, flatOrder, queryKey []string) (*Layo
 		if !ok {
 			return nil, fmt.Errorf("flat column %q is not in the packed schema", name)
 		}
+		if _, twice := pos[name]; twice {
+			return nil, fmt.Errorf("the flat order names %q twice", name)
+		}
 		fields[i], q[i], pos[name] = f, isQuery[name], i
 	}
 	var key []int
 	for _, k := range queryKey {
+		if !isQuery[k] || slices.Contains(key, pos[k]) {
+			return nil, fmt.Errorf("query key %q is not a query-level column of the packed schema, or is named twice", k)
+		}
 		key = append(key, pos[k])
 	}
 	md := packed.Metadata()
