@@ -850,7 +850,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 }
 
 // checkPartition reads a reduce task's files back and checks them as
-// commit checks an output (verify.Manifest) against the manifest of the
+// commit checks an output (verify.Part) against the manifest of the
 // partition alone: its files, with the slices clipped to its rows (to its
 // queries, packed: a packed reduce numbers its rows from 0, and its
 // manifest has the partition's queries and items). It returns what commit
@@ -889,7 +889,7 @@ func (lp *loadedPlan) checkPartition(ctx context.Context, task int, d *TaskManif
 		m.SortKeys = nonNil(lp.opts.QueryKey)
 		m.Packing = &manifests.Packing{Queries: pp.Queries, Items: fp.Rows}
 	}
-	vr, err := verify.Manifest(ctx, lp.out, m, false, lp.opts.Parallel, nil)
+	vr, err := verify.Part(ctx, lp.out, m, lp.opts.Parallel)
 	if err != nil {
 		return nil, err
 	}

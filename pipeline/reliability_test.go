@@ -510,3 +510,143 @@ func TestOverwriteKeepsTheOldOutputUntilCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyCatchesDescriptionEdits edits, one at a time, the fields of a
+// committed manifest that describe the data without being byte ranges or
+// row counts: a packed output's column lists, item counts and sizes, the
+// sort and query keys, the recorded config, the inputs' rows, and the
+// tensor section's description of itself. Each edit keeps the manifest
+// well-formed and plausible; verify's quick check must report each one,
+// and pass the manifest as written.
+func TestVerifyCatchesDescriptionEdits(t *testing.T) {
+	ctx := context.Background()
+	in := testutil.Generate(t, gen.Options{Rows: 6_000, Files: 2, Seed: 23})
+	type jm = map[string]any
+	at := func(v any, path ...any) any {
+		for _, p := range path {
+			switch k := p.(type) {
+			case string:
+				v = v.(jm)[k]
+			case int:
+				v = v.([]any)[k]
+			}
+		}
+		return v
+	}
+	obj := func(v any, path ...any) jm { return at(v, path...).(jm) }
+	list := func(v any, path ...any) []any { return at(v, path...).([]any) }
+	num := func(v any) float64 { return v.(float64) }
+	for _, c := range []struct {
+		name  string
+		mod   func(*RunOptions)
+		edits map[string]func(m jm)
+		// deep are edits only the deep check can see (it counts each
+		// slice's items from the rows): the quick one passes them.
+		deep map[string]func(m jm)
+	}{
+		{"packed+tensors", func(o *RunOptions) {
+			o.SliceKeys, o.QueryKey, o.Tensors, o.ShardBytes, o.BlockSamples = []string{"country"}, []string{"query_id"}, true, 64<<10, 100
+		},
+			map[string]func(m jm){
+				"query_columns reordered": func(m jm) {
+					q := list(m, "packing", "query_columns")
+					q[1], q[2] = q[2], q[1]
+				},
+				"an item column called a query column": func(m jm) {
+					p := obj(m, "packing")
+					p["query_columns"] = append(list(p, "query_columns"), list(p, "item_columns")[0])
+					p["item_columns"] = list(p, "item_columns")[1:]
+				},
+				"flat_columns naming one twice": func(m jm) { f := list(m, "packing", "flat_columns"); f[1] = f[0] },
+				"query_key another query column": func(m jm) {
+					obj(m, "packing")["query_key"] = []any{list(m, "packing", "query_columns")[4]}
+				},
+				"sort_keys emptied":          func(m jm) { m["sort_keys"] = []any{} },
+				"a slice's items one more":   func(m jm) { s := obj(m, "slices", 1); s["items"] = num(s["items"]) + 1 },
+				"items_per_query max below":  func(m jm) { d := obj(m, "packing", "items_per_query"); d["max"] = num(d["min"]) },
+				"bytes_after one more":       func(m jm) { p := obj(m, "packing"); p["bytes_after"] = num(p["bytes_after"]) + 1 },
+				"a tensor's transform":       func(m jm) { obj(m, "tensors", "schema", 2)["transform"] = "float32 as F32" },
+				"a tensor's level":           func(m jm) { obj(m, "tensors", "schema", 3)["level"] = "item" },
+				"tensors.sample":             func(m jm) { obj(m, "tensors")["sample"] = "row" },
+				"tensors.format":             func(m jm) { obj(m, "tensors")["format"] = "npz" },
+				"a shard slice entry longer": func(m jm) { e := obj(m, "tensors", "shards", 1, "slices", 0); e["rows"] = num(e["rows"]) + 1 },
+				"a shard's header hash dropped": func(m jm) {
+					delete(obj(m, "tensors", "shards", 2), "header_xxhash64")
+				},
+				"config zstd level":  func(m jm) { obj(m, "config")["zstd_level"] = 9.0 },
+				"config_hash":        func(m jm) { m["config_hash"] = "0123456789abcdef" },
+				"config tensors off": func(m jm) { delete(obj(m, "config"), "tensors") },
+				"input rows moved": func(m jm) {
+					a, b := obj(m, "inputs", 0), obj(m, "inputs", 1)
+					a["rows"], b["rows"] = num(a["rows"])+1, num(b["rows"])+1
+				},
+				"fingerprint algorithm": func(m jm) { obj(m, "fingerprint")["algorithm"] = "relayout-rowhash-v2" },
+			},
+			map[string]func(m jm){
+				"an item moved between slices": func(m jm) {
+					a, b := obj(m, "slices", 1), obj(m, "slices", 2)
+					a["items"], b["items"] = num(a["items"])+1, num(b["items"])-1
+				},
+			}},
+		{"flat+sort keys", func(o *RunOptions) { o.SliceKeys, o.SortKeys = []string{"country"}, []string{"user_id"} },
+			map[string]func(m jm){
+				"sort_keys emptied":     func(m jm) { m["sort_keys"] = []any{} },
+				"sort_keys another key": func(m jm) { m["sort_keys"] = []any{"session_id"} },
+				"items in a flat slice": func(m jm) { obj(m, "slices", 0)["items"] = 7.0 },
+				"slice_keys in config":  func(m jm) { obj(m, "config")["slice_keys"] = []any{"device"} },
+			}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			smallRun(t, in, out, c.mod)
+			orig, err := os.ReadFile(filepath.Join(out, manifests.FileName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			write := func(f func(jm)) {
+				var m jm
+				if err := json.Unmarshal(orig, &m); err != nil {
+					t.Fatal(err)
+				}
+				if f != nil {
+					f(m)
+				}
+				b, _ := json.MarshalIndent(m, "", "  ")
+				if err := os.WriteFile(filepath.Join(out, manifests.FileName), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// As written (decoded and written again by another tool, keys
+			// sorted and indented otherwise), the manifest passes.
+			write(nil)
+			if res, err := verify.Output(ctx, out, false, 2); err != nil || !res.OK {
+				t.Fatalf("the manifest as written: %+v, %v", res, err)
+			}
+			for name, f := range c.edits {
+				write(f)
+				res, err := verify.Output(ctx, out, false, 2)
+				if err != nil || res.OK {
+					t.Errorf("%s: verify says %+v, %v; want a problem", name, res, err)
+				} else {
+					t.Logf("%s: %s", name, res.Problem)
+				}
+			}
+			for name, f := range c.deep {
+				write(f)
+				if res, err := verify.Output(ctx, out, false, 2); err != nil || !res.OK {
+					t.Errorf("%s: the quick check says %+v, %v; it cannot see this edit", name, res, err)
+				}
+				res, err := verify.Output(ctx, out, true, 2)
+				if err != nil || res.OK {
+					t.Errorf("%s: verify --deep says %+v, %v; want a problem", name, res, err)
+				} else {
+					t.Logf("%s (deep): %s", name, res.Problem)
+				}
+			}
+			write(nil)
+			if res, err := verify.Output(ctx, out, true, 2); err != nil || !res.OK {
+				t.Fatalf("the manifest as written, deep: %+v, %v", res, err)
+			}
+		})
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/cespare/xxhash/v2"
 
@@ -107,7 +109,15 @@ type rgExpect struct {
 // does (a run checks its output so before it commits m). prog, which may
 // be nil, receives the rows checked.
 func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*Result, error) {
-	return manifest(ctx, out, m, deep, parallel, prog, Prior{})
+	return manifest(ctx, out, m, deep, parallel, prog, Prior{}, false)
+}
+
+// Part checks the files of one partition (a reduce task's) against the
+// manifest of that partition alone, as Manifest checks an output, without
+// what only a whole output's manifest holds: the packing's column lists
+// and item counts, and the tensor section.
+func Part(ctx context.Context, out storage.Location, m *manifests.Manifest, parallel int) (*Result, error) {
+	return manifest(ctx, out, m, false, parallel, nil, Prior{}, true)
 }
 
 // Prior is what earlier checks found (their Result.Checked, or Shards'
@@ -128,10 +138,10 @@ func ManifestChecked(ctx context.Context, out storage.Location, m *manifests.Man
 	if prior.Files != nil && len(prior.Files) != len(m.Files) {
 		return &Result{Files: len(m.Files), Problem: fmt.Sprintf("%d checked files for the manifest's %d", len(prior.Files), len(m.Files))}, nil
 	}
-	return manifest(ctx, out, m, false, parallel, nil, prior)
+	return manifest(ctx, out, m, false, parallel, nil, prior, false)
 }
 
-func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, prior Prior) (*Result, error) {
+func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, prior Prior, part bool) (*Result, error) {
 	checked := prior.Files
 	if prog == nil {
 		prog = nopProgress{}
@@ -194,6 +204,11 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 	if p := checkManifestFields(m); p != "" {
 		return fail("manifest: %s", p)
 	}
+	if !part {
+		if p := checkOutputFields(m); p != "" {
+			return fail("manifest: %s", p)
+		}
+	}
 
 	type fileResult struct {
 		problem string
@@ -209,6 +224,12 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 		fileWorkers = max(min(16, len(m.Files)), 1) // a HEAD each: latency-bound
 	}
 	res.Checked = make([]Checked, len(m.Files))
+	// A deep check of a packed output counts each slice's items from its
+	// rows' lists.
+	var items []int64
+	if deep && m.Packing != nil && !part && len(m.SliceKeys) > 0 {
+		items = make([]int64, len(m.Slices))
+	}
 	par.ForEach(ctx, len(m.Files), fileWorkers, func(i int) error {
 		r := &results[i]
 		if checked != nil {
@@ -222,7 +243,7 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 			// read it again.
 		}
 		var etag string
-		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog, &etag)
+		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog, &etag, part, items)
 		res.Checked[i] = Checked{Path: m.Files[i].Path, ETag: etag, First: r.first, Last: r.last}
 		return nil
 	})
@@ -251,6 +272,11 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 	if deep {
 		if fp.Rows != m.Fingerprint.Rows || fp.String() != m.Fingerprint.Hash {
 			return fail("content fingerprint is %s over %d rows, manifest says %s over %d rows", fp.String(), fp.Rows, m.Fingerprint.Hash, m.Fingerprint.Rows)
+		}
+		for i, n := range items {
+			if n != m.Slices[i].Items {
+				return fail("slice %d holds %d items, manifest says %d", i, n, m.Slices[i].Items)
+			}
 		}
 	}
 	if m.Tensors != nil {
@@ -404,7 +430,7 @@ func statObject(ctx context.Context, out storage.Location, path string, size int
 
 // verifyFile checks file fi against the manifest; etag receives the
 // object's ETag as it was when the check began.
-func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
+func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string, part bool, items []int64) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
 	mf := m.Files[fi]
 	url := out.URL(mf.Path)
 	if *etag, problem, err = statObject(ctx, out, mf.Path, mf.Bytes); problem != "" || err != nil {
@@ -466,6 +492,14 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 			return fmt.Sprintf("%s: column %q is %s (nullable %v), the manifest's schema says %s (nullable %v)", url, c.Name, f.Type, f.Nullable, c.Type, c.Nullable), fp, nil, nil, nil
 		}
 	}
+	if p := checkSorting(md, m); p != "" {
+		return fmt.Sprintf("%s: %s", url, p), fp, nil, nil, nil
+	}
+	if m.Packing != nil && !part {
+		if p := checkPackedItems(tbl.Schema, m.Packing); p != "" {
+			return fmt.Sprintf("%s: %s", url, p), fp, nil, nil, nil
+		}
+	}
 	// Row groups are checked in parallel; key order across their
 	// boundaries is checked afterwards.
 	type rgResult struct {
@@ -477,7 +511,7 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 	results := make([]rgResult, len(mf.RowGroups))
 	par.ForEach(ctx, len(mf.RowGroups), parallel, func(g int) error {
 		r := &results[g]
-		r.problem, r.fp, r.first, r.last = verifyRowGroup(ctx, tbl, url, m, g, expect[g], keyCols, nSlice, deep, md)
+		r.problem, r.fp, r.first, r.last = verifyRowGroup(ctx, tbl, url, m, g, expect[g], keyCols, nSlice, deep, md, items)
 		prog.Add(mf.RowGroups[g].Rows)
 		return nil
 	})
@@ -506,9 +540,10 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 
 // verifyRowGroup checks one row group: its content fingerprint (deep), key
 // order, its runs of slice keys against the manifest, and key statistics.
-func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manifests.Manifest, g int, exp rgExpect, keyCols []int, nSlice int, deep bool, md *metadata.FileMetaData) (problem string, fp fingerprint.Sum, first, last []byte) {
+func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manifests.Manifest, g int, exp rgExpect, keyCols []int, nSlice int, deep bool, md *metadata.FileMetaData, items []int64) (problem string, fp fingerprint.Sum, first, last []byte) {
 	ref := source.RowGroupRef{File: tbl.Files[0], RowGroup: g}
 	var keys []arrow.Array
+	var lists array.ListLike // a packed row group's items, counted per slice (deep)
 	if deep {
 		rec, err := tbl.Read(ctx, ref, nil, 1)
 		if err != nil {
@@ -534,6 +569,11 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 		for _, c := range keyCols {
 			keys = append(keys, rec.Column(c))
 		}
+		if items != nil {
+			if lists, _ = rec.Column(int(rec.NumCols()) - 1).(array.ListLike); lists == nil {
+				return fmt.Sprintf("%s: row group %d: the last column is not a list of items", url, g), fp, nil, nil
+			}
+		}
 	} else if len(keyCols) > 0 {
 		rec, err := tbl.Read(ctx, ref, keyCols, 1)
 		if err != nil {
@@ -547,7 +587,7 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 	}
 	// Walk runs of equal slice keys; compare with the manifest.
 	run := -1
-	var runRows int64
+	var runRows, runItems int64
 	var cur, prev, curSlice, prevSlice []byte
 	checkRun := func(i int) string {
 		if run < 0 {
@@ -558,6 +598,9 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 		}
 		if runRows != exp.rows[run] {
 			return fmt.Sprintf("%s: row group %d: slice %d has %d rows here, manifest says %d", url, g, exp.slices[run], runRows, exp.rows[run])
+		}
+		if lists != nil {
+			atomic.AddInt64(&items[exp.slices[run]], runItems)
 		}
 		want := m.Slices[exp.slices[run]].Key
 		for c := 0; c < nSlice; c++ {
@@ -589,9 +632,13 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 				return p, fp, nil, nil
 			}
 			run++
-			runRows = 0
+			runRows, runItems = 0, 0
 		}
 		runRows++
+		if lists != nil {
+			start, end := lists.ValueOffsets(i)
+			runItems += end - start
+		}
 		prev = append(prev[:0], cur...)
 		prevSlice = append(prevSlice[:0], curSlice...)
 	}
