@@ -850,7 +850,7 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 }
 
 // checkPartition reads a reduce task's files back and checks them as
-// commit checks an output (verify.Part) against the manifest of the
+// commit would (verify.Part), against the manifest of the
 // partition alone: its files, with the slices clipped to its rows (to its
 // queries, packed: a packed reduce numbers its rows from 0, and its
 // manifest has the partition's queries and items). It returns what commit
