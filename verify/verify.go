@@ -569,9 +569,12 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 		for _, c := range keyCols {
 			keys = append(keys, rec.Column(c))
 		}
-		if items != nil {
-			if lists, _ = rec.Column(int(rec.NumCols()) - 1).(array.ListLike); lists == nil {
-				return fmt.Sprintf("%s: row group %d: the last column is not a list of items", url, g), fp, nil, nil
+		if items != nil { // Hive folder keys may follow the items column
+			if idx := rec.Schema().FieldIndices(dedupe.ItemsColumn); len(idx) == 1 {
+				lists, _ = rec.Column(idx[0]).(array.ListLike)
+			}
+			if lists == nil {
+				return fmt.Sprintf("%s: row group %d: no list column %q", url, g, dedupe.ItemsColumn), fp, nil, nil
 			}
 		}
 	} else if len(keyCols) > 0 {
