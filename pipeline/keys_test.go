@@ -17,6 +17,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/plan"
+	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/verify"
 )
 
@@ -295,5 +296,74 @@ func TestHugePagesOption(t *testing.T) {
 	o.HugePages = "always"
 	if _, err := o.withDefaults(); !errs.Is(err, errs.Usage) || !strings.Contains(err.Error(), "auto, on or off") {
 		t.Fatalf("--huge-pages always: %v", err)
+	}
+}
+
+// TestTasksListNoInput: map and key tasks ask the store for their own
+// input files (a HEAD each), never for a listing of the input (one LIST
+// request per 1,000 objects, for every task). An object added to the input
+// after the plan is read by no task; commit, which lists the input,
+// refuses it.
+func TestTasksListNoInput(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 40_000, Files: 4, Seed: 53, RowGroupRows: 4 << 10})
+	ctx := context.Background()
+	params, _, counts := s3ServerCounting(t, "bkt")
+	loc, err := storage.OpenDir(ctx, "s3://bkt/"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload(t, loc.Bucket, "in/", in)
+	local := RunOptions{Parallel: 2}
+	o := distOpts("s3://bkt/in/"+params, "s3://bkt/out/"+params)
+	inputListings := func(step string) {
+		t.Helper()
+		for _, p := range counts.listings() {
+			if strings.HasPrefix(p, "in") {
+				t.Errorf("%s listed the input (prefix %q)", step, p)
+			}
+		}
+	}
+	kr, err := KeyPlanJob(ctx, o, 256<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts.listings()
+	for k := 0; k < kr.KeyTasks; k++ {
+		if _, err := KeysTask(ctx, kr.Keys+params, k, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inputListings("the key tasks")
+	res, _, err := PlanFromKeys(ctx, kr.Keys+params, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MapTasks < 2 {
+		t.Fatalf("%d map tasks; the test needs several", res.MapTasks)
+	}
+	data, _ := os.ReadFile(testutil.Files(t, in)[0])
+	if err := loc.Bucket.WriteAll(ctx, "in/zz-added-after-the-plan.parquet", data, nil); err != nil {
+		t.Fatal(err)
+	}
+	counts.listings()
+	for k := 0; k < res.MapTasks; k++ {
+		if _, err := MapTask(ctx, res.Plan+params, k, local); err != nil {
+			t.Fatalf("map task %d: %v", k, err)
+		}
+	}
+	inputListings("the map tasks")
+	for k := 0; k < res.ReduceTasks; k++ {
+		if _, err := ReduceTask(ctx, res.Plan+params, k, local); err != nil {
+			t.Fatalf("reduce task %d: %v", k, err)
+		}
+	}
+	if _, err := CommitJob(ctx, res.Plan+params, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "changed since the plan") {
+		t.Fatalf("commit over an input with an object added: %v, want a precondition", err)
+	}
+	if err := loc.Bucket.Delete(ctx, "in/zz-added-after-the-plan.parquet"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CommitJob(ctx, res.Plan+params, local); err != nil {
+		t.Fatalf("commit over the pinned input: %v", err)
 	}
 }

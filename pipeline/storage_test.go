@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,6 +40,17 @@ func s3Server(t *testing.T, bucket string) (params string, backend *s3mem.Backen
 type httpCounts struct {
 	requests, gets, puts, deletes atomic.Int64
 	getBytes                      atomic.Int64 // response body bytes of object GETs
+	mu                            sync.Mutex
+	listed                        []string // the prefix of each listing
+}
+
+// listings returns the prefixes listed since the last call.
+func (c *httpCounts) listings() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.listed
+	c.listed = nil
+	return l
 }
 
 type countingWriter struct {
@@ -69,6 +81,10 @@ func s3ServerCounting(t *testing.T, bucket string) (params string, backend *s3me
 			if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
 				counts.gets.Add(1)
 				w = countingWriter{w, &counts.getBytes}
+			} else {
+				counts.mu.Lock()
+				counts.listed = append(counts.listed, r.URL.Query().Get("prefix"))
+				counts.mu.Unlock()
 			}
 		case http.MethodPut, http.MethodPost:
 			counts.puts.Add(1)

@@ -319,19 +319,82 @@ func listLocal(ctx context.Context, name string) ([]Object, error) {
 	sort.Strings(files)
 	out := make([]Object, 0, len(files))
 	for _, f := range files {
-		st, err := os.Stat(f)
+		o, err := localObject(f)
 		if err != nil {
-			return nil, classifyOS(fmt.Errorf("stat %s: %w", f, err))
+			return nil, err
 		}
-		abs, _ := filepath.Abs(f)
-		out = append(out, Object{
-			Rel:       filepath.ToSlash(f),
-			Key:       path.Base(filepath.ToSlash(abs)),
-			URL:       f,
-			Size:      st.Size(),
-			MTime:     st.ModTime().UTC().Format("2006-01-02T15:04:05Z"),
-			LocalPath: abs,
-		})
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// localObject is the local file f (a path as given or walked) as an Object.
+func localObject(f string) (Object, error) {
+	st, err := os.Stat(f)
+	if err != nil {
+		return Object{}, classifyOS(fmt.Errorf("stat %s: %w", f, err))
+	}
+	abs, _ := filepath.Abs(f)
+	return Object{
+		Rel:       filepath.ToSlash(f),
+		Key:       path.Base(filepath.ToSlash(abs)),
+		URL:       f,
+		Size:      st.Size(),
+		MTime:     st.ModTime().UTC().Format("2006-01-02T15:04:05Z"),
+		LocalPath: abs,
+	}, nil
+}
+
+// Pinned returns the objects List named urls (a local path as walked, or
+// scheme://bucket/key) with their current attributes, without listing: a
+// stat or HEAD each, a remote one's bucket opened with the parameters of
+// the first of names (the input names as given to List) on the same
+// bucket. A task that reads a few pinned files of a large input asks for
+// those alone, not for a listing of the whole input (one LIST request per
+// 1,000 objects). An object that is gone is reported as such; the caller
+// compares the rest with its pins.
+func Pinned(ctx context.Context, names []string, urls []string) ([]Object, error) {
+	out := make([]Object, len(urls))
+	locs := map[string]Location{} // scheme://host -> its bucket
+	for i, name := range urls {
+		if !IsURL(name) || strings.HasPrefix(name, "file://") {
+			o, err := localObject(strings.TrimPrefix(name, "file://"))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = o
+			continue
+		}
+		u, err := url.Parse(name)
+		if err != nil {
+			return nil, errs.Usagef("bad URL %q: %v", name, err)
+		}
+		bucket := u.Scheme + "://" + u.Host
+		loc, ok := locs[bucket]
+		if !ok {
+			var from string
+			for _, n := range names {
+				if v, err := url.Parse(n); err == nil && IsURL(n) && v.Scheme+"://"+v.Host == bucket {
+					from = n
+					break
+				}
+			}
+			if from == "" {
+				return nil, errs.Usagef("input %s is in none of the inputs %q", name, names)
+			}
+			if loc, err = OpenDir(ctx, from, false); err != nil {
+				return nil, err
+			}
+			loc.Prefix, loc.Name = "", bucket
+			locs[bucket] = loc
+		}
+		key := strings.TrimPrefix(u.Path, "/")
+		attrs, err := loc.Bucket.Attributes(ctx, key)
+		if err != nil {
+			return nil, Classify(fmt.Errorf("stat %s: %w", name, err))
+		}
+		out[i] = objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
+		out[i].Rel = key
 	}
 	return out, nil
 }
