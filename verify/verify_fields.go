@@ -46,10 +46,6 @@ func checkOutputFields(m *manifests.Manifest) string {
 // hold the output's flat rows (an unpack's inputs are a packed output's
 // files, which count queries).
 func checkInputs(m *manifests.Manifest) string {
-	var unpack struct {
-		UnpackOf string `json:"unpack_of"`
-	}
-	json.Unmarshal(m.Config, &unpack) // checkConfig decoded it
 	var in int64
 	for k, i := range m.Inputs {
 		if i.Path == "" || i.Bytes <= 0 {
@@ -60,34 +56,39 @@ func checkInputs(m *manifests.Manifest) string {
 		}
 		in += i.Rows
 	}
-	if in != m.Fingerprint.Rows && unpack.UnpackOf == "" {
+	if in != m.Fingerprint.Rows && unpackOf(m) == "" {
 		return fmt.Sprintf("inputs: %d rows went in, the fingerprint counts %d out", in, m.Fingerprint.Rows)
 	}
 	return ""
 }
 
+// unpackOf is the config_hash of the packed output an unpack's output was
+// unpacked from ("" for a run's output, or a config that does not decode).
+func unpackOf(m *manifests.Manifest) string {
+	var c struct {
+		UnpackOf string `json:"unpack_of"`
+	}
+	json.Unmarshal(m.Config, &c)
+	return c.UnpackOf
+}
+
 // checkConfig checks the recorded options against their hash (config_hash,
 // which the plan and every task manifest carry too) and against what the
-// manifest says was made of them: the slice keys, the sort or query keys,
-// and whether tensors were written and how they were cut.
+// manifest says was made of them: the slice keys, a packed output's query
+// key, and whether tensors were written and how they were cut. (Sort keys
+// are compared with the files' sorting columns, checkSorting.)
 func checkConfig(m *manifests.Manifest) string {
 	// The hash is of the config as its writer marshaled it: a run's
 	// options (plan.Options.Config), or an unpack's source and keys (a
 	// map, so in key order). Decoded and marshaled again, the config
 	// gives the same bytes whatever a tool reading and writing the
 	// manifest did to its layout.
-	var unpack struct {
-		UnpackOf string `json:"unpack_of"`
-	}
-	if err := json.Unmarshal(m.Config, &unpack); err != nil {
-		return fmt.Sprintf("config: %v", err)
-	}
 	o, err := plan.DecodeConfig(m.Config)
 	if err != nil {
 		return fmt.Sprintf("config: %v", err)
 	}
 	var b []byte
-	if unpack.UnpackOf != "" {
+	if unpackOf(m) != "" {
 		var c map[string]any
 		if err := json.Unmarshal(m.Config, &c); err != nil {
 			return fmt.Sprintf("config: %v", err)
