@@ -86,10 +86,9 @@ func MatchColumns(flat *arrow.Schema, patterns []string) ([]bool, error) {
 	return out, nil
 }
 
-// LayoutFromPacked rebuilds the layout of a packed schema: query columns,
-// then items: list<struct<item columns>>; flatOrder names the flat columns
-// in their original order.
-func LayoutFromPacked(packed *arrow.Schema, flatOrder, queryKey []string) (*Layout, error) {
+// ItemStruct is the struct of a packed schema's last column, ItemsColumn,
+// a list of the item-level columns.
+func ItemStruct(packed *arrow.Schema) (*arrow.StructType, error) {
 	n := packed.NumFields()
 	if n == 0 || packed.Field(n-1).Name != ItemsColumn {
 		return nil, fmt.Errorf("not a packed schema: the last column is not %q", ItemsColumn)
@@ -101,6 +100,18 @@ func LayoutFromPacked(packed *arrow.Schema, flatOrder, queryKey []string) (*Layo
 	st, ok := lt.Elem().(*arrow.StructType)
 	if !ok {
 		return nil, fmt.Errorf("packed column %q is not a list of structs", ItemsColumn)
+	}
+	return st, nil
+}
+
+// LayoutFromPacked rebuilds the layout of a packed schema: query columns,
+// then items: list<struct<item columns>>; flatOrder names the flat columns
+// in their original order.
+func LayoutFromPacked(packed *arrow.Schema, flatOrder, queryKey []string) (*Layout, error) {
+	n := packed.NumFields()
+	st, err := ItemStruct(packed)
+	if err != nil {
+		return nil, err
 	}
 	byName := map[string]arrow.Field{}
 	isQuery := map[string]bool{}

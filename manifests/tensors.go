@@ -1,6 +1,11 @@
 package manifests
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+)
 
 // Tensors describes an output's tensor shards (run with --tensors): dense,
 // memory-mappable safetensors files cut at sample boundaries in the output
@@ -115,6 +120,14 @@ type BlockTable struct {
 	// lie in the shard, widest dtype first, so each range stays aligned to
 	// its dtype): a block fetched on its own is checked against it.
 	XXHash64 []string `json:"xxhash64"`
+}
+
+// SpecHash identifies a tensor schema: the xxhash64 (16 hex digits) of its
+// JSON. The writer records it as Tensors.SpecHash and in every shard's
+// header; verify computes it again from the manifest's schema.
+func SpecHash(schema []Tensor) string {
+	b, _ := json.Marshal(schema)
+	return fmt.Sprintf("%016x", xxhash.Sum64(b))
 }
 
 // BlockRows are the canonical block boundaries of a shard whose first

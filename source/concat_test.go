@@ -41,15 +41,27 @@ func TestConcatRefusesOffsetOverflow(t *testing.T) {
 		}
 		return a
 	}
-	l, st := listOf(s), structOf(s)
+	largeListOf := func(v arrow.Array) arrow.Array {
+		offs := arrow.Int64Traits.CastToBytes([]int64{0, int64(v.Len())})
+		d := array.NewData(arrow.LargeListOf(v.DataType()), 1, []*memory.Buffer{nil, memory.NewBufferBytes(offs)}, []arrow.ArrayData{v.Data()}, 0, 0)
+		defer d.Release()
+		return array.MakeFromData(d)
+	}
+	fixedOf := func(v arrow.Array) arrow.Array {
+		d := array.NewData(arrow.FixedSizeListOf(int32(v.Len()), v.DataType()), 1, []*memory.Buffer{nil}, []arrow.ArrayData{v.Data()}, 0, 0)
+		defer d.Release()
+		return array.MakeFromData(d)
+	}
+	l, st, ll, fl := listOf(s), structOf(s), largeListOf(s), fixedOf(s)
 	ls := listOf(st)
-	defer l.Release()
-	defer st.Release()
-	defer ls.Release()
+	for _, a := range []arrow.Array{l, st, ll, fl, ls} {
+		defer a.Release()
+	}
 	for _, c := range []struct {
 		name string
 		a    arrow.Array
-	}{{"strings", s}, {"list of strings", l}, {"struct of strings", st}, {"list of structs", ls}} {
+	}{{"strings", s}, {"list of strings", l}, {"struct of strings", st}, {"list of structs", ls},
+		{"large list of strings", ll}, {"fixed-size list of strings", fl}} {
 		ch := arrow.NewChunked(c.a.DataType(), []arrow.Array{c.a, c.a})
 		_, err := concat(ch)
 		ch.Release()

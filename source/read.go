@@ -43,7 +43,8 @@ func (e errTooLarge) Error() string {
 }
 
 // overflows reports whether chunks of a type with 32-bit offsets (strings,
-// binary, lists, at any depth) hold more values than one array of it can:
+// binary, lists, at any depth, as hasInt32Offsets finds them) hold more
+// values than one array of it can:
 // arrow-go's Concatenate wraps the offsets around instead of failing. n is
 // the count that does not fit.
 func overflows(chunks []arrow.Array) (int64, bool) {
@@ -61,13 +62,18 @@ func overflows(chunks []arrow.Array) (int64, bool) {
 				total += int64(offs[c.Len()]) - int64(offs[0])
 			}
 		}
-	case arrow.LIST, arrow.MAP:
+	case arrow.LIST, arrow.MAP, arrow.LARGE_LIST, arrow.FIXED_SIZE_LIST:
+		// Only LIST and MAP offsets are 32-bit; the elements of any list
+		// are checked below them.
+		narrow := chunks[0].DataType().ID() == arrow.LIST || chunks[0].DataType().ID() == arrow.MAP
 		for _, c := range chunks {
 			l := c.(array.ListLike)
 			if c.Len() > 0 {
 				start, _ := l.ValueOffsets(0)
 				_, end := l.ValueOffsets(c.Len() - 1)
-				total += end - start
+				if narrow {
+					total += end - start
+				}
 				kids = append(kids, array.NewSlice(l.ListValues(), start, end))
 			}
 		}

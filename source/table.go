@@ -627,9 +627,7 @@ func (f *File) decodedBytes(rg, col int) int64 {
 // values.
 func hasInt32Offsets(t arrow.DataType) bool {
 	switch t := t.(type) {
-	case *arrow.StringType, *arrow.BinaryType:
-		return true
-	case *arrow.ListType, *arrow.MapType:
+	case *arrow.StringType, *arrow.BinaryType, *arrow.ListType, *arrow.MapType:
 		return true
 	case *arrow.LargeListType:
 		return hasInt32Offsets(t.Elem())

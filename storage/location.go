@@ -185,23 +185,14 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 	if !IsURL(name) || strings.HasPrefix(name, "file://") {
 		return listLocal(ctx, strings.TrimPrefix(name, "file://"))
 	}
-	u, err := url.Parse(name)
-	if err != nil {
-		return nil, errs.Usagef("bad URL %q: %v", name, err)
-	}
-	key := strings.TrimPrefix(u.Path, "/")
-	loc, err := OpenDir(ctx, name, false)
+	loc, key, err := bucketRoot(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	loc.Prefix = ""
-	loc.Name = u.Scheme + "://" + u.Host
 	// An exact object?
 	if key != "" && !strings.HasSuffix(key, "/") {
-		attrs, err := loc.Bucket.Attributes(ctx, key)
+		o, err := remoteObject(ctx, loc, key)
 		if err == nil {
-			o := objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
-			o.Rel = key
 			return []Object{o}, nil
 		}
 		if gcerrors.Code(err) != gcerrors.NotFound {
@@ -245,6 +236,34 @@ func list1(ctx context.Context, name string) ([]Object, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// bucketRoot opens the bucket a URL names (with its parameters), as a
+// Location at the bucket's root named scheme://host, and returns the URL's
+// key.
+func bucketRoot(ctx context.Context, name string) (Location, string, error) {
+	u, err := url.Parse(name)
+	if err != nil {
+		return Location{}, "", errs.Usagef("bad URL %q: %v", name, err)
+	}
+	loc, err := OpenDir(ctx, name, false)
+	if err != nil {
+		return Location{}, "", err
+	}
+	loc.Prefix, loc.Name = "", u.Scheme+"://"+u.Host
+	return loc, strings.TrimPrefix(u.Path, "/"), nil
+}
+
+// remoteObject is the object key of loc (a bucket root) with its current
+// attributes (a HEAD).
+func remoteObject(ctx context.Context, loc Location, key string) (Object, error) {
+	attrs, err := loc.Bucket.Attributes(ctx, key)
+	if err != nil {
+		return Object{}, err
+	}
+	o := objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
+	o.Rel = key
+	return o, nil
 }
 
 // listedETag is the ETag an S3 listing returned for obj (as HeadObject
@@ -382,19 +401,14 @@ func Pinned(ctx context.Context, names []string, urls []string) ([]Object, error
 			if from == "" {
 				return nil, errs.Usagef("input %s is in none of the inputs %q", name, names)
 			}
-			if loc, err = OpenDir(ctx, from, false); err != nil {
+			if loc, _, err = bucketRoot(ctx, from); err != nil {
 				return nil, err
 			}
-			loc.Prefix, loc.Name = "", bucket
 			locs[bucket] = loc
 		}
-		key := strings.TrimPrefix(u.Path, "/")
-		attrs, err := loc.Bucket.Attributes(ctx, key)
-		if err != nil {
+		if out[i], err = remoteObject(ctx, loc, strings.TrimPrefix(u.Path, "/")); err != nil {
 			return nil, Classify(fmt.Errorf("stat %s: %w", name, err))
 		}
-		out[i] = objectFrom(loc, key, attrs.Size, attrs.ETag, attrs.ModTime.UTC().Format("2006-01-02T15:04:05Z"))
-		out[i].Rel = key
 	}
 	return out, nil
 }

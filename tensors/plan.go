@@ -1,13 +1,11 @@
 package tensors
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/manifests"
 )
@@ -497,10 +495,7 @@ func (p *Plan) layoutTensors() error {
 func (p *Plan) Tensors() []manifests.Tensor { return p.tensors }
 
 // Hash identifies the tensor schema (16 hex digits).
-func (p *Plan) Hash() string {
-	b, _ := json.Marshal(p.tensors)
-	return fmt.Sprintf("%016x", xxhash.Sum64(b))
-}
+func (p *Plan) Hash() string { return manifests.SpecHash(p.tensors) }
 
 // Sample is "row", or "query" when packed.
 func (p *Plan) Sample() string {

@@ -239,11 +239,7 @@ func checkTensorFields(m *manifests.Manifest) string {
 	}
 	// The writer hashes the schema it writes (tensors.Plan.Hash): any
 	// edit of a tensor's level, kind, shape, columns or transform shows.
-	b, err := json.Marshal(t.Schema)
-	if err != nil {
-		return fmt.Sprintf("tensors: schema: %v", err)
-	}
-	if h := fmt.Sprintf("%016x", xxhash.Sum64(b)); h != t.SpecHash {
+	if h := manifests.SpecHash(t.Schema); h != t.SpecHash {
 		return fmt.Sprintf("tensors: the schema hashes to %s, spec_hash says %s (the schema or its hash was edited)", h, t.SpecHash)
 	}
 	var hashed int
@@ -313,17 +309,9 @@ func checkSorting(md *metadata.FileMetaData, m *manifests.Manifest) string {
 // checkPackedItems compares a packed file's item struct with the packing's
 // item columns (checkPacking compared the query columns with the schema).
 func checkPackedItems(schema *arrow.Schema, p *manifests.Packing) string {
-	n := schema.NumFields()
-	if n == 0 {
-		return "no columns"
-	}
-	lt, ok := schema.Field(n - 1).Type.(*arrow.ListType)
-	if !ok {
-		return fmt.Sprintf("column %q is not a list", schema.Field(n-1).Name)
-	}
-	st, ok := lt.Elem().(*arrow.StructType)
-	if !ok {
-		return fmt.Sprintf("column %q is not a list of structs", schema.Field(n-1).Name)
+	st, err := dedupe.ItemStruct(schema)
+	if err != nil {
+		return err.Error()
 	}
 	var got []string
 	for _, f := range st.Fields() {
