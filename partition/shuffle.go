@@ -193,7 +193,7 @@ func (s *ShuffleWriter) write(u int, us *unitStream, rec arrow.RecordBatch) erro
 // given (WithEncoderConcurrency), and a map process compresses units of
 // several tasks at once.
 var shuffleZstd = sync.Pool{New: func() any {
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true), zstd.WithEncoderCRC(false))
 	return enc
 }}
 
@@ -348,7 +348,7 @@ func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema
 		zr, _ := zstdDecoders.Get().(*zstd.Decoder)
 		if zr == nil {
 			var err error
-			if zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true)); err != nil {
+			if zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.IgnoreChecksum(true)); err != nil {
 				return nil, fmt.Errorf("internal: %w", err)
 			}
 		}
