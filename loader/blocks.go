@@ -42,14 +42,11 @@ type blocked struct {
 }
 
 // fetchParallel is how many objects (blocks, headers) a reader downloads
-// at once, rangeParallel how many ranges of one block, and maxRequests
-// bounds the ranged reads a dataset has in flight (the S3 client keeps 10
-// idle connections per host: more requests at once would open and close
-// connections all along).
+// at once and rangeParallel how many ranges of one block; Options.MaxRequests
+// bounds the ranged reads a dataset has in flight.
 const (
 	fetchParallel = 8
 	rangeParallel = 16
-	maxRequests   = 10
 )
 
 // byBlock reports whether the dataset reads its shards by block.

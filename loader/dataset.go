@@ -45,6 +45,11 @@ type Options struct {
 	CacheDir        string
 	CacheBytes      int64
 	PrefetchWindows int
+	// MaxRequests bounds a remote dataset's ranged reads in flight
+	// (default DefaultMaxRequests). Against a store with tens of
+	// milliseconds of latency per request, throughput is about MaxRequests
+	// requests per round trip.
+	MaxRequests int
 }
 
 // Tensor is one tensor of a batch.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,6 +38,10 @@ type s3Out struct {
 	getBytes    atomic.Int64
 	gets        atomic.Int64 // GET requests for tensors/
 	tensorBytes int64
+	// latency delays every request (nanoseconds, 0: none), as a store far
+	// away does; inFlight and peak count the requests being answered;
+	// conns counts the connections clients opened.
+	latency, inFlight, peak, conns atomic.Int64
 }
 
 type countWriter struct {
@@ -62,10 +67,23 @@ func uploadS3(t *testing.T, local, bucket string) *s3Out {
 			w = countWriter{w, &o.getBytes}
 			o.gets.Add(1)
 		}
+		n := o.inFlight.Add(1)
+		defer o.inFlight.Add(-1)
+		for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
+		}
+		if d := o.latency.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		inner.ServeHTTP(w, r)
 	})
 	o.proxy = faultproxy.New(counted, 7)
-	ts := httptest.NewServer(o.proxy)
+	ts := httptest.NewUnstartedServer(o.proxy)
+	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			o.conns.Add(1)
+		}
+	}
+	ts.Start()
 	t.Cleanup(ts.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
@@ -308,6 +326,55 @@ func TestRemoteRunsOfBlocks(t *testing.T) {
 		blocks, len(m.Tensors.Shards), tensors, gets, blocks*tensors, st.Downloads, amp)
 	if gets*4 > int64(blocks*tensors) || amp > 1.05 || st.Downloads < int64(blocks) {
 		t.Fatalf("%d GETs for %d blocks of %d tensors (%.4fx the bytes, %d files): blocks were not fetched in runs", gets, blocks, tensors, amp, st.Downloads)
+	}
+}
+
+// TestRemoteRequestsInFlight: against a store that answers every request
+// after 20 ms, a reader keeps many ranged reads in flight (an epoch of
+// requests one round trip at a time would be latency-bound), and reuses its
+// connections: the AWS SDK's client keeps 10 per host, so with more requests
+// at once every one past the tenth opened a connection (on a real store a
+// TLS handshake) and closed it.
+func TestRemoteRequestsInFlight(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 1, Seed: 137})
+	local := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 2 << 20, BlockSamples: 250})
+	s3 := uploadS3(t, local, "inflight")
+	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 9, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 1 << 20}
+	want, _ := epochOf(t, local, loader.Options{}, ro)
+	s3.latency.Store(int64(20 * time.Millisecond))
+	c0 := s3.conns.Load()
+	got, _ := epochOf(t, s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: 4 * s3.tensorBytes}, ro)
+	if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatal("batches from the slow store differ from the local ones")
+	}
+	peak, conns, gets := s3.peak.Load(), s3.conns.Load()-c0, s3.gets.Load()
+	t.Logf("%d GETs for tensors, at most %d requests in flight, %d connections opened (limit %d)", gets, peak, conns, loader.DefaultMaxRequests)
+	if peak < 24 {
+		t.Errorf("at most %d requests in flight against a store of 20 ms: the reader waits a round trip per few requests", peak)
+	}
+	// The reader's requests, and the few the dataset makes beside them
+	// (the manifest, shard headers), on reused connections.
+	if conns > int64(loader.DefaultMaxRequests)+16 {
+		t.Errorf("%d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
+	}
+	// The NumPy loader, with boto3's pool sized to its requests.
+	if err := exec.Command("/usr/bin/python3", "-c", "import boto3, xxhash").Run(); err != nil {
+		testutil.Missing(t, "python3-boto3 or python3-xxhash not installed (make deps)")
+	}
+	s3.peak.Store(0)
+	c0, g0 := s3.conns.Load(), s3.gets.Load()
+	args := []string{local, s3.url, t.TempDir()}
+	if n := os.Getenv("RELAYOUT_TEST_PY_MAXREQ"); n != "" {
+		args = append(args, n) // to compare by hand
+	}
+	out := testutil.Python(t, append([]string{filepath.Join(testutil.Root(), "python", "tests", "remote_inflight.py")}, args...)...)
+	peak, conns, gets = s3.peak.Load(), s3.conns.Load()-c0, s3.gets.Load()-g0
+	t.Logf("python: %s: %d GETs for tensors, at most %d requests in flight, %d connections opened", strings.TrimSpace(string(out)), gets, peak, conns)
+	if peak <= 16 { // its pool was 16; GIL-bound, it keeps fewer in flight than Go
+		t.Errorf("python: at most %d requests in flight against a store of 20 ms", peak)
+	}
+	if conns > int64(loader.DefaultMaxRequests)+16 {
+		t.Errorf("python: %d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
 	}
 }
 

@@ -568,6 +568,9 @@ class _Block:
 # --- remote outputs: a shard cache (the Go loader's, same folder format) ------
 
 DEFAULT_CACHE_BYTES = 8 << 30
+# Ranged reads a remote dataset has in flight at most, each on a pooled
+# connection (the Go loader's DefaultMaxRequests is 64).
+DEFAULT_MAX_REQUESTS = 64
 _NEVER = 1 << 62
 _STALE_TMP = 600.0
 _LEDGER_SLACK = 32  # the ledger's own bytes, in cache.lock
@@ -594,8 +597,12 @@ class _Remote:
     order). The folder format, ledger and locks are the Go loader's, so Go
     and Python readers can share one."""
 
-    def __init__(self, url, cache_dir, cache_bytes, prefetch_windows):
+    def __init__(self, url, cache_dir, cache_bytes, prefetch_windows, max_requests=None):
         import threading
+        # Ranged reads in flight at most, and as many pooled connections
+        # (boto3's default pool, 10, would open and close one per request
+        # past the tenth).
+        self.max_requests = max_requests or DEFAULT_MAX_REQUESTS
         import urllib.parse
         u = urllib.parse.urlsplit(url)
         q = dict(urllib.parse.parse_qsl(u.query))
@@ -610,7 +617,7 @@ class _Remote:
             endpoint = q.get("endpoint")
             if endpoint and "://" not in endpoint:
                 endpoint = ("http://" if q.get("disable_https") == "true" else "https://") + endpoint
-            kw = dict(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16,
+            kw = dict(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=self.max_requests,
                       s3={"addressing_style": "path" if q.get("use_path_style") == "true" else "auto"})
             try:  # newer botocore checksums every request unless told; older ones know neither option
                 cfg = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required", **kw)
@@ -831,7 +838,7 @@ class _Remote:
         at once; one after another, a block takes a round trip per tensor)."""
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(16)
+            self._pool = ThreadPoolExecutor(self.max_requests)
         return self._pool
 
     def _flock(self, path):
@@ -1132,15 +1139,20 @@ class Dataset:
     weights: sampling weights, {slice index: w} and/or {key: {value: w}}
     (values as the manifest prints them); a slice's weight is the product
     (1 where none is given). index=True adds "_index" (int64 global sample
-    positions) to every batch."""
+    positions) to every batch.
+
+    A remote output (s3://, gs://, azblob:// with the CLI's query
+    parameters) is downloaded into cache_dir (default: the user cache
+    folder), never more than cache_bytes (8 GiB), prefetch_windows windows
+    ahead (2), with at most max_requests ranged reads in flight (64)."""
 
     def __init__(self, manifest, rank=0, world=1, worker=0, num_workers=1, seed=0, epoch=0,
                  shuffle=True, slices=None, samples_seen=0, drop_last=False, verify_checksums=False,
                  streams=None, window_bytes=None, weights=None, index=False, piece_samples=None, generation=0,
-                 cache_dir=None, cache_bytes=None, prefetch_windows=None):
+                 cache_dir=None, cache_bytes=None, prefetch_windows=None, max_requests=None):
         self._remote, self._pos = None, _NEVER
         if is_remote(manifest):
-            self._remote = rc = _Remote(manifest, cache_dir, cache_bytes, prefetch_windows)
+            self._remote = rc = _Remote(manifest, cache_dir, cache_bytes, prefetch_windows, max_requests)
             gens = rc.list("generations/")
             if gens:  # a dataset root: its generation's parts as one output
                 self.manifest = _read_generation(manifest, generation, lambda: gens, rc.get)

@@ -127,7 +127,11 @@ func OpenDir(ctx context.Context, name string, create bool) (Location, error) {
 	} else {
 		bu := *u
 		bu.Path = ""
-		b, err = blob.OpenBucket(ctx, bu.String())
+		if u.Scheme == "s3" {
+			b, err = openS3(ctx, &bu)
+		} else {
+			b, err = blob.OpenBucket(ctx, bu.String())
+		}
 		if err != nil {
 			return Location{}, errs.Usagef("open bucket %s: %v", bu.String(), err)
 		}

@@ -29,11 +29,20 @@ func remoteBench(dir string, reps int, res map[string]any) {
 	if err != nil {
 		panic(err)
 	}
-	var gets atomic.Int64
+	// latency delays every request (nanoseconds), as a store away from the
+	// reader does; inflight and peak count the requests being answered.
+	var gets, latency, inflight, peak atomic.Int64
 	params, stop := fakeS3(ln, func(inner http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
 				gets.Add(1)
+			}
+			n := inflight.Add(1)
+			defer inflight.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			if d := latency.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
 			}
 			inner.ServeHTTP(w, r)
 		})
@@ -83,22 +92,32 @@ func remoteBench(dir string, reps int, res map[string]any) {
 	}
 	fmt.Printf("\n== loader from loopback S3 (gofakes3), %.0f MB of tensors, window order, batches of 512, medians of %d\n", float64(tensorBytes)/1e6, reps)
 	results := map[string]any{"tensor_bytes": tensorBytes}
+	// The last two cases: a store that answers every request after 20 ms
+	// (server-side, no CPU spent), with the ten requests in flight the AWS
+	// SDK's connection pool allowed before and with the default.
 	for _, c := range []struct {
-		name   string
-		cache  int64
-		window int64
-	}{{"whole", 2 * tensorBytes, 16 << 20}, {"quarter", tensorBytes / 4, 2 << 20}} {
+		name        string
+		cache       int64
+		window      int64
+		latency     time.Duration
+		maxRequests int
+	}{{"whole", 2 * tensorBytes, 16 << 20, 0, 0}, {"quarter", tensorBytes / 4, 2 << 20, 0, 0},
+		{"whole, store 20 ms away, 10 requests in flight", 2 * tensorBytes, 16 << 20, 20 * time.Millisecond, 10},
+		{"whole, store 20 ms away", 2 * tensorBytes, 16 << 20, 20 * time.Millisecond, 0}} {
 		var loc, rem []time.Duration
 		var st loader.RemoteStats
 		var batches int
 		var refused error
-		var requests int64
+		var requests, inFlight int64
 		for i := 0; i < reps && refused == nil; i++ {
 			l, _, _, _ := epoch(out, loader.Options{}, c.window)
 			cacheDir, _ := os.MkdirTemp(dir, "cache-")
 			g0 := gets.Load()
-			r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache}, c.window)
-			requests = gets.Load() - g0
+			latency.Store(int64(c.latency))
+			peak.Store(0)
+			r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache, MaxRequests: c.maxRequests}, c.window)
+			latency.Store(0)
+			requests, inFlight = gets.Load()-g0, peak.Load()
 			os.RemoveAll(cacheDir)
 			refused = err
 			loc, rem, st, batches = append(loc, l), append(rem, r), s, n
@@ -109,12 +128,13 @@ func remoteBench(dir string, reps int, res map[string]any) {
 			continue
 		}
 		l, r := medianDur(loc), medianDur(rem)
-		fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.4fx the tensors in %d GETs; waited %.2f ms per batch\n",
+		fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.4fx the tensors in %d GETs, at most %d in flight; waited %.2f ms per batch\n",
 			c.name, float64(c.cache)/1e6, c.window>>20, l.Seconds(), r.Seconds(), l.Seconds()/r.Seconds(), float64(st.BytesDownloaded)/float64(tensorBytes),
-			requests, float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
+			requests, inFlight, float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
 		results[c.name] = map[string]any{"cache_bytes": c.cache, "window_bytes": c.window, "local_seconds": l.Seconds(), "s3_seconds": r.Seconds(),
 			"throughput_ratio": l.Seconds() / r.Seconds(), "downloaded_over_tensor_bytes": float64(st.BytesDownloaded) / float64(tensorBytes),
-			"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1)), "get_requests": requests}
+			"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1)), "get_requests": requests,
+			"latency_ms": c.latency.Milliseconds(), "max_in_flight": inFlight}
 	}
 	res["remote_loader"] = results
 }

@@ -1,0 +1,97 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	gcaws "gocloud.dev/aws"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/s3blob"
+)
+
+// S3Connections is how many idle connections an s3:// bucket keeps to its
+// endpoint: as many as relayout sends requests to one store at once (the
+// loader's default MaxRequests). The AWS SDK's client keeps 10, so with more
+// requests in flight every one past the tenth opened a connection (on a real
+// store a TCP and TLS handshake) and closed it after its response.
+const S3Connections = 64
+
+// openS3 opens an s3:// bucket URL (without a path) as gocloud's s3blob URL
+// opener does, with the same query parameters, but with an HTTP client that
+// keeps S3Connections idle connections per host.
+func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
+	q := u.Query()
+	// take removes a non-empty parameter from q and returns it (s3blob's
+	// opener consumes these; gocloud's AWS config refuses them).
+	take := func(key string) (string, bool) {
+		v := q.Get(key)
+		if v == "" {
+			return "", false
+		}
+		q.Del(key)
+		return v, true
+	}
+	bool1 := func(key, v string) (bool, error) {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("invalid value for %q: %w", key, err)
+		}
+		return b, nil
+	}
+	var bo s3blob.Options
+	var so []func(*s3.Options)
+	if v, ok := take("ssetype"); ok {
+		found := false
+		for _, t := range s3types.ServerSideEncryptionAes256.Values() {
+			if strings.EqualFold(string(t), v) {
+				bo.EncryptionType, found = t, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%q is not a valid value for %q", v, "ssetype")
+		}
+	}
+	if v, ok := take("kmskeyid"); ok {
+		bo.KMSEncryptionID = v
+	}
+	if v, ok := take("accelerate"); ok {
+		b, err := bool1("accelerate", v)
+		if err != nil {
+			return nil, err
+		}
+		so = append(so, func(o *s3.Options) { o.UseAccelerate = b })
+	}
+	if v, ok := take("disable_https"); ok {
+		b, err := bool1("disable_https", v)
+		if err != nil {
+			return nil, err
+		}
+		so = append(so, func(o *s3.Options) { o.EndpointOptions.DisableHTTPS = b })
+	}
+	for _, key := range []string{"use_path_style", "s3ForcePathStyle"} {
+		if v, ok := take(key); ok {
+			b, err := bool1(key, v)
+			if err != nil {
+				return nil, err
+			}
+			so = append(so, func(o *s3.Options) { o.UsePathStyle = b })
+		}
+	}
+	cfg, err := gcaws.V2ConfigFromURLParams(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConnsPerHost = S3Connections
+		t.MaxIdleConns = max(t.MaxIdleConns, S3Connections)
+	})
+	bo.RequestChecksumCalculation = cfg.RequestChecksumCalculation
+	return s3blob.OpenBucket(ctx, s3.NewFromConfig(cfg, so...), u.Host, &bo)
+}

@@ -1,0 +1,43 @@
+package storage
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestOpenS3Parameters: s3:// URLs take the query parameters gocloud's
+// s3blob opener takes (its own, then the AWS config's), and refuse bad
+// values and unknown parameters with a message naming them.
+func TestOpenS3Parameters(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	for _, c := range []struct{ query, err string }{
+		{"region=us-east-1&endpoint=http://127.0.0.1:9&use_path_style=true&disable_https=true", ""},
+		{"region=us-east-1&s3ForcePathStyle=true&accelerate=false&ssetype=aws:kms&kmskeyid=k1", ""},
+		{"region=us-east-1&request_checksum_calculation=when_required&response_checksum_validation=when_required", ""},
+		{"region=us-east-1&ssetype=AES256", ""},
+		{"region=us-east-1&ssetype=rot13", `"rot13" is not a valid value for "ssetype"`},
+		{"region=us-east-1&use_path_style=maybe", `invalid value for "use_path_style"`},
+		{"region=us-east-1&disable_https=2x", `invalid value for "disable_https"`},
+		{"region=us-east-1&colour=blue", "colour"},
+	} {
+		u, err := url.Parse("s3://bucket?" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := openS3(context.Background(), u)
+		if c.err == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.query, err)
+			} else {
+				b.Close()
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: error %v, want one containing %q", c.query, err, c.err)
+		}
+	}
+}
