@@ -88,10 +88,14 @@ func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConnsPerHost = S3Connections
-		t.MaxIdleConns = max(t.MaxIdleConns, S3Connections)
-	})
+	// The config's own client, options added (a CA bundle from the
+	// environment or shared config is one of its options already).
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		cfg.HTTPClient = bc.WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConnsPerHost = S3Connections
+			t.MaxIdleConns = max(t.MaxIdleConns, S3Connections)
+		})
+	}
 	bo.RequestChecksumCalculation = cfg.RequestChecksumCalculation
 	return s3blob.OpenBucket(ctx, s3.NewFromConfig(cfg, so...), u.Host, &bo)
 }

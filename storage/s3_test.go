@@ -2,9 +2,16 @@ package storage
 
 import (
 	"context"
+	"encoding/pem"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
 
 // TestOpenS3Parameters: s3:// URLs take the query parameters gocloud's
@@ -39,5 +46,37 @@ func TestOpenS3Parameters(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: error %v, want one containing %q", c.query, err, c.err)
 		}
+	}
+}
+
+// TestOpenS3KeepsCABundle: a store behind TLS with a private CA, named by
+// AWS_CA_BUNDLE, is reached: the connection pool is set on the AWS
+// config's own HTTP client, which carries the bundle, not on a new one.
+func TestOpenS3KeepsCABundle(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("tls"); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewTLSServer(gofakes3.New(backend).Server())
+	defer ts.Close()
+	bundle := filepath.Join(t.TempDir(), "ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	if err := os.WriteFile(bundle, pemBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_CA_BUNDLE", bundle)
+	loc, err := OpenDir(context.Background(), "s3://tls/out/?region=us-east-1&use_path_style=true&request_checksum_calculation=when_required&response_checksum_validation=when_required&endpoint="+ts.URL, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Bucket.Close()
+	if err := loc.Bucket.WriteAll(context.Background(), "out/x", []byte("hello"), nil); err != nil {
+		t.Fatalf("writing through TLS with the CA bundle: %v", err)
+	}
+	got, err := loc.Bucket.ReadAll(context.Background(), "out/x")
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("read back %q, %v", got, err)
 	}
 }
