@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -111,12 +112,20 @@ func remoteBench(dir string, reps int, res map[string]any) {
 		var requests, inFlight int64
 		for i := 0; i < reps && refused == nil; i++ {
 			l, _, _, _ := epoch(out, loader.Options{}, c.window)
+			profiling := false
+			if p := os.Getenv("BENCH_CPUPROFILE"); p != "" && c.latency == 0 && c.name == "whole" && i == reps-1 {
+				f, _ := os.Create(p)
+				profiling = pprof.StartCPUProfile(f) == nil
+			}
 			cacheDir, _ := os.MkdirTemp(dir, "cache-")
 			g0 := gets.Load()
 			latency.Store(int64(c.latency))
 			peak.Store(0)
 			r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache, MaxRequests: c.maxRequests}, c.window)
 			latency.Store(0)
+			if profiling {
+				pprof.StopCPUProfile()
+			}
 			requests, inFlight = gets.Load()-g0, peak.Load()
 			os.RemoveAll(cacheDir)
 			refused = err
