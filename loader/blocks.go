@@ -419,7 +419,7 @@ func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait b
 	slices.Sort(names)
 	names = slices.Compact(names)
 	for _, n := range names {
-		unlock, err := lockFile(filepath.Join(rc.dir, n))
+		unlock, err := lockObj(filepath.Join(rc.dir, n))
 		if err != nil {
 			return err
 		}

@@ -222,17 +222,13 @@ func (b byBegin) Swap(i, j int) {
 // copyBufs are the buffers downloads copy through.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
-// lockName is the lock file a download of o holds: its own for a whole
-// shard, one of lockStripes shared ones for headers and blocks (so a
-// folder of many blocks does not gather as many lock files).
-func (o cacheObj) lockName() string {
-	if o.ranges == nil {
-		return o.name + ".lock"
-	}
-	return fmt.Sprintf("blocks-%02d.lock", xxhash.Sum64String(o.name)%lockStripes)
-}
-
-const lockStripes = 32
+// lockName is the lock file a download of o holds: its own, so downloads
+// of different objects never wait for each other, removed when the
+// download ends (lockObj), so a folder of many blocks does not gather lock
+// files. (Until 2026-12-04 headers and blocks shared 32 lock files; a run
+// of blocks then held many of them across its requests, and a reader's
+// own runs waited for each other: docs/benchmarks.md.)
+func (o cacheObj) lockName() string { return o.name + ".lock" }
 
 func (rc *remote) path(o cacheObj) string { return filepath.Join(rc.dir, o.name) }
 
@@ -254,7 +250,7 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 	if rc.present(sh) {
 		return nil
 	}
-	unlock, err := lockFile(filepath.Join(rc.dir, sh.lockName()))
+	unlock, err := lockObj(filepath.Join(rc.dir, sh.lockName()))
 	if err != nil {
 		return err
 	}
@@ -504,12 +500,8 @@ func (rc *remote) release(tmp string, n int64) {
 // lockLedger locks the cache folder's lock file and returns it open for
 // reading and writing the ledger.
 func lockLedger(path string) (*os.File, func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := flockOpen(path)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
 		return nil, nil, err
 	}
 	return f, func() {
@@ -593,6 +585,41 @@ func (rc *remote) stats() RemoteStats {
 // lockFile takes an exclusive lock on path (created if need be), across
 // processes; the returned func releases it.
 func lockFile(path string) (func(), error) {
+	f, err := flockOpen(path)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// lockObj locks an object's lock file (lockName) and returns the unlock,
+// which first removes the file if it is still the one locked. A reader
+// that opened it before the removal then holds a lock no one else takes,
+// and one that opens it after creates a new file: both find the object
+// present, or, if the download failed, may both download it, each to its
+// own temporary file, checked and renamed (a duplicate, never a damaged
+// file).
+func lockObj(path string) (func(), error) {
+	f, err := flockOpen(path)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if a, err := f.Stat(); err == nil {
+			if b, err := os.Stat(path); err == nil && os.SameFile(a, b) {
+				os.Remove(path)
+			}
+		}
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// flockOpen opens path (created if need be) and locks it exclusively.
+func flockOpen(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
@@ -601,10 +628,7 @@ func lockFile(path string) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
+	return f, nil
 }
 
 // planUse records that the window at pos will need an object.

@@ -343,10 +343,12 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	want, _ := epochOf(t, local, loader.Options{}, ro)
 	s3.latency.Store(int64(20 * time.Millisecond))
 	c0 := s3.conns.Load()
-	got, _ := epochOf(t, s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: 4 * s3.tensorBytes}, ro)
+	cache := t.TempDir()
+	got, _ := epochOf(t, s3.url, loader.Options{CacheDir: cache, CacheBytes: 4 * s3.tensorBytes}, ro)
 	if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatal("batches from the slow store differ from the local ones")
 	}
+	noLockFiles(t, cache)
 	peak, conns, gets := s3.peak.Load(), s3.conns.Load()-c0, s3.gets.Load()
 	t.Logf("%d GETs for tensors, at most %d requests in flight, %d connections opened (limit %d)", gets, peak, conns, loader.DefaultMaxRequests)
 	if peak < 24 {
@@ -363,7 +365,8 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	}
 	s3.peak.Store(0)
 	c0, g0 := s3.conns.Load(), s3.gets.Load()
-	args := []string{local, s3.url, t.TempDir()}
+	pyCache := t.TempDir()
+	args := []string{local, s3.url, pyCache}
 	if n := os.Getenv("RELAYOUT_TEST_PY_MAXREQ"); n != "" {
 		args = append(args, n) // to compare by hand
 	}
@@ -375,6 +378,26 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	}
 	if conns > int64(loader.DefaultMaxRequests)+16 {
 		t.Errorf("python: %d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
+	}
+	noLockFiles(t, pyCache)
+}
+
+// noLockFiles fails if a cache folder holds lock files other than its
+// ledger's: each download removes its own when it ends.
+func noLockFiles(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locks []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".lock") && e.Name() != "cache.lock" {
+			locks = append(locks, e.Name())
+		}
+	}
+	if len(locks) > 0 {
+		t.Errorf("%s holds %d lock files after the epoch (%s, ...)", dir, len(locks), locks[0])
 	}
 }
 

@@ -695,10 +695,9 @@ class _Remote:
 
     @staticmethod
     def lock_name(obj):
-        if obj["ranges"] is None:
-            return obj["name"] + ".lock"
-        import xxhash
-        return "blocks-%02d.lock" % (xxhash.xxh64(obj["name"].encode()).intdigest() % 32)
+        """The lock file a download of obj holds: its own, removed when the
+        download ends (_unlock_obj), as the Go loader's."""
+        return obj["name"] + ".lock"
 
     def path(self, obj):
         return os.path.join(self.dir, obj["name"])
@@ -831,7 +830,7 @@ class _Remote:
                     self._release(tmp, run[k]["bytes"])
         finally:
             for lk in reversed(locks):
-                lk.close()
+                self._unlock_obj(lk)
 
     def pool(self):
         """The threads ranged reads run on (the store serves many requests
@@ -846,6 +845,20 @@ class _Remote:
         f = open(path, "a+")
         fcntl.flock(f, fcntl.LOCK_EX)
         return f
+
+    @staticmethod
+    def _unlock_obj(f):
+        """Release an object's lock file, removing it first if it is still
+        the one locked (a reader that opened it before then holds a lock no
+        one else takes; one that opens it after creates a new file; either
+        finds the object present, or downloads it again to its own
+        temporary file)."""
+        try:
+            if os.path.samestat(os.fstat(f.fileno()), os.stat(f.name)):
+                os.remove(f.name)
+        except OSError:
+            pass
+        f.close()
 
     def _next_use(self, name):
         u = self.uses.get(name)
@@ -986,7 +999,7 @@ class _Remote:
             finally:
                 self._release(tmp, obj["bytes"])
         finally:
-            lk.close()
+            self._unlock_obj(lk)
 
     def ensure_all(self, objs, pos, wait, stop=None):
         """ensure for several objects, 8 at a time; a prefetch (not wait)
