@@ -599,11 +599,11 @@ class _Remote:
 
     def __init__(self, url, cache_dir, cache_bytes, prefetch_windows, max_requests=None):
         import threading
+        import urllib.parse
         # Ranged reads in flight at most, and as many pooled connections
         # (boto3's default pool, 10, would open and close one per request
         # past the tenth).
         self.max_requests = max_requests or DEFAULT_MAX_REQUESTS
-        import urllib.parse
         u = urllib.parse.urlsplit(url)
         q = dict(urllib.parse.parse_qsl(u.query))
         self.url, self.scheme, self.bucket = url, u.scheme, u.netloc
