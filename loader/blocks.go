@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"time"
@@ -407,24 +406,20 @@ func adjacent(a, b cacheObj) bool {
 }
 
 // ensureRun downloads a run of consecutive blocks with one ranged read per
-// tensor, under their lock files (taken in name order, so readers taking
-// several cannot deadlock), each block into its reserved temporary file,
-// checked and renamed as ensure does. A block that appeared meanwhile (another
-// reader's) sends the run back to one block at a time.
+// tensor, under their locks (lockObjs: taken in one order, so readers
+// taking several cannot deadlock), each block into its reserved temporary
+// file, checked and renamed as ensure does. A block that appeared meanwhile
+// (another reader's) sends the run back to one block at a time.
 func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait bool) error {
 	var names []string
 	for _, o := range run {
-		names = append(names, o.lockName())
+		names = append(names, o.name)
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	for _, n := range names {
-		unlock, err := lockObj(filepath.Join(rc.dir, n))
-		if err != nil {
-			return err
-		}
-		defer unlock()
+	unlock, err := lockObjs(rc.dir, names)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	for _, o := range run {
 		if rc.present(o) {
 			return errRunSplit // the deferred unlocks run first

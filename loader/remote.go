@@ -222,14 +222,6 @@ func (b byBegin) Swap(i, j int) {
 // copyBufs are the buffers downloads copy through.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
-// lockName is the lock file a download of o holds: its own, so downloads
-// of different objects never wait for each other, removed when the
-// download ends (lockObj), so a folder of many blocks does not gather lock
-// files. (Until 2026-12-04 headers and blocks shared 32 lock files; a run
-// of blocks then held many of them across its requests, and a reader's
-// own runs waited for each other: docs/benchmarks.md.)
-func (o cacheObj) lockName() string { return o.name + ".lock" }
-
 func (rc *remote) path(o cacheObj) string { return filepath.Join(rc.dir, o.name) }
 
 func (rc *remote) present(o cacheObj) bool {
@@ -250,7 +242,7 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 	if rc.present(sh) {
 		return nil
 	}
-	unlock, err := lockObj(filepath.Join(rc.dir, sh.lockName()))
+	unlock, err := lockObjs(rc.dir, []string{sh.name})
 	if err != nil {
 		return err
 	}
@@ -504,10 +496,7 @@ func lockLedger(path string) (*os.File, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return f, func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
+	return f, func() { unflock(f) }, nil
 }
 
 // readLedger reads the usage the ledger records (false: none yet).
@@ -589,33 +578,7 @@ func lockFile(path string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
-}
-
-// lockObj locks an object's lock file (lockName) and returns the unlock,
-// which first removes the file if it is still the one locked. A reader
-// that opened it before the removal then holds a lock no one else takes,
-// and one that opens it after creates a new file: both find the object
-// present, or, if the download failed, may both download it, each to its
-// own temporary file, checked and renamed (a duplicate, never a damaged
-// file).
-func lockObj(path string) (func(), error) {
-	f, err := flockOpen(path)
-	if err != nil {
-		return nil, err
-	}
-	return func() {
-		if a, err := f.Stat(); err == nil {
-			if b, err := os.Stat(path); err == nil && os.SameFile(a, b) {
-				os.Remove(path)
-			}
-		}
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
+	return func() { unflock(f) }, nil
 }
 
 // flockOpen opens path (created if need be) and locks it exclusively.
@@ -629,6 +592,12 @@ func flockOpen(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// unflock releases a lock flockOpen took and closes the file.
+func unflock(f *os.File) {
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	f.Close()
 }
 
 // planUse records that the window at pos will need an object.

@@ -693,11 +693,35 @@ class _Remote:
                 "bytes": sum(e - a for a, e in ranges), "hash": table["xxhash64"][k], "key": info["path"],
                 "ranges": ranges, "tensors": [t for _, _, t in parts], "block": k, "what": f"block {k}"}
 
-    @staticmethod
-    def lock_name(obj):
-        """The lock file a download of obj holds: its own, removed when the
-        download ends (_unlock_obj), as the Go loader's."""
-        return obj["name"] + ".lock"
+    def _lock_objs(self, objs):
+        """Lock the objects against other downloads of them, as the Go
+        loader does (loader/objlock.go): on Linux an exclusive byte-range
+        lock of an open file description (F_OFD_SETLKW) on the folder's
+        blocks.lock, one byte per object at xxhash64(name) >> 2, taken in
+        ascending order; closing the returned file releases them. Without
+        F_OFD_SETLKW (not Linux, Python < 3.9), a lock file per object,
+        removed when released."""
+        import fcntl
+        if hasattr(fcntl, "F_OFD_SETLKW"):
+            import struct
+            import xxhash
+            f = open(os.path.join(self.dir, "blocks.lock"), "a+")
+            try:
+                for off in sorted({xxhash.xxh64(o["name"].encode()).intdigest() >> 2 for o in objs}):
+                    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
+                    fcntl.fcntl(f.fileno(), fcntl.F_OFD_SETLKW, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, off, 1, 0))
+            except BaseException:
+                f.close()
+                raise
+            return [f]
+        return [self._flock(os.path.join(self.dir, n + ".lock")) for n in sorted({o["name"] for o in objs})]
+
+    def _unlock_objs(self, locks):
+        for lk in reversed(locks):
+            if os.path.basename(lk.name) == "blocks.lock":
+                lk.close()
+            else:
+                self._unlock_obj(lk)
 
     def path(self, obj):
         return os.path.join(self.dir, obj["name"])
@@ -792,7 +816,7 @@ class _Remote:
         their locks (taken in name order). True when done, False when a
         prefetch found no room, "split" when a block appeared meanwhile."""
         import time
-        locks = [self._flock(os.path.join(self.dir, n)) for n in sorted({self.lock_name(o) for o in run})]
+        locks = self._lock_objs(run)
         try:
             if any(self.present(o) for o in run):
                 return "split"
@@ -829,8 +853,7 @@ class _Remote:
                 for k, tmp in enumerate(tmps):
                     self._release(tmp, run[k]["bytes"])
         finally:
-            for lk in reversed(locks):
-                self._unlock_obj(lk)
+            self._unlock_objs(locks)
 
     def pool(self):
         """The threads ranged reads run on (the store serves many requests
@@ -974,7 +997,7 @@ class _Remote:
                 self.pinned.add(obj["name"])
         if self.present(obj):
             return True
-        lk = self._flock(os.path.join(self.dir, self.lock_name(obj)))
+        locks = self._lock_objs([obj])
         try:
             if self.present(obj):
                 return True
@@ -999,7 +1022,7 @@ class _Remote:
             finally:
                 self._release(tmp, obj["bytes"])
         finally:
-            self._unlock_obj(lk)
+            self._unlock_objs(locks)
 
     def ensure_all(self, objs, pos, wait, stop=None):
         """ensure for several objects, 8 at a time; a prefetch (not wait)
