@@ -717,6 +717,7 @@ class _Remote:
         return [self._flock(os.path.join(self.dir, n + ".lock")) for n in sorted({o["name"] for o in objs})]
 
     def _unlock_objs(self, locks):
+        """Release what _lock_objs took."""
         for lk in reversed(locks):
             if os.path.basename(lk.name) == "blocks.lock":
                 lk.close()
@@ -813,7 +814,7 @@ class _Remote:
     def ensure_run(self, run, pos, wait):
         """Fetch a run of consecutive blocks with one ranged read per tensor
         spanning them, each block checked and renamed on its own, under
-        their locks (taken in name order). True when done, False when a
+        their locks (_lock_objs). True when done, False when a
         prefetch found no room, "split" when a block appeared meanwhile."""
         import time
         locks = self._lock_objs(run)
