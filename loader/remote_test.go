@@ -355,8 +355,11 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 		t.Errorf("at most %d requests in flight against a store of 20 ms: the reader waits a round trip per few requests", peak)
 	}
 	// The reader's requests, and the few the dataset makes beside them
-	// (the manifest, shard headers), on reused connections.
-	if conns > int64(loader.DefaultMaxRequests)+16 {
+	// (the manifest, shard headers), on reused connections. A loaded
+	// machine opens a few more (a request that finds no idle connection at
+	// that instant dials one: 72-80 beside two spinning processes and the
+	// test suite); without reuse it was 586.
+	if conns > 2*int64(loader.DefaultMaxRequests) {
 		t.Errorf("%d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
 	}
 	// The NumPy loader, with boto3's pool sized to its requests.
@@ -376,7 +379,7 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	if peak <= 16 { // its pool was 16; GIL-bound, it keeps fewer in flight than Go
 		t.Errorf("python: at most %d requests in flight against a store of 20 ms", peak)
 	}
-	if conns > int64(loader.DefaultMaxRequests)+16 {
+	if conns > 2*int64(loader.DefaultMaxRequests) {
 		t.Errorf("python: %d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
 	}
 	noLockFiles(t, pyCache)
