@@ -120,4 +120,33 @@ rl._Remote._unlock_objs(rl._Remote, locks)
 	if err := py.Wait(); err != nil {
 		t.Fatalf("python: %v: %s", err, stderr.String())
 	}
+
+	// Python's fallback without F_OFD_SETLKW (before 3.9, off Linux): a
+	// lock file per object, excluding a second lock on the object and
+	// removed when released.
+	fallback := `import fcntl, os, sys, threading, time
+del fcntl.F_OFD_SETLKW
+import relayout_loader as rl
+r = object.__new__(rl._Remote)
+r.dir = sys.argv[1]
+locks = r._lock_objs([{"name": "f.block"}])
+got = threading.Event()
+def second():
+    rl._Remote._unlock_objs(r, r._lock_objs([{"name": "f.block"}, {"name": "g.block"}]))
+    got.set()
+th = threading.Thread(target=second)
+th.start()
+if got.wait(0.3):
+    sys.exit("a second lock on f.block was granted while the first was held")
+r._unlock_objs(locks)
+if not got.wait(60):
+    sys.exit("the second lock was not granted after the first was released")
+left = [n for n in os.listdir(sys.argv[1]) if n.endswith(".lock") and n != "blocks.lock"]
+if left:
+    sys.exit(f"lock files left: {left}")
+print("ok")
+`
+	if out := testutil.Python(t, "-c", fallback, dir); strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("python fallback printed %q", out)
+	}
 }

@@ -368,7 +368,7 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 // folder's lock (a listing racing a rename may miss the file, and reserve
 // would count too little), and counts it.
 func (rc *remote) commit(tmp string, o cacheObj) error {
-	unlock, err := lockFile(filepath.Join(rc.dir, "cache.lock"))
+	_, unlock, err := lockFolder(rc.dir)
 	if err != nil {
 		return err
 	}
@@ -411,7 +411,7 @@ const (
 func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (string, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		lf, unlock, err := lockLedger(filepath.Join(rc.dir, "cache.lock"))
+		lf, unlock, err := lockFolder(rc.dir)
 		if err != nil {
 			return "", err
 		}
@@ -476,7 +476,7 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 // release removes a reservation's temporary file that did not become a
 // cache file (a failed download), and takes it off the ledger.
 func (rc *remote) release(tmp string, n int64) {
-	lf, unlock, err := lockLedger(filepath.Join(rc.dir, "cache.lock"))
+	lf, unlock, err := lockFolder(rc.dir)
 	if err != nil {
 		os.Remove(tmp)
 		return
@@ -489,14 +489,22 @@ func (rc *remote) release(tmp string, n int64) {
 	}
 }
 
-// lockLedger locks the cache folder's lock file and returns it open for
-// reading and writing the ledger.
-func lockLedger(path string) (*os.File, func(), error) {
-	f, err := flockOpen(path)
+// lockFolder locks the cache folder's lock file, cache.lock, across
+// processes and returns it open for reading and writing the ledger, with
+// the unlock.
+func lockFolder(dir string) (*os.File, func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "cache.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, nil, err
 	}
-	return f, func() { unflock(f) }, nil
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 // readLedger reads the usage the ledger records (false: none yet).
@@ -569,35 +577,6 @@ const staleTmp = 10 * time.Minute
 // stats returns what the cache downloaded and waited for.
 func (rc *remote) stats() RemoteStats {
 	return RemoteStats{BytesDownloaded: rc.bytes.Load(), Downloads: rc.downloads.Load(), Retries: rc.retries.Load(), Waited: time.Duration(rc.waited.Load())}
-}
-
-// lockFile takes an exclusive lock on path (created if need be), across
-// processes; the returned func releases it.
-func lockFile(path string) (func(), error) {
-	f, err := flockOpen(path)
-	if err != nil {
-		return nil, err
-	}
-	return func() { unflock(f) }, nil
-}
-
-// flockOpen opens path (created if need be) and locks it exclusively.
-func flockOpen(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// unflock releases a lock flockOpen took and closes the file.
-func unflock(f *os.File) {
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	f.Close()
 }
 
 // planUse records that the window at pos will need an object.

@@ -803,7 +803,7 @@ class _Remote:
         trusted name under the folder's lock; count it."""
         with open(tmp, "r+b") as f:
             f.write(data)
-        folder = self._flock(os.path.join(self.dir, "cache.lock"))
+        folder = self._lock_ledger()
         try:
             os.replace(tmp, self.path(obj))
         finally:
