@@ -104,3 +104,55 @@ func (p *WindowPerm) PosRange(q int64, out []int64) {
 		out[i] = p.Pos(q + int64(i))
 	}
 }
+
+// RoundTables are a permutation's four round functions tabulated over
+// every half value, t[i][v] = mix(v ^ keys[i]) & mask: a half is at most
+// TableHalfBits bits, so each round is one load from a table that stays
+// in cache instead of two multiplies. A million-sample window (10-bit
+// halves, 4 KiB per table) is placed in a third of the time
+// (BenchmarkWindowPermPosRange).
+type RoundTables [4][]uint32
+
+// TableHalfBits is the widest half RoundTables tabulates (256 KiB a
+// table): windows up to 4^16 samples.
+const TableHalfBits = 16
+
+// Tables fills t with p's round functions, reusing its memory, and
+// reports whether it did (not when p's halves are wider than
+// TableHalfBits, or p has at most one sample).
+func (p *WindowPerm) Tables(t *RoundTables) bool {
+	if p.N <= 1 || p.half > TableHalfBits {
+		return false
+	}
+	size := int64(1) << p.half
+	for i := range t {
+		t[i] = grow(t[i], size)
+		k := p.keys[i]
+		for v := range t[i] {
+			t[i][v] = uint32(mix(uint64(v)^k) & p.mask)
+		}
+	}
+	return true
+}
+
+// PosRangeTables is PosRange with the rounds looked up in t, p's Tables.
+func (p *WindowPerm) PosRangeTables(q int64, out []int64, t *RoundTables) {
+	h, m := p.half, uint32(p.mask)
+	t0, t1, t2, t3 := t[0][:m+1], t[1][:m+1], t[2][:m+1], t[3][:m+1]
+	n := uint64(p.N)
+	round := func(x uint64) uint64 {
+		l, r := uint32(x>>h)&m, uint32(x)&m
+		l ^= t0[r&m]
+		r ^= t1[l&m]
+		l ^= t2[r&m]
+		r ^= t3[l&m]
+		return uint64(l)<<h | uint64(r)
+	}
+	for i := range out {
+		x := round(uint64(q) + uint64(i))
+		for x >= n {
+			x = round(x)
+		}
+		out[i] = int64(x)
+	}
+}

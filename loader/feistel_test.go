@@ -15,6 +15,16 @@ func TestWindowPermIsABijection(t *testing.T) {
 		seen := make([]bool, n)
 		ranged := make([]int64, n)
 		p.PosRange(0, ranged)
+		var tab RoundTables
+		tabled := make([]int64, n)
+		if n > 1 && !p.Tables(&tab) {
+			t.Fatalf("n %d: no round tables", n)
+		}
+		if n > 1 {
+			p.PosRangeTables(0, tabled, &tab)
+		} else {
+			copy(tabled, ranged)
+		}
 		for q := int64(0); q < n; q++ {
 			y := p.Pos(q)
 			if y < 0 || y >= n || seen[y] {
@@ -26,6 +36,9 @@ func TestWindowPermIsABijection(t *testing.T) {
 			}
 			if ranged[q] != y {
 				t.Fatalf("n %d: PosRange gives %d at %d, Pos %d", n, ranged[q], q, y)
+			}
+			if tabled[q] != y {
+				t.Fatalf("n %d: PosRangeTables gives %d at %d, Pos %d", n, tabled[q], q, y)
 			}
 		}
 	}
@@ -68,6 +81,18 @@ func BenchmarkWindowPermPosRange(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for q := int64(0); q < p.N; q += 4096 {
 			p.PosRange(q, out[:min(4096, p.N-q)])
+		}
+	}
+}
+
+func BenchmarkWindowPermPosRangeTables(b *testing.B) {
+	p := NewWindowPerm(1_000_000, NewEpochRNG(1, 0))
+	out := make([]int64, 4096)
+	var tab RoundTables
+	for i := 0; i < b.N; i++ {
+		p.Tables(&tab)
+		for q := int64(0); q < p.N; q += 4096 {
+			p.PosRangeTables(q, out[:min(4096, p.N-q)], &tab)
 		}
 	}
 }

@@ -110,6 +110,7 @@ type windowBuf struct {
 	global []int64 // each slot's global sample index (ReadOptions.Index)
 	slot   []int64 // scratch: each window position's slot
 	fill   []int64 // scratch: samples placed per batch
+	tab    RoundTables
 }
 
 // grow returns b resized to n elements, reusing its memory when it can
@@ -385,13 +386,18 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 		w.slot = grow(w.slot, n)
 	}
 	div := newDivider(batch, n)
+	tabled := w.perm.Tables(&w.tab)
 	var cs [scatterChunk]int64
 	var q int64
 	for _, sg := range w.segs {
 		for lo := sg.lo; lo < sg.hi; lo += scatterChunk {
 			hi := min(lo+scatterChunk, sg.hi)
 			c := cs[:hi-lo]
-			w.perm.PosRange(q, c)
+			if tabled {
+				w.perm.PosRangeTables(q, c, &w.tab)
+			} else {
+				w.perm.PosRange(q, c)
+			}
 			for i, p := range c {
 				b := div.div(p)
 				c[i] = b*batch + fill[b]
