@@ -175,6 +175,9 @@ def _mix(z):
     return z
 
 
+TABLE_HALF_BITS = 16  # the widest Feistel half WindowPerm tabulates (Go's TableHalfBits)
+
+
 class WindowPerm:
     """A window's permutation (relayout-order-v2, step 4): a four-round
     Feistel bijection on 2*half bits, keyed by the window generator's first
@@ -185,6 +188,7 @@ class WindowPerm:
         self.n = n
         self.half = max(((n - 1).bit_length() + 1) // 2, 1) if n > 1 else 1
         self.keys = [np.uint64(rng.next()) for _ in range(4)]
+        self._tabs = None
 
     def _walk(self, x, rounds):
         x = np.asarray(x, dtype=np.uint64)
@@ -202,10 +206,31 @@ class WindowPerm:
                 out[a:a + step] = y
         return out
 
+    def _tables(self):
+        """The round functions tabulated over every half value (halves of
+        at most TABLE_HALF_BITS bits): a round is then one take from a
+        table that stays in cache, not a mix of the whole array."""
+        if self._tabs is None:
+            m = np.uint64((1 << self.half) - 1)
+            v = np.arange(1 << self.half, dtype=np.uint64)
+            with np.errstate(over="ignore"):
+                self._tabs = [(_mix(v ^ k) & m).view(np.int64) for k in self.keys]
+        return self._tabs
+
     def _rounds(self, x, order):
         """The Feistel rounds in order: round i (0..3, keyed k[i]) updates
         the left half from the right when i is even, else the right from the
         left; the inverse runs them last first."""
+        if self.half <= TABLE_HALF_BITS:
+            t, h, m = self._tables(), self.half, (1 << self.half) - 1
+            x = x.view(np.int64)
+            l, r = x >> h, x & m
+            for i in order:
+                if i % 2 == 0:
+                    l ^= t[i].take(r)
+                else:
+                    r ^= t[i].take(l)
+            return ((l << h) | r).view(np.uint64)
         h, m, k = np.uint64(self.half), np.uint64((1 << self.half) - 1), self.keys
         l, r = x >> h, x & m
         for i in order:
@@ -381,6 +406,39 @@ def _key_str(v):
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
+
+
+def _rows(a):
+    """a (n, ...) as n items of one row each (a 1-D array as it is): a
+    row then moves as one item when indexed, not value by value."""
+    if a.ndim == 1:
+        return a
+    per = a.dtype.itemsize * int(np.prod(a.shape[1:]))
+    return np.ascontiguousarray(a).view(np.dtype((np.void, per))).reshape(a.shape[0])
+
+
+class _Window:
+    """A window's tensors: data, those joined in window order (lists);
+    scattered, name -> (rows in batch order, whether item-level);
+    item_starts, where each slot's items start in the scattered item rows
+    (packed outputs)."""
+
+    def __init__(self, data):
+        self.data, self.scattered, self.item_starts = data, {}, None
+
+
+def _buf(bufs, key, n, dtype):
+    """bufs[key] grown to at least n elements of dtype; its first n."""
+    b = bufs.get(key)
+    if b is None or b.dtype != dtype or b.size < n:
+        b = bufs[key] = np.empty(n, dtype=dtype)
+    return b[:n]
+
+
+def _owned(a, bufs):
+    """Whether a is a view of one of bufs' arrays."""
+    base = a.base
+    return any(base is b for b in bufs.values())
 
 
 def _positions(pieces):
@@ -1362,11 +1420,12 @@ class Dataset:
                 s = e
         return out
 
-    def batch(self, ranges, bufs=None, by_block=False):
-        """Materialize the samples in ranges: dict of tensor name -> array.
-        With bufs (a dict the caller keeps), arrays joined from several
-        pieces are written into its buffers, grown as needed, instead of
-        fresh memory: they are then valid until the next call with bufs."""
+    def batch(self, ranges, bufs=None, by_block=False, names=None):
+        """Materialize the samples in ranges: dict of tensor name -> array
+        (only the tensors in names, when given). With bufs (a dict the
+        caller keeps), arrays joined from several pieces are written into
+        its buffers, grown as needed, instead of fresh memory: they are then
+        valid until the next call with bufs."""
         pieces = self._pieces(ranges, by_block)
 
         def join(name, parts):
@@ -1379,19 +1438,15 @@ class Dataset:
                 b = bufs[name] = np.empty(need, dtype=parts[0].dtype)
             return np.concatenate(parts, out=b[:need].reshape(shape))
 
-        def level_range(sh, lo, hi, level):
-            if level != "item":
-                return lo, hi
-            io = sh.array("query.item_offsets")
-            return int(io[lo]), int(io[hi])
-
         out = {}
         for t in self.schema:
             name, shape = t["name"], tuple(t["shape"])
+            if names is not None and name not in names:
+                continue
             if t["kind"] == "offsets":
                 parts, base = [np.zeros(1, dtype=np.int64)], 0
                 for sh, lo, hi in pieces:
-                    l0, l1 = level_range(sh, lo, hi, t["level"])
+                    l0, l1 = self._level_range(sh, lo, hi, t["level"])
                     o = sh.array(name)
                     parts.append(o[l0 + 1:l1 + 1] - o[l0] + base)
                     base += int(o[l1] - o[l0])
@@ -1402,11 +1457,11 @@ class Dataset:
                 a = sh.array(name)
                 if t["kind"] == "values":
                     ot = self.by_name[t["offsets"]]
-                    l0, l1 = level_range(sh, lo, hi, ot["level"])
+                    l0, l1 = self._level_range(sh, lo, hi, ot["level"])
                     o = sh.array(t["offsets"])
                     views.append(a[int(o[l0]):int(o[l1])])
                 else:
-                    l0, l1 = level_range(sh, lo, hi, t["level"])
+                    l0, l1 = self._level_range(sh, lo, hi, t["level"])
                     per = int(np.prod(shape)) if shape else 1
                     views.append(a[l0 * per:l1 * per].reshape((l1 - l0,) + shape))
             if len(views) == 1:
@@ -1451,11 +1506,12 @@ class Dataset:
             for k, s, w, first, count in plan:
                 if s not in cur or cur[s][0] != w:
                     pieces, perm = wins[s][w]
+                    order = perm.order(n)
                     # Read the window's pieces in order, once; drop the last.
-                    cur[s] = (w, self._read_window(pieces, fetch, bufs.setdefault(s, {})), _positions(pieces), perm.order(n))
+                    cur[s] = (w, self._read_window(pieces, order, fetch, bufs.setdefault(s, {})), _positions(pieces), order)
                 _, data, pos, order = cur[s]
                 idx = order[first:first + count]
-                b = self._gather(data, idx)
+                b = self._gather(data, idx, first)
                 if self.index:
                     b["_index"] = pos[idx]
                 yield b
@@ -1620,13 +1676,61 @@ class Dataset:
         threading.Thread(target=prefetch, daemon=True).start()
         return fetch
 
-    def _read_window(self, pieces, fetch, bufs=None):
-        """A window's data (copies): remote units are released after. A
-        local window is joined into bufs, the stream's buffers from its last
-        window: batches are gathered copies, so nothing a caller holds
-        points into them."""
+    def _level_range(self, sh, lo, hi, level):
+        """Samples [lo, hi) of a shard or block as rows of a tensor at
+        level: themselves, or their items (via query.item_offsets)."""
+        if level != "item":
+            return lo, hi
+        io = sh.array("query.item_offsets")
+        return int(io[lo]), int(io[hi])
+
+    def _window_data(self, pieces, order, bufs, by_block=False):
+        """A window's tensors (_Window). Those of fixed-size rows (one per
+        sample, or per item of a packed output) are scattered into batch
+        order: window position q goes to slot s where order[s] = q, and a
+        query's items follow its slot's. Every piece's rows are read once,
+        front to back, and stored to their slots, so each batch is one
+        range of rows: one pass over the window instead of a join and then
+        a gather of random rows. Lists (values and their offsets) are joined
+        in window order and gathered per batch. All live in bufs, the
+        stream's buffers from its last window: batches are copies, so
+        nothing a caller holds points into them."""
+        scat = [t for t in self.schema if t["kind"] not in ("offsets", "values")]
+        rest = {t["name"] for t in self.schema if t["kind"] in ("offsets", "values")}
+        w = _Window(self.batch(pieces, bufs, by_block, names=rest) if rest else {})
+        n = len(order)
+        slot = _buf(bufs, ("_slot",), n, np.int64)
+        slot[order] = np.arange(n, dtype=np.int64)
+        dest = {"row": slot, "query": slot}
+        if any(t["level"] == "item" for t in scat):
+            io = w.data["query.item_offsets"]  # window order, from 0
+            counts = np.diff(io)
+            w.item_starts = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts[order], out=w.item_starts[1:])
+            # Item i of window query q goes to item_starts[slot[q]] + i - io[q].
+            dest["item"] = np.arange(io[-1], dtype=np.int64) + np.repeat(w.item_starts[slot] - io[:-1], counts)
+        srcs = self._pieces(pieces, by_block)
+        for t in scat:
+            name, shape, d = t["name"], tuple(t["shape"]), dest[t["level"]]
+            per = int(np.prod(shape)) if shape else 1
+            out = _buf(bufs, ("_scatter", name), len(d) * per, DTYPES[t["dtype"]]).reshape((len(d),) + shape)
+            dst, q = _rows(out), 0
+            for sh, lo, hi in srcs:
+                l0, l1 = self._level_range(sh, lo, hi, t["level"])
+                src = _rows(sh.array(name)[l0 * per:l1 * per].reshape((l1 - l0,) + shape))
+                if shape:  # put moves a row as one item: indexing a void array is 2x slower
+                    np.put(dst, d[q:q + l1 - l0], src)
+                else:
+                    dst[d[q:q + l1 - l0]] = src
+                q += l1 - l0
+            w.scattered[name] = (out, t["level"] == "item")
+        return w
+
+    def _read_window(self, pieces, order, fetch, bufs):
+        """A window's data (_window_data): remote units are released
+        after."""
         if fetch is None:
-            return self.batch(pieces, bufs)
+            return self._window_data(pieces, order, bufs)
         rc = self._remote
         k = fetch["pos"]
         self._pos = k
@@ -1639,10 +1743,11 @@ class Dataset:
                     u.pop(0)
         fetch["pos"] = k + 1
         rc.ensure_all(objs, k, True)
-        data = self.batch(pieces, by_block=self._by_block())
-        # Not views of the maps (those go below); a window of several pieces
-        # is concatenated already, so only a one-piece view is copied.
-        data = {name: (np.array(a, copy=True) if a.base is not None else a) for name, a in data.items()}
+        w = self._window_data(pieces, order, bufs, by_block=self._by_block())
+        # Not views of the maps (those go below): a joined window of one
+        # piece is a view, copied.
+        w.data = {name: (np.array(a, copy=True) if a.base is not None and not _owned(a, bufs) else a)
+                  for name, a in w.data.items()}
         for i, sd in enumerate(self._shards):
             if sd is not None:
                 sd._arrays.clear()
@@ -1656,19 +1761,23 @@ class Dataset:
         self._blocks.clear()
         for o in objs:
             rc.unpin(o)
-        return data
+        return w
 
-    def _gather(self, data, idx):
-        """Samples idx of a window's batch, in that order (copies)."""
+    def _gather(self, w, idx, first):
+        """A window's batch: samples idx (window positions, ascending),
+        places [first, first+len(idx)) of its order (copies)."""
+        data, last = w.data, first + len(idx)
         rows = {"row": idx, "query": idx}
-        if "query.item_offsets" in data:
-            io = data["query.item_offsets"]
-            rows["item"] = _expand(io, idx)
+        if any(t["level"] == "item" and t["name"] not in w.scattered for t in self.schema):
+            rows["item"] = _expand(data["query.item_offsets"], idx)
         out, value_rows = {}, {}
         for t in self.schema:  # offsets first: values are cut by them
             if t["kind"] != "offsets":
                 continue
             name, src = t["name"], data[t["name"]]
+            if name == "query.item_offsets" and w.item_starts is not None:
+                out[name] = w.item_starts[first:last + 1] - w.item_starts[first]
+                continue
             r = rows[t["level"]]
             lens = src[r + 1] - src[r]
             offs = np.zeros(len(r) + 1, dtype=np.int64)
@@ -1677,15 +1786,20 @@ class Dataset:
             if name != "query.item_offsets":
                 value_rows[name] = _expand(src, r)
         for t in self.schema:
+            name = t["name"]
             if t["kind"] == "offsets":
+                continue
+            if name in w.scattered:
+                a, item = w.scattered[name]
+                lo, hi = (w.item_starts[first], w.item_starts[last]) if item else (first, last)
+                out[name] = a[lo:hi].copy()
                 continue
             r = value_rows[t["offsets"]] if t["kind"] == "values" else rows[t["level"]]
             # np.take copies a row of a 2-D array in one move; indexing
             # (a[r]) copies it element by element: 3.6x slower for the
             # rows of a (n, 16) float32 tensor.
-            out[t["name"]] = np.take(data[t["name"]], r, axis=0)
-        out = {t["name"]: out[t["name"]] for t in self.schema}
-        return out
+            out[name] = np.take(data[name], r, axis=0)
+        return {t["name"]: out[t["name"]] for t in self.schema}
 
     def state_dict(self, samples_seen):
         """What to store to resume this epoch after samples_seen samples."""

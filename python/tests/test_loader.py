@@ -120,6 +120,21 @@ class WindowOrderTest(unittest.TestCase):
         p = rl.WindowPerm(70_001, rl.SplitMix64(3, 0))
         self.assertEqual(p.order(1).tolist(), p.at(np.arange(70_001)).tolist())
 
+    def test_window_perm_tables_match_the_rounds(self):
+        # The tabulated rounds (halves up to TABLE_HALF_BITS) and the mixed
+        # ones (wider halves) are the same function.
+        for n in [2, 3, 1000, 70_001, 1 << 20]:
+            p = rl.WindowPerm(n, rl.SplitMix64(n, 5))
+            x = np.arange(min(n, 50_000), dtype=np.uint64)
+            tabled = (p.pos(x), p.at(x))
+            saved = rl.TABLE_HALF_BITS
+            try:
+                rl.TABLE_HALF_BITS = 0
+                mixed = (p.pos(x), p.at(x))
+            finally:
+                rl.TABLE_HALF_BITS = saved
+            self.assertTrue((tabled[0] == mixed[0]).all() and (tabled[1] == mixed[1]).all(), f"n {n}")
+
     def test_once_balanced_and_elastic(self):
         want, _ = window_global(5000, 100, 64, 512, 4, 1, 1)
         self.assertEqual(sorted(want), list(range(5000)))
