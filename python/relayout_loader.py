@@ -1508,7 +1508,8 @@ class Dataset:
                     pieces, perm = wins[s][w]
                     order = perm.order(n)
                     # Read the window's pieces in order, once; drop the last.
-                    cur[s] = (w, self._read_window(pieces, order, fetch, bufs.setdefault(s, {})), _positions(pieces), order)
+                    pos = _positions(pieces) if self.index else None
+                    cur[s] = (w, self._read_window(pieces, order, fetch, bufs.setdefault(s, {})), pos, order)
                 _, data, pos, order = cur[s]
                 idx = order[first:first + count]
                 b = self._gather(data, idx, first)
