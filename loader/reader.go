@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"slices"
 	"syscall"
 	"unsafe"
 
@@ -111,6 +112,10 @@ type windowBuf struct {
 	slot   []int64 // scratch: each window position's slot
 	fill   []int64 // scratch: samples placed per batch
 	tab    RoundTables
+	// itemEnds (packed outputs) is where each slot's items end in the
+	// scattered item-level rows: itemEnds[s+1], counted in items, shared
+	// by every item-level tensor of fixed-size rows.
+	itemEnds []int64
 }
 
 // grow returns b resized to n elements, reusing its memory when it can
@@ -347,6 +352,9 @@ type slotted struct {
 	lens []int64
 	ends []int64
 	per  int64
+	// items: fixed-size item rows (per bytes each), cut by the window's
+	// itemEnds instead of ends of their own.
+	items bool
 }
 
 // scatter lays window w's samples out in batch order. Window position q
@@ -424,9 +432,41 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 		return
 	}
 	slot := w.slot
+	itemRows := func(t manifests.Tensor) bool {
+		return t.Level == "item" && t.Kind != "offsets" && t.Kind != "values"
+	}
+	if slices.ContainsFunc(schema, itemRows) {
+		// Every item-level tensor's rows of sample i are its items
+		// items[i]..items[i+1]: their ends in slot order are computed once.
+		w.itemEnds = grow(w.itemEnds, n+1)
+		ends := w.itemEnds
+		ends[0] = 0
+		q := 0
+		for _, sg := range w.segs {
+			items := sg.sh.items
+			for i := sg.lo; i < sg.hi; i++ {
+				ends[slot[q]+1] = items[i+1] - items[i]
+				q++
+			}
+		}
+		prefixSum(ends)
+	}
 	for ti, t := range schema {
 		o := &w.out[ti]
+		o.items = false
 		switch {
+		case itemRows(t):
+			o.per, o.ends, o.items = rowSizeOf(t), nil, true
+			ends, per := w.itemEnds, o.per
+			o.data = grow(o.data, ends[n]*per)
+			q := 0
+			for _, sg := range w.segs {
+				src, items := sg.sh.views[ti].data, sg.sh.items
+				for i := sg.lo; i < sg.hi; i++ {
+					copyRow(o.data[ends[slot[q]]*per:], src[items[i]*per:items[i+1]*per])
+					q++
+				}
+			}
 		case t.Kind == "offsets":
 			// entries of sample i of segment sg: its own, or its items'.
 			entries := func(sg *segment, v *tensorView, i int64) (int64, int64) {
@@ -567,7 +607,10 @@ func (w *windowBuf) batch(schema []manifests.Tensor, wb WindowBatch) *Batch {
 			continue
 		}
 		a, e := lo*o.per, hi*o.per
-		if o.ends != nil {
+		switch {
+		case o.items:
+			a, e = w.itemEnds[lo]*o.per, w.itemEnds[hi]*o.per
+		case o.ends != nil:
 			a, e = o.ends[lo], o.ends[hi]
 		}
 		data := o.data[a:e:e]
