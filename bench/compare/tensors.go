@@ -221,25 +221,6 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 		"batches_shards_open_seconds": open.Seconds(), "batches_shards_views_seconds": views.Seconds(), "batches_shards_copied_seconds": staged.Seconds(),
 		"ratio_views": p.Seconds() / views.Seconds(), "ratio_open_views": p.Seconds() / (open + views).Seconds(), "ratio_copied": p.Seconds() / staged.Seconds()}
 
-	// NumPy loader vs a plain copy.
-	cmd := exec.Command("/usr/bin/python3", "bench/numpy_loader.py", flat, fmt.Sprint(batchRows), fmt.Sprint(max(reps, 3)))
-	cmd.Env = append(os.Environ(), "PYTHONPATH=python")
-	outp, err := cmd.Output()
-	var np struct {
-		LoaderGBps float64 `json:"loader_gbps"`
-		BlockGBps  float64 `json:"block_gbps"`
-		CopyGBps   float64 `json:"copy_gbps"`
-		Ratio      float64 `json:"ratio"`
-		RatioBlock float64 `json:"ratio_block"`
-	}
-	if err == nil && json.Unmarshal(outp, &np) == nil {
-		fmt.Printf("NumPy loader (batches copied to a staging buffer) vs plain copy %.2f GB/s: window order %.2f GB/s (%.2fx, target >= 0.5x), block order %.2f GB/s (%.2fx)\n",
-			np.CopyGBps, np.LoaderGBps, np.Ratio, np.BlockGBps, np.RatioBlock)
-		res["numpy_loader"] = json.RawMessage(outp)
-	} else {
-		fmt.Printf("NumPy loader: not measured (%v; run make deps)\n", err)
-	}
-
 	// Transfer: tensor bytes per epoch, packed vs flat, against the ratio
 	// predicted from items per query.
 	fl, pk := filepath.Join(dir, "tensors-flat"), filepath.Join(dir, "tensors-packed")
@@ -260,6 +241,27 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 	fmt.Printf("transfer per epoch: flat %.1f MB, packed %.1f MB (%.3fx less); predicted from %.2f items/query (%.0f B query, %.0f B item): %.3fx; agreement %.2f%% (target within 1%%)\n",
 		flatBytes/1e6, packedBytes/1e6, measured, ipq, qb, ib, predicted, 100*math.Abs(measured-predicted)/predicted)
 	res["transfer"] = map[string]any{"flat_bytes": flatBytes, "packed_bytes": packedBytes, "ratio": measured, "predicted": predicted, "items_per_query": ipq}
+
+	// NumPy loader vs a plain copy, flat and packed.
+	for _, c := range []struct{ name, out, key string }{{"flat", flat, "numpy_loader"}, {"packed", pk, "numpy_loader_packed"}} {
+		cmd := exec.Command("/usr/bin/python3", "bench/numpy_loader.py", c.out, fmt.Sprint(batchRows), fmt.Sprint(max(reps, 3)))
+		cmd.Env = append(os.Environ(), "PYTHONPATH=python")
+		outp, err := cmd.Output()
+		var np struct {
+			LoaderGBps float64 `json:"loader_gbps"`
+			BlockGBps  float64 `json:"block_gbps"`
+			CopyGBps   float64 `json:"copy_gbps"`
+			Ratio      float64 `json:"ratio"`
+			RatioBlock float64 `json:"ratio_block"`
+		}
+		if err == nil && json.Unmarshal(outp, &np) == nil {
+			fmt.Printf("NumPy loader, %s (batches copied to a staging buffer) vs plain copy %.2f GB/s: window order %.2f GB/s (%.2fx, target >= 0.5x), block order %.2f GB/s (%.2fx)\n",
+				c.name, np.CopyGBps, np.LoaderGBps, np.Ratio, np.BlockGBps, np.RatioBlock)
+			res[c.key] = json.RawMessage(outp)
+		} else {
+			fmt.Printf("NumPy loader, %s: not measured (%v; run make deps)\n", c.name, err)
+		}
+	}
 
 	mixingBench(flat, pk, reps, res)
 }
