@@ -6,15 +6,17 @@ order, the default) or relayout-order-v1 (shuffle="block").
     for batch in ds.batches(512):   # dict: tensor name -> numpy array
         ...
 
-Shards are memory-mapped. In the window order a reader copies each window's
-blocks once and gathers every batch from them; in the block order a batch
+Shards are memory-mapped. In the window order a reader reads each window's
+blocks once, storing their rows in batch order, and copies each batch out of
+that; in the block order a batch
 whose samples lie in one shard piece is a set of zero-copy views (offsets
 tensors are always small rebased copies).
 The order and the split between (rank, worker) readers follow the contract in
 docs/loader.md, which the Go package github.com/relayout/relayout/loader
 implements too. Only NumPy is required; `verify_checksums=True` needs the
-xxhash module (Debian: python3-xxhash). When torch imports, TorchDataset wraps
-Dataset as a torch.utils.data.IterableDataset.
+xxhash module (Debian: python3-xxhash). Where torch is installed, TorchDataset
+wraps Dataset as a torch.utils.data.IterableDataset (torch is imported when
+TorchDataset is first used, not with this module).
 
 bfloat16 tensors are returned as uint16 arrays of their bits (NumPy has no
 bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
@@ -23,6 +25,7 @@ bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
 __version__ = "0.1.0.dev0"  # PEP 440 form of the CLI's version (a Go test keeps them equal)
 
 import array
+import importlib.util
 import json
 import mmap
 import os
@@ -1817,7 +1820,10 @@ class Dataset:
         self._shards = [None] * len(self._shards)
 
 
-try:  # optional PyTorch wrapper
+def _torch_dataset():
+    """TorchDataset, defined when first used: importing torch takes seconds
+    and a few hundred MB, which a reader that never asks for it (NumPy,
+    JAX, TensorFlow) should not pay."""
     import torch
     import torch.utils.data as _tud
 
@@ -1873,6 +1879,20 @@ try:  # optional PyTorch wrapper
                             out[k] = torch.from_numpy(v)
                     yield out
 
+    TorchDataset.__qualname__ = "TorchDataset"  # pickled by name (DataLoader workers, spawn)
+    return TorchDataset
+
+
+def __getattr__(name):
+    if name == "TorchDataset":
+        try:
+            cls = _torch_dataset()
+        except ImportError as e:
+            raise ImportError("relayout_loader.TorchDataset needs torch (Debian: python3-torch; or pip install torch)") from e
+        globals()["TorchDataset"] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if importlib.util.find_spec("torch") is not None:
     __all__.append("TorchDataset")
-except ImportError:  # NumPy only
-    pass

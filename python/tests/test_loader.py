@@ -1,6 +1,7 @@
 """Unit tests of relayout_loader that need no relayout output: the
 safetensors header rules and the order contract's properties."""
 import json
+import os
 import struct
 import unittest
 
@@ -100,6 +101,18 @@ def window_global(n, block, batch, window, streams, world, nw, seed=5, epoch=2, 
         order.extend(per[key][i])
         k += 1
     return order, per
+
+
+class ImportTest(unittest.TestCase):
+    def test_import_leaves_torch_alone(self):
+        # torch is imported when TorchDataset is first used, not with the
+        # module: seconds and a few hundred MB a NumPy-only reader skips.
+        import subprocess
+        import sys
+        code = "import sys, relayout_loader; print('torch' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=os.path.dirname(rl.__file__)))
+        self.assertEqual(out.stdout.strip(), "False", out.stderr)
 
 
 class WindowOrderTest(unittest.TestCase):
