@@ -244,9 +244,7 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 
 	// NumPy loader vs a plain copy, flat and packed.
 	for _, c := range []struct{ name, out, key string }{{"flat", flat, "numpy_loader"}, {"packed", pk, "numpy_loader_packed"}} {
-		cmd := exec.Command("/usr/bin/python3", "bench/numpy_loader.py", c.out, fmt.Sprint(batchRows), fmt.Sprint(max(reps, 3)))
-		cmd.Env = append(os.Environ(), "PYTHONPATH=python")
-		outp, err := cmd.Output()
+		outp, err := pyBench("bench/numpy_loader.py", c.out, batchRows, reps)
 		var np struct {
 			LoaderGBps float64 `json:"loader_gbps"`
 			BlockGBps  float64 `json:"block_gbps"`
@@ -263,7 +261,34 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 		}
 	}
 
+	// PyTorch's DataLoader over TorchDataset, in the process and with two
+	// workers (batches cross from the workers in shared memory).
+	for _, c := range []struct{ name, out, key string }{{"flat", flat, "torch_loader"}, {"packed", pk, "torch_loader_packed"}} {
+		outp, err := pyBench("bench/torch_loader.py", c.out, batchRows, reps)
+		type epoch struct{ Seconds, GBps float64 }
+		var tl struct {
+			W0 epoch `json:"workers_0"`
+			W2 epoch `json:"workers_2"`
+		}
+		if err == nil && json.Unmarshal(outp, &tl) == nil {
+			fmt.Printf("PyTorch DataLoader, %s, window order: in the process %.3f s an epoch (%.2f GB/s), 2 workers %.3f s (%.2f GB/s)\n",
+				c.name, tl.W0.Seconds, tl.W0.GBps, tl.W2.Seconds, tl.W2.GBps)
+			res[c.key] = json.RawMessage(outp)
+		} else {
+			fmt.Printf("PyTorch DataLoader, %s: not measured (%v; run make deps)\n", c.name, err)
+		}
+	}
+
 	mixingBench(flat, pk, reps, res)
+}
+
+// pyBench runs a Python bench script on an output (batches of batchRows,
+// at least 3 repetitions) with the loader on its path, and returns what it
+// prints.
+func pyBench(script, out string, batchRows, reps int) ([]byte, error) {
+	cmd := exec.Command("/usr/bin/python3", script, out, fmt.Sprint(batchRows), fmt.Sprint(max(reps, 3)))
+	cmd.Env = append(os.Environ(), "PYTHONPATH=python")
+	return cmd.Output()
 }
 
 // levelBytes sums the tensor bytes of an output's shards by level, and

@@ -72,6 +72,27 @@ class TorchTest(unittest.TestCase):
                 self.assertEqual(got, want)
                 self.assertEqual(sorted(got), list(range(len(got))))
 
+    def test_workers_yield_the_same_tensors(self):
+        # Every tensor of every batch from DataLoader workers equals the
+        # NumPy reader's, and a batch arrives as views of one storage (one
+        # shared buffer per batch crosses from the worker, not one a tensor).
+        for out in (OUT, PACKED):
+            want = list(rl.Dataset(out, seed=2, streams=2).batches(48))
+            ds = rl.TorchDataset(out, 48, seed=2, rank=0, world=1, streams=2)
+            got = list(DataLoader(ds, batch_size=None, num_workers=2))
+            self.assertEqual(len(got), len(want))
+            for i, (b, ref) in enumerate(zip(got, want)):
+                self.assertEqual(list(b), list(ref))
+                for name, a in ref.items():
+                    x = b[name]
+                    if x.dtype == torch.bfloat16:
+                        x = x.view(torch.int16)
+                        a = a.view(np.int16)
+                    self.assertEqual(tuple(x.shape), a.shape, f"{out} batch {i} {name}")
+                    self.assertTrue(np.array_equal(x.numpy(), a), f"{out} batch {i} {name}")
+                ptrs = {(v.untyped_storage() if hasattr(v, "untyped_storage") else v.storage()).data_ptr() for v in b.values()}
+                self.assertEqual(len(ptrs), 1, f"{out} batch {i}: {len(ptrs)} storages")
+
     def test_set_epoch(self):
         self.assertNotEqual(self.indices(0), self.indices(1))
         self.assertEqual(self.indices(1), self.indices(1))

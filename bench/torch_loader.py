@@ -1,0 +1,41 @@
+"""PyTorch DataLoader throughput over TorchDataset: one epoch of window-order
+batches with num_workers 0 and 2 (persistent workers), every tensor's bytes
+counted in the main process. usage: torch_loader.py OUTPUT [BATCH] [REPS]
+Prints JSON: per worker count, the median epoch seconds and GB/s."""
+import json
+import statistics
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader
+
+import relayout_loader as rl
+
+
+def epochs(out, batch, workers, reps):
+    ds = rl.TorchDataset(out, batch, seed=1, rank=0, world=1, streams=2)
+    dl = DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+    times, total = [], 0
+    for _ in range(reps + 1):  # the first epoch starts the workers
+        t = time.perf_counter()
+        total = 0
+        for b in dl:
+            total += sum(v.numel() * v.element_size() for v in b.values())
+        times.append(time.perf_counter() - t)
+    return statistics.median(times[1:]), total
+
+
+def main():
+    out = sys.argv[1]
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
+    reps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    res = {"batch": batch, "torch": torch.__version__}
+    for w in (0, 2):
+        s, n = epochs(out, batch, w, reps)
+        res[f"workers_{w}"] = {"seconds": s, "bytes": n, "gbps": n / s / 1e9}
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
