@@ -1484,8 +1484,13 @@ class Dataset:
                                     self.seed, self.epoch, self.streams, n, self.piece_samples)
         return streams, total, window
 
-    def batches(self, n):
-        """Yield this reader's batches of n samples (queries when packed)."""
+    def batches(self, n, buffers=None):
+        """Yield this reader's batches of n samples (queries when packed).
+        buffers: a dict the caller keeps to reuse the window order's window
+        arrays from one call to the next (an epoch's Dataset to the next
+        one's) instead of fresh memory, whose pages cost a fault each on
+        first touch. Batches are copies either way; use a dict for one
+        iteration at a time."""
         if self.order != "window":
             if self._remote is not None and self.tensors_info["totals"]["bytes"] > self._remote.limit:
                 raise ValueError(f"cache {self._remote.dir}: the {self.order} order returns views of mapped shards, so a remote "
@@ -1501,7 +1506,8 @@ class Dataset:
         streams, total, window = self.window_plan(n)
         plan = window_batches(streams, total, n, window, self.rank, self.world, self.worker, self.num_workers,
                               self.samples_seen, self.drop_last)
-        wins, cur, bufs = {}, {}, {}
+        wins, cur = {}, {}
+        bufs = {} if buffers is None else buffers
         for s in {s for _, s, _, _, _ in plan}:
             wins[s] = stream_windows(streams[s], s, window, self.seed, self.epoch)
         fetch = self._plan_remote(plan, wins) if self._remote is not None else None
@@ -1848,6 +1854,12 @@ def _torch_dataset():
                 if dist.is_available() and dist.is_initialized():
                     rank, world = dist.get_rank(), dist.get_world_size()
             self.rank, self.world, self.kw = rank, world, kw
+            self._buffers = None  # window arrays kept from one epoch to the next
+
+        def __getstate__(self):
+            state = dict(self.__dict__)
+            state["_buffers"] = None  # a worker makes its own
+            return state
 
         def set_epoch(self, epoch):
             self.epoch = epoch
@@ -1866,21 +1878,28 @@ def _torch_dataset():
             ds = Dataset(self.manifest, rank=rank, world=world, worker=worker, num_workers=nw,
                          seed=self.seed, epoch=self.epoch, **self.kw)
             bf16 = {t["name"] for t in ds.schema if t["dtype"] == "BF16"}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # read-only maps
-                for b in ds.batches(self.batch_size):
-                    if info is not None:  # a worker: the batch crosses to the main process
-                        yield _packed(b, bf16)
-                        continue
-                    out = {}
-                    for k, v in b.items():
-                        if k in bf16:  # NumPy holds bfloat16 as its bits
-                            out[k] = torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
-                        elif v.dtype == np.uint16:  # torch has no uint16: widened
-                            out[k] = torch.from_numpy(v.astype(np.int32))
-                        else:
-                            out[k] = torch.from_numpy(v)
-                    yield out
+            # The last epoch's window arrays (a persistent worker's, or this
+            # process's), taken so that an iterator started meanwhile makes
+            # its own.
+            buffers, self._buffers = self._buffers or {}, None
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # read-only maps
+                    for b in ds.batches(self.batch_size, buffers=buffers):
+                        if info is not None:  # a worker: the batch crosses to the main process
+                            yield _packed(b, bf16)
+                            continue
+                        out = {}
+                        for k, v in b.items():
+                            if k in bf16:  # NumPy holds bfloat16 as its bits
+                                out[k] = torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
+                            elif v.dtype == np.uint16:  # torch has no uint16: widened
+                                out[k] = torch.from_numpy(v.astype(np.int32))
+                            else:
+                                out[k] = torch.from_numpy(v)
+                        yield out
+            finally:
+                self._buffers = buffers
 
     class _Batch(dict):
         """A worker's batch: tensors that are views of one shared-memory

@@ -44,6 +44,14 @@ def _rank_indices(rank, world, init, out, q):
     dist.destroy_process_group()
 
 
+def _same(x, a):
+    """Whether tensor x holds array a's values (bfloat16 as the bits NumPy
+    holds; uint16 widened to int32)."""
+    if x.dtype == torch.bfloat16:
+        x, a = x.view(torch.int16), a.view(np.int16)
+    return tuple(x.shape) == a.shape and np.array_equal(x.numpy(), a)
+
+
 class TorchTest(unittest.TestCase):
     def setUp(self):
         if OUT is None or PACKED is None:
@@ -84,14 +92,33 @@ class TorchTest(unittest.TestCase):
             for i, (b, ref) in enumerate(zip(got, want)):
                 self.assertEqual(list(b), list(ref))
                 for name, a in ref.items():
-                    x = b[name]
-                    if x.dtype == torch.bfloat16:
-                        x = x.view(torch.int16)
-                        a = a.view(np.int16)
-                    self.assertEqual(tuple(x.shape), a.shape, f"{out} batch {i} {name}")
-                    self.assertTrue(np.array_equal(x.numpy(), a), f"{out} batch {i} {name}")
+                    self.assertTrue(_same(b[name], a), f"{out} batch {i} {name}")
                 ptrs = {(v.untyped_storage() if hasattr(v, "untyped_storage") else v.storage()).data_ptr() for v in b.values()}
                 self.assertEqual(len(ptrs), 1, f"{out} batch {i}: {len(ptrs)} storages")
+
+    def test_epochs_reuse_window_arrays(self):
+        # One TorchDataset in the process keeps its window arrays from one
+        # epoch to the next; every epoch's batches still equal a fresh NumPy
+        # reader's for that epoch, and a reused dict serves Datasets of
+        # other epochs and outputs.
+        for out in (OUT, PACKED):
+            ds = rl.TorchDataset(out, 40, seed=4, rank=0, world=1)
+            for epoch in (0, 1, 0):
+                ds.set_epoch(epoch)
+                got = list(DataLoader(ds, batch_size=None, num_workers=0))
+                want = list(rl.Dataset(out, seed=4, epoch=epoch).batches(40))
+                self.assertEqual(len(got), len(want))
+                for b, ref in zip(got, want):
+                    for name, a in ref.items():
+                        self.assertTrue(_same(b[name], a), f"{out} epoch {epoch} {name}")
+                self.assertTrue(ds._buffers, "no window arrays kept after an epoch")
+        shared = {}
+        for out, epoch in ((OUT, 2), (PACKED, 3), (OUT, 2)):
+            got = list(rl.Dataset(out, seed=1, epoch=epoch).batches(33, buffers=shared))
+            want = list(rl.Dataset(out, seed=1, epoch=epoch).batches(33))
+            for b, ref in zip(got, want):
+                for name in ref:
+                    self.assertTrue(np.array_equal(b[name], ref[name]), f"{out} epoch {epoch} {name}")
 
     def test_set_epoch(self):
         self.assertNotEqual(self.indices(0), self.indices(1))
