@@ -424,10 +424,11 @@ class _Window:
     """A window's tensors: data, those joined in window order (lists);
     scattered, name -> (rows in batch order, whether item-level);
     item_starts, where each slot's items start in the scattered item rows
-    (packed outputs)."""
+    (packed outputs); item_lists, whether joined tensors are cut by items
+    (item-level lists), so a batch needs its item rows in window order."""
 
     def __init__(self, data):
-        self.data, self.scattered, self.item_starts = data, {}, None
+        self.data, self.scattered, self.item_starts, self.item_lists = data, {}, None, False
 
 
 def _buf(bufs, key, n, dtype):
@@ -436,12 +437,6 @@ def _buf(bufs, key, n, dtype):
     if b is None or b.dtype != dtype or b.size < n:
         b = bufs[key] = np.empty(n, dtype=dtype)
     return b[:n]
-
-
-def _owned(a, bufs):
-    """Whether a is a view of one of bufs' arrays."""
-    base = a.base
-    return any(base is b for b in bufs.values())
 
 
 def _positions(pieces):
@@ -1425,21 +1420,18 @@ class Dataset:
 
     def batch(self, ranges, bufs=None, by_block=False, names=None):
         """Materialize the samples in ranges: dict of tensor name -> array
-        (only the tensors in names, when given). With bufs (a dict the
-        caller keeps), arrays joined from several pieces are written into
-        its buffers, grown as needed, instead of fresh memory: they are then
-        valid until the next call with bufs."""
+        (only the tensors in names, when given): views of the maps where a
+        tensor's samples lie in one piece. With bufs (a dict the caller
+        keeps), every array is written into its buffers, grown as needed
+        (copies, never views of the maps, which a remote window's units
+        close): they are then valid until the next call with bufs."""
         pieces = self._pieces(ranges, by_block)
 
         def join(name, parts):
             if bufs is None:
                 return np.concatenate(parts)
             shape = (sum(len(p) for p in parts),) + parts[0].shape[1:]
-            need = int(np.prod(shape))
-            b = bufs.get(name)
-            if b is None or b.dtype != parts[0].dtype or b.size < need:
-                b = bufs[name] = np.empty(need, dtype=parts[0].dtype)
-            return np.concatenate(parts, out=b[:need].reshape(shape))
+            return np.concatenate(parts, out=_buf(bufs, name, int(np.prod(shape)), parts[0].dtype).reshape(shape))
 
         out = {}
         for t in self.schema:
@@ -1467,7 +1459,7 @@ class Dataset:
                     l0, l1 = self._level_range(sh, lo, hi, t["level"])
                     per = int(np.prod(shape)) if shape else 1
                     views.append(a[l0 * per:l1 * per].reshape((l1 - l0,) + shape))
-            if len(views) == 1:
+            if len(views) == 1 and bufs is None:
                 out[name] = views[0]
             elif views:
                 out[name] = join(name, views)
@@ -1708,6 +1700,7 @@ class Dataset:
         scat = [t for t in self.schema if t["kind"] not in ("offsets", "values")]
         rest = {t["name"] for t in self.schema if t["kind"] in ("offsets", "values")}
         w = _Window(self.batch(pieces, bufs, by_block, names=rest) if rest else {})
+        w.item_lists = any(t["level"] == "item" for t in self.schema if t["name"] in rest)
         n = len(order)
         slot = _buf(bufs, ("_slot",), n, np.int64)
         slot[order] = np.arange(n, dtype=np.int64)
@@ -1753,11 +1746,7 @@ class Dataset:
                     u.pop(0)
         fetch["pos"] = k + 1
         rc.ensure_all(objs, k, True)
-        w = self._window_data(pieces, order, bufs, by_block=self._by_block())
-        # Not views of the maps (those go below): a joined window of one
-        # piece is a view, copied.
-        w.data = {name: (np.array(a, copy=True) if a.base is not None and not _owned(a, bufs) else a)
-                  for name, a in w.data.items()}
+        w = self._window_data(pieces, order, bufs, by_block=self._by_block())  # copies: the maps go below
         for i, sd in enumerate(self._shards):
             if sd is not None:
                 sd._arrays.clear()
@@ -1778,7 +1767,7 @@ class Dataset:
         places [first, first+len(idx)) of its order (copies)."""
         data, last = w.data, first + len(idx)
         rows = {"row": idx, "query": idx}
-        if any(t["level"] == "item" and t["name"] not in w.scattered for t in self.schema):
+        if w.item_lists:
             rows["item"] = _expand(data["query.item_offsets"], idx)
         out, value_rows = {}, {}
         for t in self.schema:  # offsets first: values are cut by them
