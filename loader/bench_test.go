@@ -49,7 +49,7 @@ func openBench(b *testing.B) (*Dataset, [][]Range) {
 	if out == "" {
 		b.Skip("set RELAYOUT_BENCH_OUTPUT to an output with tensor shards")
 	}
-	d, err := Open(out, Options{})
+	d, err := Open(out, benchOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,6 +59,32 @@ func openBench(b *testing.B) (*Dataset, [][]Range) {
 		b.Fatal(err)
 	}
 	return d, bs
+}
+
+// benchOptions: RELAYOUT_BENCH_MAPPED=1 sets Options.ReadMapped, to
+// compare reading the window order's rows through the maps with pread.
+func benchOptions() Options {
+	return Options{ReadMapped: os.Getenv("RELAYOUT_BENCH_MAPPED") != ""}
+}
+
+// BenchmarkWindowEpochFresh is BenchmarkWindowEpoch with a Dataset opened
+// for each epoch (fresh maps), as a DataLoader worker does when it is not
+// persistent.
+func BenchmarkWindowEpochFresh(b *testing.B) {
+	out := os.Getenv("RELAYOUT_BENCH_OUTPUT")
+	if out == "" {
+		b.Skip("set RELAYOUT_BENCH_OUTPUT to an output with tensor shards")
+	}
+	var n int64
+	for i := 0; i < b.N; i++ {
+		d, err := Open(out, benchOptions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = epochOf(b, d, false)
+		d.Close()
+	}
+	b.SetBytes(n)
 }
 
 // BenchmarkWindowEpoch produces one reader's epoch of 4096-sample batches in
@@ -75,23 +101,29 @@ func windowEpoch(b *testing.B, reuse bool) {
 	defer d.Close()
 	var n int64
 	for i := 0; i < b.N; i++ {
-		r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: 4096, Reuse: reuse})
+		n = epochOf(b, d, reuse)
+	}
+	b.SetBytes(n)
+}
+
+// epochOf reads one window-order epoch of 4096-sample batches from d and
+// returns its tensor bytes.
+func epochOf(b *testing.B, d *Dataset, reuse bool) int64 {
+	r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: 4096, Reuse: reuse})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for {
+		bt, err := r.Next()
 		if err != nil {
 			b.Fatal(err)
 		}
-		n = 0
-		for {
-			bt, err := r.Next()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if bt == nil {
-				break
-			}
-			for _, t := range bt.Tensors {
-				n += int64(len(t.Data))
-			}
+		if bt == nil {
+			return n
+		}
+		for _, t := range bt.Tensors {
+			n += int64(len(t.Data))
 		}
 	}
-	b.SetBytes(n)
 }

@@ -116,6 +116,9 @@ type windowBuf struct {
 	// scattered item-level rows: itemEnds[s+1], counted in items, shared
 	// by every item-level tensor of fixed-size rows.
 	itemEnds []int64
+	// stage holds rows read with pread (mapped.file) before they are
+	// scattered: a chunk of one tensor, or a segment's rows of one.
+	stage []byte
 }
 
 // grow returns b resized to n elements, reusing its memory when it can
@@ -295,7 +298,9 @@ func (d *Dataset) openWindow(buf *windowBuf, w Window, batch int64, index bool) 
 			willNeed(sg.sh, sg.lo, sg.hi)
 		}
 	}
-	d.scatter(buf, batch, index)
+	if err := d.scatter(buf, batch, index); err != nil {
+		return nil, err
+	}
 	buf.segs = nil // the window's samples are copied: no shard is needed
 	return buf, nil
 }
@@ -366,7 +371,7 @@ type slotted struct {
 // gather waits on every random read). Fixed-size tensors are scattered a
 // chunk of positions at a time, with the chunk's slots in cache; variable
 // ones (packed items, lists) need every slot first and come after.
-func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
+func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 	schema := d.Manifest.Tensors.Schema
 	n := w.perm.N
 	w.fill = grow(w.fill, (n+batch-1)/batch)
@@ -422,14 +427,18 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 			for ti := range schema {
 				if fixed[ti] {
 					o := &w.out[ti]
-					scatterRows(o.data, sg.sh.views[ti].data[lo*o.per:hi*o.per], c, o.per)
+					src, err := w.read(sg.sh, sg.sh.views[ti].data[lo*o.per:hi*o.per])
+					if err != nil {
+						return err
+					}
+					scatterRows(o.data, src, c, o.per)
 				}
 			}
 			q += hi - lo
 		}
 	}
 	if !varying {
-		return
+		return nil
 	}
 	slot := w.slot
 	itemRows := func(t manifests.Tensor) bool {
@@ -461,9 +470,14 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 			o.data = grow(o.data, ends[n]*per)
 			q := 0
 			for _, sg := range w.segs {
-				src, items := sg.sh.views[ti].data, sg.sh.items
+				items := sg.sh.items
+				base := items[sg.lo] * per
+				src, err := w.read(sg.sh, sg.sh.views[ti].data[base:items[sg.hi]*per])
+				if err != nil {
+					return err
+				}
 				for i := sg.lo; i < sg.hi; i++ {
-					copyRow(o.data[ends[slot[q]]*per:], src[items[i]*per:items[i+1]*per])
+					copyRow(o.data[ends[slot[q]]*per:], src[items[i]*per-base:items[i+1]*per-base])
 					q++
 				}
 			}
@@ -518,15 +532,35 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) {
 			o.data = grow(o.data, o.ends[n])
 			q = 0
 			for _, sg := range w.segs {
-				src := sg.sh.views[ti].data
+				base, end := sg.sh.rowBytes(ti, sg.lo, sg.hi)
+				src, err := w.read(sg.sh, sg.sh.views[ti].data[base:end])
+				if err != nil {
+					return err
+				}
 				for i := sg.lo; i < sg.hi; i++ {
 					a, e := sg.sh.rowBytes(ti, i, i+1)
-					copyRow(o.data[o.ends[slot[q]]:], src[a:e])
+					copyRow(o.data[o.ends[slot[q]]:], src[a-base:e-base])
 					q++
 				}
 			}
 		}
 	}
+	return nil
+}
+
+// read returns src, a range of shard sh's mapped bytes: read with pread
+// into w.stage when sh keeps its file open (Options.ReadMapped unset),
+// else src itself. The result is valid until the next read.
+func (w *windowBuf) read(sh *mapped, src []byte) ([]byte, error) {
+	if sh.file == nil || len(src) == 0 {
+		return src, nil
+	}
+	off := int64(uintptr(unsafe.Pointer(unsafe.SliceData(src))) - uintptr(unsafe.Pointer(unsafe.SliceData(sh.data))))
+	w.stage = grow(w.stage, int64(len(src)))
+	if _, err := sh.file.ReadAt(w.stage, off); err != nil {
+		return nil, fmt.Errorf("%s: read %d bytes at %d: %w", sh.file.Name(), len(src), off, err)
+	}
+	return w.stage, nil
 }
 
 // scatterRows copies row i of src (per bytes each) to row slot[i] of dst,

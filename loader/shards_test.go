@@ -524,6 +524,8 @@ func TestWindowOrderGoAndPython(t *testing.T) {
 		{Batch: 64, Seed: 7, World: 1, NumWorkers: 1, Slices: []int{0, 3, 5}, WindowBytes: 64 << 10},
 		{Batch: 100, Seed: 7, World: 1, NumWorkers: 1, Weights: map[string]map[string]float64{"country": {"C01": 5, "C02": 0.25}}, SliceW: map[int]float64{4: 0}},
 		{Batch: 200, Seed: 5, Rank: 1, World: 2, NumWorkers: 1, PieceSamples: 64},
+		// One shard file open for pread, the others read through the maps.
+		{Batch: 256, Seed: 2, World: 1, NumWorkers: 1, WindowBytes: 1 << 20, MaxOpenFiles: 1},
 	}
 	for _, out := range []string{flat, packed} {
 		goAndPython(t, out, cfgs)
@@ -545,6 +547,7 @@ type orderCfg struct {
 	PieceSamples int64                         `json:"piece_samples,omitempty"`
 	WindowBytes  int64                         `json:"window_bytes,omitempty"`
 	Slices       []int                         `json:"slices,omitempty"`
+	MaxOpenFiles int                           `json:"max_open_files,omitempty"` // Python only
 	Weights      map[string]map[string]float64 `json:"-"`
 	SliceW       map[int]float64               `json:"-"`
 	W            map[string]any                `json:"weights,omitempty"`
@@ -688,8 +691,10 @@ func TestWindowBatchesHoldTheirSamples(t *testing.T) {
 // TestReuseYieldsTheSameBatches: readers with ReadOptions.Reuse, three
 // epochs on one Dataset, yield byte for byte the batches of readers on
 // fresh memory (each batch checked before the next is asked for, as Reuse
-// requires), flat and packed, with several windows per epoch; and the
-// buffers are reused: an epoch-0 batch held past its window is overwritten.
+// requires), flat and packed, with several windows per epoch, and so do
+// readers of a Dataset that reads rows through its maps (ReadMapped), not
+// with pread; and the buffers are reused: an epoch-0 batch held past its
+// window is overwritten.
 func TestReuseYieldsTheSameBatches(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 6_000, Files: 2, Seed: 9})
 	for _, out := range []string{
@@ -726,10 +731,19 @@ func TestReuseYieldsTheSameBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		mapped, err := loader.Open(out, loader.Options{ReadMapped: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mapped.Close()
 		for epoch := 0; epoch < 3; epoch++ {
 			want, got := hashes(fresh, epoch, false), hashes(reused, epoch, true)
 			if len(want) < 10 || !slices.Equal(got, want) {
 				t.Fatalf("%s epoch %d: %d batches with Reuse differ from %d without", out, epoch, len(got), len(want))
+			}
+			// Rows read through the maps, not with pread: the same batches.
+			if got := hashes(mapped, epoch, epoch > 0); !slices.Equal(got, want) {
+				t.Fatalf("%s epoch %d: %d batches read through the maps (ReadMapped) differ from %d read with pread", out, epoch, len(got), len(want))
 			}
 		}
 		// A batch held past its window is overwritten by the next window.
