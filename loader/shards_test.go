@@ -962,12 +962,10 @@ func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // TestTorchDataLoader runs python/tests/torch_check.py with Debian's
-// python3-torch: a DataLoader with 2 workers over TorchDataset yields the
-// window order, every sample once, and set_epoch reorders.
-// TestTorchDataLoader runs python/tests/torch_check.py with Debian's
-// python3-torch: DataLoader workers, set_epoch, torch.distributed (gloo,
-// two processes), bfloat16, pin_memory and a model trained from packed
-// shards.
+// python3-torch: DataLoader workers (the window order, every sample once,
+// the NumPy reader's tensors, shared buffers reused only once released),
+// set_epoch, torch.distributed (gloo, two processes), bfloat16, pin_memory
+// and a model trained from packed shards.
 func TestTorchDataLoader(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
 		testutil.Missing(t, "python3-torch not installed (run make deps)")

@@ -30,11 +30,12 @@ import json
 import mmap
 import os
 import struct
+import threading
 
 import numpy as np
 
 __all__ = ["Dataset", "merge_parts", "open_generation", "read_header", "sequence", "batch_ranges", "SplitMix64", "WindowPerm", "block_order",
-           "streams_of", "stream_windows", "window_batches", "window_samples"]
+           "streams_of", "stream_windows", "window_batches", "window_samples", "tune_malloc"]
 
 ALGORITHM = "relayout-order-v1"
 M64 = (1 << 64) - 1
@@ -548,6 +549,29 @@ def read_header(buf, size=None):
     if pos != size - 8 - n:
         raise ValueError(f"safetensors: tensors cover {pos} bytes, the buffer holds {size - 8 - n}")
     return meta, tensors, 8 + n
+
+
+def tune_malloc(mmap_threshold=32 << 20, trim_threshold=128 << 20):
+    """Make glibc's malloc keep large freed blocks for reuse in this process:
+    blocks below mmap_threshold come from the heap instead of a fresh
+    mapping each, and up to trim_threshold of free heap is kept instead of
+    being returned to the kernel. NumPy's temporaries (the window order's
+    places, its sort, each batch's arrays) are then memory the process has
+    already touched, not fresh pages that fault one by one: an epoch of the
+    dense bench output 90 -> 66 ms in the process on the VM of
+    docs/benchmarks.md. The process may keep up to trim_threshold more
+    resident. It changes the whole process's allocator, so the reader never
+    calls it itself: call it once in a process that reads (in DataLoader
+    workers it measured no faster: their time goes to the batches' shared
+    memory). Returns False where the C library is not glibc (nothing
+    changed)."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        # M_MMAP_THRESHOLD (-3; at most 32 MiB on 64-bit), M_TRIM_THRESHOLD (-1).
+        return bool(libc.mallopt(-3, int(min(mmap_threshold, 32 << 20)))) and bool(libc.mallopt(-1, int(trim_threshold)))
+    except (OSError, AttributeError):
+        return False
 
 
 def _pread_into(f, out, offset):
@@ -1935,6 +1959,7 @@ def _torch_dataset():
         def __getstate__(self):
             state = dict(self.__dict__)
             state["_buffers"] = None  # a worker makes its own
+            state["_pool"] = None
             return state
 
         def set_epoch(self, epoch):
@@ -1963,7 +1988,9 @@ def _torch_dataset():
                     warnings.simplefilter("ignore", UserWarning)  # read-only maps
                     for b in ds.batches(self.batch_size, buffers=buffers):
                         if info is not None:  # a worker: the batch crosses to the main process
-                            yield _packed(b, bf16)
+                            if getattr(self, "_pool", None) is None:
+                                self._pool = _ShmPool()
+                            yield _packed(b, bf16, self._pool)
                             continue
                         out = {}
                         for k, v in b.items():
@@ -1983,7 +2010,9 @@ def _torch_dataset():
         and the views' places, one shared storage a batch: torch shares a
         storage per tensor it pickles, a file descriptor each, and with six
         tensors a batch that cost 2 ms a batch against 0.6 ms for one
-        (docs/benchmarks.md). The main process gets a plain dict."""
+        (docs/benchmarks.md). The main process gets a plain dict. A pooled
+        buffer (_ShmPool) also carries its slot and the pool's flags, which
+        the main process clears once it holds nothing of the buffer."""
 
         def __reduce__(self):
             base, layout = None, []
@@ -1993,7 +2022,10 @@ def _torch_dataset():
                     return (dict, (dict(self),))
                 base = ref[0]
                 layout.append((k, v.dtype, tuple(v.shape), ref[1], v.numel() * v.element_size()))
-            return (_rebuild_batch, (base, layout))
+            lent = getattr(base, "_relayout_lent", None)  # the batch dict may be a copy (default_convert)
+            if lent is None:
+                return (_rebuild_batch, (base, layout))
+            return (_rebuild_batch, (base, layout, lent[0], lent[1]))
 
     def _shared_bytes(n):
         """An uninitialized uint8 tensor of n bytes in shared memory, so that
@@ -2003,9 +2035,49 @@ def _torch_dataset():
         except (AttributeError, RuntimeError, TypeError):
             return torch.empty(n, dtype=torch.uint8)
 
-    def _packed(b, bf16):
+    class _ShmPool:
+        """A worker's shared-memory batch buffers, reused once the main
+        process has let go of them. A fresh buffer a batch costs a page fault
+        per 4 KiB page in the worker that fills it (on the bench VM, 0.29 s of
+        an epoch's 0.39 s in a worker, docs/benchmarks.md). Each pooled
+        buffer has a slot in flags, a shared int64 tensor the batches carry:
+        the worker sets its slot to 1 when it sends the buffer, and the main
+        process (_rebuild_batch) sets it back to 0 once no tensor there
+        shares the buffer's storage any more (a weak reference to the
+        storage, checked whenever a batch arrives). A buffer whose slot is
+        still 1 is never written; past SLOTS buffers (what the DataLoader's
+        prefetch, the batch the caller holds and the check's lag of a batch
+        or two need), batches get fresh ones, so a worker keeps at most
+        SLOTS batches of shared memory (/dev/shm) when idle."""
+        SLOTS = 8
+
+        def __init__(self):
+            self.flags = _shared_bytes(8 * self.SLOTS).view(torch.int64)
+            self.flags.zero_()
+            self.bufs = [None] * self.SLOTS
+
+        def take(self, n):
+            """(buffer of at least n bytes, slot or -1 when not pooled)."""
+            flags = self.flags.numpy()
+            free = [i for i in range(self.SLOTS) if flags[i] == 0]
+            fit = [i for i in free if self.bufs[i] is not None and self.bufs[i].numel() >= n]
+            if fit:
+                i = min(fit, key=lambda j: self.bufs[j].numel())
+            elif free:
+                # An unused slot, or the smallest free buffer, gets a new
+                # buffer with room for batches a little larger (packed
+                # batches vary in items).
+                i = min(free, key=lambda j: -1 if self.bufs[j] is None else self.bufs[j].numel())
+                self.bufs[i] = _shared_bytes(max(n + n // 8, 64) + 63 & ~63)
+            else:
+                return _shared_bytes(max(n, 1)), -1
+            flags[i] = 1
+            return self.bufs[i], i
+
+    def _packed(b, bf16, pool=None):
         """Batch b (NumPy arrays) as a _Batch: its arrays copied into one
-        shared buffer, each at a 64-byte aligned place."""
+        shared buffer (from pool when given), each at a 64-byte aligned
+        place."""
         conv = {}
         for k, v in b.items():
             if v.dtype == np.uint16 and k not in bf16:  # torch has no uint16: widened
@@ -2015,7 +2087,10 @@ def _torch_dataset():
         for v in conv.values():
             places.append(n)
             n += (v.nbytes + 63) & ~63
-        base = _shared_bytes(max(n, 1))
+        if pool is not None:
+            base, slot = pool.take(max(n, 1))
+        else:
+            base, slot = _shared_bytes(max(n, 1)), -1
         raw = base.numpy()
         out = _Batch()
         for (k, v), o in zip(conv.items(), places):
@@ -2025,16 +2100,42 @@ def _torch_dataset():
                 t = t.view(torch.bfloat16)
             t._relayout_base = (base, o)
             out[k] = t
+        if slot >= 0:
+            base._relayout_lent = (pool.flags, slot)
         return out
 
     TorchDataset.__qualname__ = "TorchDataset"  # pickled by name (DataLoader workers, spawn)
     return TorchDataset
 
 
-def _rebuild_batch(base, layout):
+def _rebuild_batch(base, layout, flags=None, slot=-1):
     """A worker's batch in the main process: its tensors as views of the one
-    buffer it was pickled as (TorchDataset)."""
-    return {k: base[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
+    buffer it was pickled as (TorchDataset). A pooled buffer (flags, slot)
+    is watched until nothing here shares its storage, then handed back."""
+    out = {k: base[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
+    _return_lent(flags, slot, base)
+    return out
+
+
+_lent = []  # (weak reference to a pooled buffer's storage, flags, slot)
+_lent_lock = threading.Lock()  # a pin-memory thread rebuilds batches too
+
+
+def _return_lent(flags, slot, base):
+    """Clear the slots of pooled buffers nothing in this process shares any
+    more, and watch base's (slot >= 0)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    with _lent_lock:
+        keep = []
+        for ref, f, i in _lent:
+            if ref.expired():
+                f[i] = 0
+            else:
+                keep.append((ref, f, i))
+        if flags is not None and slot >= 0:
+            st = base.untyped_storage() if hasattr(base, "untyped_storage") else base.storage()
+            keep.append((StorageWeakRef(st), flags, slot))
+        _lent[:] = keep
 
 
 def __getattr__(name):

@@ -52,6 +52,13 @@ def _same(x, a):
     return tuple(x.shape) == a.shape and np.array_equal(x.numpy(), a)
 
 
+def _inode(x):
+    """The inode of the shared-memory file behind tensor x's storage."""
+    st = x.untyped_storage() if hasattr(x, "untyped_storage") else x.storage()
+    r = st._share_fd_cpu_()
+    return os.fstat(r[0] if isinstance(r, tuple) else r).st_ino
+
+
 class TorchTest(unittest.TestCase):
     def setUp(self):
         if OUT is None or PACKED is None:
@@ -95,6 +102,32 @@ class TorchTest(unittest.TestCase):
                     self.assertTrue(_same(b[name], a), f"{out} batch {i} {name}")
                 ptrs = {(v.untyped_storage() if hasattr(v, "untyped_storage") else v.storage()).data_ptr() for v in b.values()}
                 self.assertEqual(len(ptrs), 1, f"{out} batch {i}: {len(ptrs)} storages")
+
+    def test_worker_buffers_reused_only_when_released(self):
+        # Workers copy batches into pooled shared buffers and reuse one only
+        # once the main process holds nothing of it: an epoch whose batches
+        # are dropped as they come needs a few buffers, not one a batch; and
+        # views held from one epoch (a slice of a tensor, its batch dropped)
+        # keep their values through the next.
+        for out in (OUT, PACKED):
+            want = list(rl.Dataset(out, seed=6, streams=2).batches(16))
+            ds = rl.TorchDataset(out, 16, seed=6, rank=0, world=1, streams=2)
+            dl = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+            inodes, n = set(), 0
+            for i, b in enumerate(dl):
+                inodes.add(_inode(next(iter(b.values()))))
+                n += 1
+            self.assertEqual(n, len(want))
+            self.assertLessEqual(len(inodes), 16, f"{out}: {len(inodes)} shared buffers for {n} batches")
+            held = []
+            for i, b in enumerate(dl):
+                if i % 3 == 0:
+                    name = list(b)[i % len(b)]
+                    held.append((i, name, b[name][:2]))
+            for _ in dl:
+                pass
+            for i, name, v in held:
+                self.assertTrue(_same(v, want[i][name][:2]), f"{out} batch {i} {name}: a held view changed")
 
     def test_epochs_reuse_window_arrays(self):
         # One TorchDataset in the process keeps its window arrays from one
