@@ -12,7 +12,8 @@ Plain copies of the shards' tensor bytes into one staging buffer:
 - copy_map: from fresh maps of the shards (each page's first touch);
 - copy_pread: read from the files with pread;
 - copy_memory: from arrays already in memory (a memcpy, what the Go bench
-  calls a plain copy); the ratios are against this one."""
+  calls a plain copy); the ratios are against this one.
+RELAYOUT_TUNE_MALLOC=1 calls relayout_loader.tune_malloc() first."""
 import json
 import os
 import statistics
@@ -99,6 +100,8 @@ def main():
     out = sys.argv[1]
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    if os.environ.get("RELAYOUT_TUNE_MALLOC") == "1":
+        rl.tune_malloc()
     ranges = _ranges(out)
     buf = np.ones(max(n for _, _, n in ranges), dtype=np.uint8)  # faulted in
     mem = []

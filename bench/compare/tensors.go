@@ -257,6 +257,12 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 			fmt.Printf("NumPy loader, %s (batches copied to a staging buffer, a fresh Dataset an epoch), GB/s: window order %.2f (window arrays in fresh memory), %.2f (kept from the last epoch); block order %.2f; plain copies of the same bytes: memcpy %.2f, pread %.2f, from fresh maps %.2f; window ÷ memcpy %.3fx, kept %.3fx (target >= 0.5x)\n",
 				c.name, np.Window, np.WindowReuse, np.Block, np.CopyMemory, np.CopyPread, np.CopyMap, np.Window/np.CopyMemory, np.WindowReuse/np.CopyMemory)
 			res[c.key] = json.RawMessage(outp)
+			// The same in a process that called tune_malloc() first.
+			if tp, err := pyBench("bench/numpy_loader.py", c.out, batchRows, reps, "RELAYOUT_TUNE_MALLOC=1"); err == nil && json.Unmarshal(tp, &np) == nil && np.CopyMemory > 0 {
+				fmt.Printf("NumPy loader, %s, after tune_malloc(): window order %.2f GB/s (fresh arrays), %.2f (kept); memcpy %.2f; window ÷ memcpy %.3fx, kept %.3fx\n",
+					c.name, np.Window, np.WindowReuse, np.CopyMemory, np.Window/np.CopyMemory, np.WindowReuse/np.CopyMemory)
+				res[c.key+"_tuned"] = json.RawMessage(tp)
+			}
 		} else {
 			fmt.Printf("NumPy loader, %s: not measured (%v; run make deps)\n", c.name, err)
 		}
@@ -286,9 +292,9 @@ func tensorBench(dir, in string, reps int, res map[string]any) {
 // pyBench runs a Python bench script on an output (batches of batchRows,
 // at least 3 repetitions) with the loader on its path, and returns what it
 // prints.
-func pyBench(script, out string, batchRows, reps int) ([]byte, error) {
+func pyBench(script, out string, batchRows, reps int, env ...string) ([]byte, error) {
 	cmd := exec.Command("/usr/bin/python3", script, out, fmt.Sprint(batchRows), fmt.Sprint(max(reps, 3)))
-	cmd.Env = append(os.Environ(), "PYTHONPATH=python")
+	cmd.Env = append(append(os.Environ(), "PYTHONPATH=python"), env...)
 	return cmd.Output()
 }
 

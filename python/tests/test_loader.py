@@ -103,6 +103,17 @@ def window_global(n, block, batch, window, streams, world, nw, seed=5, epoch=2, 
     return order, per
 
 
+class TuneMallocTest(unittest.TestCase):
+    def test_glibc_accepts_the_thresholds(self):
+        # In a process of its own: the thresholds are the whole process's.
+        import platform
+        import subprocess
+        import sys
+        code = "import relayout_loader as rl, sys; sys.exit(0 if rl.tune_malloc() else 1)"
+        r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.assertEqual(r.returncode == 0, platform.libc_ver()[0] == "glibc")
+
+
 class ImportTest(unittest.TestCase):
     def test_import_leaves_torch_alone(self):
         # torch is imported when TorchDataset is first used, not with the
