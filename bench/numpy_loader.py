@@ -79,7 +79,7 @@ def copy_pread(ranges, buf):
     total = 0
     t = time.perf_counter()
     for p, off, n in ranges:
-        rl._pread_into(files[p], buf[:n], off)
+        rl._pread_into(files[p].fileno(), buf[:n], off, p)
         total += n
     dt = time.perf_counter() - t
     for f in files.values():
@@ -108,7 +108,7 @@ def main():
     for p, off, n in ranges:
         a = np.empty(n, dtype=np.uint8)
         with open(p, "rb") as f:
-            rl._pread_into(f, a, off)
+            rl._pread_into(f.fileno(), a, off, p)
         mem.append(a)
     bufs = {}
     loader_pass(out, batch)  # warm the page cache

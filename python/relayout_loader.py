@@ -25,6 +25,7 @@ bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
 __version__ = "0.1.0.dev0"  # PEP 440 form of the CLI's version (a Go test keeps them equal)
 
 import array
+import atexit
 import importlib.util
 import json
 import mmap
@@ -574,14 +575,14 @@ def tune_malloc(mmap_threshold=32 << 20, trim_threshold=128 << 20):
         return False
 
 
-def _pread_into(f, out, offset):
-    """Fill out (a contiguous uint8 array) with the bytes of file f at
-    offset."""
+def _pread_into(fd, out, offset, path):
+    """Fill out (a contiguous uint8 array) with the bytes at offset of file
+    descriptor fd (of path)."""
     mv, got = memoryview(out), 0
     while got < len(mv):
-        n = os.preadv(f.fileno(), [mv[got:]], offset + got)
+        n = os.preadv(fd, [mv[got:]], offset + got)
         if n <= 0:
-            raise OSError(f"{f.name}: {len(mv) - got} bytes missing at offset {offset + got}")
+            raise OSError(f"{path}: {len(mv) - got} bytes missing at offset {offset + got}")
         got += n
 
 
@@ -608,20 +609,20 @@ class _Files:
 
 
 def _open_mapped(path, expect_bytes, what, files):
-    """(map, file kept open for pread or None) of path, checked to be
-    expect_bytes long (what names the source of that figure)."""
-    f = open(path, "rb")
+    """(map, file descriptor kept open for pread or None) of path, checked
+    to be expect_bytes long (what names the source of that figure)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     keep = False
     try:
-        size = os.fstat(f.fileno()).st_size
+        size = os.fstat(fd).st_size
         if size != expect_bytes:
             raise ValueError(f"{path}: {size} bytes, {what} says {expect_bytes}")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else None
         keep = files is not None and files.take()
-        return mm, (f if keep else None)
+        return mm, (fd if keep else None)
     finally:
         if not keep:
-            f.close()
+            os.close(fd)
 
 
 class _Shard:
@@ -634,7 +635,7 @@ class _Shard:
 
     def __init__(self, path, expect_bytes, expect_hash=None, files=None):
         self.path, self.files = path, files
-        self.mm, self.f = _open_mapped(path, expect_bytes, "the manifest", files)
+        self.mm, self.fd = _open_mapped(path, expect_bytes, "the manifest", files)
         self._arrays = {}
         try:
             if self.mm is None:
@@ -666,18 +667,21 @@ class _Shard:
         """Elements [a, b) of tensor name, read with pread into stage (a
         uint8 array of at least that many bytes; valid until stage is
         written again), or a view of the map when the file is not open."""
-        if self.f is None:
+        if self.fd is None:
             return self.array(name)[a:b]
         dt, _, begin, _ = self.tensors[name]
         d = DTYPES[dt]
         out = stage[:(b - a) * d.itemsize]
-        _pread_into(self.f, out, self.data_start + begin + a * d.itemsize)
+        _pread_into(self.fd, out, self.data_start + begin + a * d.itemsize, self.path)
         return out.view(d)
 
     def close(self):
         """Drop the views, the map (unless views are still held; it
         closes with them) and the file."""
         _close_mapped(self)
+
+    def __del__(self):
+        _close_fd(self)
 
 
 class _Block:
@@ -688,7 +692,7 @@ class _Block:
 
     def __init__(self, path, expect_bytes, schema, ranges, files=None):
         self.path, self.files = path, files
-        self.mm, self.f = _open_mapped(path, expect_bytes, "the block table", files)
+        self.mm, self.fd = _open_mapped(path, expect_bytes, "the block table", files)
         order = sorted(range(len(schema)), key=lambda j: ranges[2 * j])
         self._where, pos = {}, 0
         for j in order:
@@ -712,15 +716,18 @@ class _Block:
         """_Shard.rows: elements [a, b) of the block's part of tensor name
         (not rebased), read with pread into stage or viewed in the map."""
         t, pos, _ = self._where[name]
-        if self.f is None:
-            return self.array(name)[a:b] if t["kind"] != "offsets" else self.array(name)[a:b] + self.array(name).base[0]
+        if self.fd is None:
+            return self.array(name)[a:b]  # data rows: not rebased
         d = DTYPES[t["dtype"]]
         out = stage[:(b - a) * d.itemsize]
-        _pread_into(self.f, out, pos + a * d.itemsize)
+        _pread_into(self.fd, out, pos + a * d.itemsize, self.path)
         return out.view(d)
 
     def close(self):
         _close_mapped(self)
+
+    def __del__(self):
+        _close_fd(self)
 
 
 def _close_mapped(x):
@@ -732,9 +739,16 @@ def _close_mapped(x):
             x.mm.close()
         except BufferError:
             pass
-    if x.f is not None:
-        x.f.close()
-        x.f = None
+    _close_fd(x)
+
+
+def _close_fd(x):
+    """Close the descriptor a _Shard or _Block kept for pread (also when it
+    is collected unclosed), giving its place in the budget back."""
+    fd = getattr(x, "fd", None)
+    if fd is not None:
+        x.fd = None
+        os.close(fd)
         x.files.give()
 
 
@@ -2111,19 +2125,45 @@ def _torch_dataset():
 def _rebuild_batch(base, layout, flags=None, slot=-1):
     """A worker's batch in the main process: its tensors as views of the one
     buffer it was pickled as (TorchDataset). A pooled buffer (flags, slot)
-    is watched until nothing here shares its storage, then handed back."""
-    out = {k: base[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
-    _return_lent(flags, slot, base)
+    is watched until nothing here shares the batch's storage, then handed
+    back; the buffer itself stays mapped here (_anchors), so that when the
+    worker sends it again torch finds it mapped already, not a fresh map
+    whose pages cost a fault each when the batch is read."""
+    if flags is None or slot < 0:
+        return {k: base[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
+    # The views share a storage of their own over the buffer's memory
+    # (from_numpy), whose weak reference says when the caller let go,
+    # while the anchor keeps the buffer's own storage, and its map, alive.
+    proxy = torch_from_numpy(base.numpy())
+    out = {k: proxy[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
+    _return_lent(flags, slot, proxy, base)
     return out
 
 
-_lent = []  # (weak reference to a pooled buffer's storage, flags, slot)
+def torch_from_numpy(a):
+    import torch
+    return torch.from_numpy(a)
+
+
+_lent = []  # (weak reference to a pooled buffer's batch storage, flags, slot)
+_anchors = {}  # (flags' address, slot) -> (buffer, flags): pooled buffers kept mapped
+_ANCHOR_BYTES = 256 << 20  # released buffers past this are let go, oldest first
 _lent_lock = threading.Lock()  # a pin-memory thread rebuilds batches too
 
 
-def _return_lent(flags, slot, base):
+@atexit.register
+def _drop_lent():
+    """Let the weak references and buffers go before torch's modules are
+    torn down at exit (their finalizers need them)."""
+    with _lent_lock:
+        _lent.clear()
+        _anchors.clear()
+
+
+def _return_lent(flags, slot, proxy, base):
     """Clear the slots of pooled buffers nothing in this process shares any
-    more, and watch base's (slot >= 0)."""
+    more, watch proxy's storage (the batch just rebuilt from slot), and keep
+    its buffer mapped."""
     from torch.multiprocessing.reductions import StorageWeakRef
     with _lent_lock:
         keep = []
@@ -2132,10 +2172,20 @@ def _return_lent(flags, slot, base):
                 f[i] = 0
             else:
                 keep.append((ref, f, i))
-        if flags is not None and slot >= 0:
-            st = base.untyped_storage() if hasattr(base, "untyped_storage") else base.storage()
-            keep.append((StorageWeakRef(st), flags, slot))
+        st = proxy.untyped_storage() if hasattr(proxy, "untyped_storage") else proxy.storage()
+        keep.append((StorageWeakRef(st), flags, slot))
         _lent[:] = keep
+        key = (flags.data_ptr(), slot)
+        _anchors.pop(key, None)
+        _anchors[key] = (base, flags)  # newest last
+        total = sum(b.numel() for b, _ in _anchors.values())
+        for k in list(_anchors):
+            if total <= _ANCHOR_BYTES:
+                break
+            b, f = _anchors[k]
+            if k != key and f[k[1]] == 0:  # released: only a map is lost
+                total -= b.numel()
+                del _anchors[k]
 
 
 def __getattr__(name):

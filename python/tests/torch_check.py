@@ -52,9 +52,19 @@ def _same(x, a):
     return tuple(x.shape) == a.shape and np.array_equal(x.numpy(), a)
 
 
+def _storage(x):
+    return x.untyped_storage() if hasattr(x, "untyped_storage") else x.storage()
+
+
 def _inode(x):
-    """The inode of the shared-memory file behind tensor x's storage."""
-    st = x.untyped_storage() if hasattr(x, "untyped_storage") else x.storage()
+    """The inode of the shared-memory file behind a worker batch's tensor x:
+    the pooled buffer the main process keeps mapped for it (the batch's
+    own storage is a view of that buffer's memory), else x's storage."""
+    st = _storage(x)
+    for base, _ in list(rl._anchors.values()):
+        if base.data_ptr() == st.data_ptr():
+            st = _storage(base)
+            break
     r = st._share_fd_cpu_()
     return os.fstat(r[0] if isinstance(r, tuple) else r).st_ino
 
