@@ -2057,8 +2057,8 @@ def _torch_dataset():
         buffer has a slot in flags, a shared int64 tensor the batches carry:
         the worker sets its slot to 1 when it sends the buffer, and the main
         process (_rebuild_batch) sets it back to 0 once no tensor there
-        shares the buffer's storage any more (a weak reference to the
-        storage, checked whenever a batch arrives). A buffer whose slot is
+        shares the batch's storage any more (a weak reference to it,
+        checked whenever a batch arrives). A buffer whose slot is
         still 1 is never written; past SLOTS buffers (what the DataLoader's
         prefetch, the batch the caller holds and the check's lag of a batch
         or two need), batches get fresh ones, so a worker keeps at most
@@ -2134,15 +2134,11 @@ def _rebuild_batch(base, layout, flags=None, slot=-1):
     # The views share a storage of their own over the buffer's memory
     # (from_numpy), whose weak reference says when the caller let go,
     # while the anchor keeps the buffer's own storage, and its map, alive.
-    proxy = torch_from_numpy(base.numpy())
+    import torch  # imported already: base is a tensor
+    proxy = torch.from_numpy(base.numpy())
     out = {k: proxy[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
     _return_lent(flags, slot, proxy, base)
     return out
-
-
-def torch_from_numpy(a):
-    import torch
-    return torch.from_numpy(a)
 
 
 _lent = []  # (weak reference to a pooled buffer's batch storage, flags, slot)
