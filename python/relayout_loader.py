@@ -2025,8 +2025,8 @@ def _torch_dataset():
         storage per tensor it pickles, a file descriptor each, and with six
         tensors a batch that cost 2 ms a batch against 0.6 ms for one
         (docs/benchmarks.md). The main process gets a plain dict. A pooled
-        buffer (_ShmPool) also carries its slot and the pool's flags, which
-        the main process clears once it holds nothing of the buffer."""
+        buffer (_ShmPool) also carries where its flag is, which the main
+        process clears once it holds nothing of the buffer."""
 
         def __reduce__(self):
             base, layout = None, []
@@ -2036,10 +2036,8 @@ def _torch_dataset():
                     return (dict, (dict(self),))
                 base = ref[0]
                 layout.append((k, v.dtype, tuple(v.shape), ref[1], v.numel() * v.element_size()))
-            lent = getattr(base, "_relayout_lent", None)  # the batch dict may be a copy (default_convert)
-            if lent is None:
-                return (_rebuild_batch, (base, layout))
-            return (_rebuild_batch, (base, layout, lent[0], lent[1]))
+            flag = getattr(base, "_relayout_flag", -1)  # the batch dict may be a copy (default_convert)
+            return (_rebuild_batch, (base, layout, flag))
 
     def _shared_bytes(n):
         """An uninitialized uint8 tensor of n bytes in shared memory, so that
@@ -2053,40 +2051,46 @@ def _torch_dataset():
         """A worker's shared-memory batch buffers, reused once the main
         process has let go of them. A fresh buffer a batch costs a page fault
         per 4 KiB page in the worker that fills it (on the bench VM, 0.29 s of
-        an epoch's 0.39 s in a worker, docs/benchmarks.md). Each pooled
-        buffer has a slot in flags, a shared int64 tensor the batches carry:
-        the worker sets its slot to 1 when it sends the buffer, and the main
-        process (_rebuild_batch) sets it back to 0 once no tensor there
-        shares the batch's storage any more (a weak reference to it,
-        checked whenever a batch arrives). A buffer whose slot is
-        still 1 is never written; past SLOTS buffers (what the DataLoader's
-        prefetch, the batch the caller holds and the check's lag of a batch
-        or two need), batches get fresh ones, so a worker keeps at most
-        SLOTS batches of shared memory (/dev/shm) when idle."""
+        an epoch's 0.39 s in a worker, docs/benchmarks.md). A pooled buffer
+        ends in a flag (8 bytes, after its batch): the worker sets it to 1
+        when it sends the buffer, and the main process (_rebuild_batch) sets
+        it back to 0 once no tensor there shares the batch's storage any
+        more (a weak reference to it, checked whenever a batch arrives). A
+        buffer whose flag is still 1 is never written. Past SLOTS buffers
+        (what the DataLoader's prefetch, the batch the caller holds and the
+        check's lag of a batch or two need), batches get fresh unpooled
+        ones, so a worker keeps at most SLOTS batches of shared memory
+        (/dev/shm) when idle. The flag travels inside the buffer, not as a
+        storage of its own: a second storage a batch cost 0.05-0.07 s an
+        epoch of 245 batches."""
         SLOTS = 8
 
         def __init__(self):
-            self.flags = _shared_bytes(8 * self.SLOTS).view(torch.int64)
-            self.flags.zero_()
-            self.bufs = [None] * self.SLOTS
+            self.bufs = []
+
+        @staticmethod
+        def _flag(buf):
+            return buf.numpy()[-8:].view(np.int64)
 
         def take(self, n):
-            """(buffer of at least n bytes, slot or -1 when not pooled)."""
-            flags = self.flags.numpy()
-            free = [i for i in range(self.SLOTS) if flags[i] == 0]
-            fit = [i for i in free if self.bufs[i] is not None and self.bufs[i].numel() >= n]
+            """(buffer with room for n bytes, the offset of its flag or -1
+            when not pooled)."""
+            free = [b for b in self.bufs if self._flag(b)[0] == 0]
+            fit = [b for b in free if b.numel() - 64 >= n]
             if fit:
-                i = min(fit, key=lambda j: self.bufs[j].numel())
-            elif free:
-                # An unused slot, or the smallest free buffer, gets a new
-                # buffer with room for batches a little larger (packed
-                # batches vary in items).
-                i = min(free, key=lambda j: -1 if self.bufs[j] is None else self.bufs[j].numel())
-                self.bufs[i] = _shared_bytes(max(n + n // 8, 64) + 63 & ~63)
+                buf = min(fit, key=lambda b: b.numel())
+            elif len(self.bufs) < self.SLOTS or free:
+                if len(self.bufs) >= self.SLOTS:  # the smallest free one makes room
+                    gone = min(free, key=lambda b: b.numel())
+                    self.bufs = [b for b in self.bufs if b is not gone]
+                # Room for batches a little larger (packed batches vary in items).
+                buf = _shared_bytes(((max(n + n // 8, 64) + 63) & ~63) + 64)
+                self.bufs.append(buf)
             else:
                 return _shared_bytes(max(n, 1)), -1
-            flags[i] = 1
-            return self.bufs[i], i
+            self._flag(buf)[0] = 1
+            buf._relayout_flag = buf.numel() - 8
+            return buf, buf.numel() - 8
 
     def _packed(b, bf16, pool=None):
         """Batch b (NumPy arrays) as a _Batch: its arrays copied into one
@@ -2101,10 +2105,7 @@ def _torch_dataset():
         for v in conv.values():
             places.append(n)
             n += (v.nbytes + 63) & ~63
-        if pool is not None:
-            base, slot = pool.take(max(n, 1))
-        else:
-            base, slot = _shared_bytes(max(n, 1)), -1
+        base = pool.take(max(n, 1))[0] if pool is not None else _shared_bytes(max(n, 1))
         raw = base.numpy()
         out = _Batch()
         for (k, v), o in zip(conv.items(), places):
@@ -2114,36 +2115,35 @@ def _torch_dataset():
                 t = t.view(torch.bfloat16)
             t._relayout_base = (base, o)
             out[k] = t
-        if slot >= 0:
-            base._relayout_lent = (pool.flags, slot)
         return out
 
     TorchDataset.__qualname__ = "TorchDataset"  # pickled by name (DataLoader workers, spawn)
     return TorchDataset
 
 
-def _rebuild_batch(base, layout, flags=None, slot=-1):
+def _rebuild_batch(base, layout, flag=-1):
     """A worker's batch in the main process: its tensors as views of the one
-    buffer it was pickled as (TorchDataset). A pooled buffer (flags, slot)
-    is watched until nothing here shares the batch's storage, then handed
-    back; the buffer itself stays mapped here (_anchors), so that when the
-    worker sends it again torch finds it mapped already, not a fresh map
-    whose pages cost a fault each when the batch is read."""
-    if flags is None or slot < 0:
+    buffer it was pickled as (TorchDataset). A pooled buffer (its flag at
+    byte flag) is watched until nothing here shares the batch's storage,
+    then handed back; the buffer itself stays mapped here (_anchors), so
+    that when the worker sends it again torch finds it mapped already, not
+    a fresh map whose pages cost a fault each when the batch is read."""
+    if flag < 0:
         return {k: base[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
     # The views share a storage of their own over the buffer's memory
     # (from_numpy), whose weak reference says when the caller let go,
     # while the anchor keeps the buffer's own storage, and its map, alive.
     import torch  # imported already: base is a tensor
-    proxy = torch.from_numpy(base.numpy())
+    raw = base.numpy()
+    proxy = torch.from_numpy(raw[:flag])
     out = {k: proxy[o:o + n].view(dtype).view(shape) for k, dtype, shape, o, n in layout}
-    _return_lent(flags, slot, proxy, base)
+    _return_lent(base, raw[flag:flag + 8].view(np.int64), proxy)
     return out
 
 
-_lent = []  # (weak reference to a pooled buffer's batch storage, flags, slot)
-_anchors = {}  # (flags' address, slot) -> (buffer, flags): pooled buffers kept mapped
-_ANCHOR_BYTES = 256 << 20  # released buffers past this are let go, oldest first
+_lent = []  # (weak reference to a pooled buffer's batch storage, the buffer's flag)
+_anchors = {}  # buffer address -> (buffer, flag): pooled buffers kept mapped, oldest first
+_ANCHOR_BYTES = 128 << 20  # released buffers past this are let go, oldest first
 _lent_lock = threading.Lock()  # a pin-memory thread rebuilds batches too
 
 
@@ -2156,30 +2156,30 @@ def _drop_lent():
         _anchors.clear()
 
 
-def _return_lent(flags, slot, proxy, base):
-    """Clear the slots of pooled buffers nothing in this process shares any
-    more, watch proxy's storage (the batch just rebuilt from slot), and keep
-    its buffer mapped."""
+def _return_lent(base, flag, proxy):
+    """Clear the flags of pooled buffers nothing in this process shares any
+    more, watch proxy's storage (the batch just rebuilt from base), and keep
+    base mapped."""
     from torch.multiprocessing.reductions import StorageWeakRef
     with _lent_lock:
         keep = []
-        for ref, f, i in _lent:
+        for ref, f in _lent:
             if ref.expired():
-                f[i] = 0
+                f[0] = 0
             else:
-                keep.append((ref, f, i))
+                keep.append((ref, f))
         st = proxy.untyped_storage() if hasattr(proxy, "untyped_storage") else proxy.storage()
-        keep.append((StorageWeakRef(st), flags, slot))
+        keep.append((StorageWeakRef(st), flag))
         _lent[:] = keep
-        key = (flags.data_ptr(), slot)
+        key = base.data_ptr()
         _anchors.pop(key, None)
-        _anchors[key] = (base, flags)  # newest last
+        _anchors[key] = (base, flag)  # newest last
         total = sum(b.numel() for b, _ in _anchors.values())
         for k in list(_anchors):
             if total <= _ANCHOR_BYTES:
                 break
             b, f = _anchors[k]
-            if k != key and f[k[1]] == 0:  # released: only a map is lost
+            if k != key and f[0] == 0:  # released: only a map is lost
                 total -= b.numel()
                 del _anchors[k]
 
