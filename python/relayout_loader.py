@@ -625,13 +625,57 @@ def _open_mapped(path, expect_bytes, what, files):
             os.close(fd)
 
 
-class _Shard:
-    """A shard file: mapped (array(name): zero-copy views, for the block
-    order), and kept open for pread while the Dataset's budget of open
-    files lasts (rows(): the window order's copies, which need no map: the
+class _Mapped:
+    """What _Shard and _Block share: a map (array(name): zero-copy views)
+    and, while the Dataset's budget of open files lasts, the file kept open
+    for pread (rows(): the window order's copies, which need no map: the
     first pass over a fresh map costs a page-table entry per 4 KiB page,
     40 ms against 9 ms by pread for 93 MB on the VM of docs/benchmarks.md,
-    and TorchDataset makes a Dataset every epoch)."""
+    and TorchDataset makes a Dataset every epoch). A subclass sets path,
+    files, mm, fd and _arrays, and says where a tensor starts (_at)."""
+
+    def _at(self, name):
+        """(NumPy dtype, offset in the file of element 0) of tensor name."""
+        raise NotImplementedError
+
+    def rows(self, name, a, b, stage):
+        """Elements [a, b) of tensor name (a block's: not rebased), read
+        with pread into stage (a uint8 array of at least that many bytes;
+        valid until stage is written again), or a view of the map when the
+        file is not open."""
+        if self.fd is None:
+            return self.array(name)[a:b]
+        d, start = self._at(name)
+        out = stage[:(b - a) * d.itemsize]
+        _pread_into(self.fd, out, start + a * d.itemsize, self.path)
+        return out.view(d)
+
+    def close(self):
+        """Drop the views, the map (unless views are still held: it closes
+        with them) and the kept file."""
+        self._arrays.clear()
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:
+                pass
+        self._close_fd()
+
+    def _close_fd(self):
+        """Close the kept descriptor (also when collected unclosed), giving
+        its place in the budget back."""
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            self.fd = None
+            os.close(fd)
+            self.files.give()
+
+    def __del__(self):
+        self._close_fd()
+
+
+class _Shard(_Mapped):
+    """A shard file (_Mapped)."""
 
     def __init__(self, path, expect_bytes, expect_hash=None, files=None):
         self.path, self.files = path, files
@@ -663,28 +707,12 @@ class _Shard:
             self._arrays[name] = a
         return a
 
-    def rows(self, name, a, b, stage):
-        """Elements [a, b) of tensor name, read with pread into stage (a
-        uint8 array of at least that many bytes; valid until stage is
-        written again), or a view of the map when the file is not open."""
-        if self.fd is None:
-            return self.array(name)[a:b]
+    def _at(self, name):
         dt, _, begin, _ = self.tensors[name]
-        d = DTYPES[dt]
-        out = stage[:(b - a) * d.itemsize]
-        _pread_into(self.fd, out, self.data_start + begin + a * d.itemsize, self.path)
-        return out.view(d)
-
-    def close(self):
-        """Drop the views, the map (unless views are still held; it
-        closes with them) and the file."""
-        _close_mapped(self)
-
-    def __del__(self):
-        _close_fd(self)
+        return DTYPES[dt], self.data_start + begin
 
 
-class _Block:
+class _Block(_Mapped):
     """One block of a shard, as the cache holds it (its ranges of every
     tensor, in data order), with the _Shard interface: array(name) is the
     block's part of the tensor, rows counted from the block's first and
@@ -712,44 +740,9 @@ class _Block:
             self._arrays[name] = a
         return a
 
-    def rows(self, name, a, b, stage):
-        """_Shard.rows: elements [a, b) of the block's part of tensor name
-        (not rebased), read with pread into stage or viewed in the map."""
+    def _at(self, name):
         t, pos, _ = self._where[name]
-        if self.fd is None:
-            return self.array(name)[a:b]  # data rows: not rebased
-        d = DTYPES[t["dtype"]]
-        out = stage[:(b - a) * d.itemsize]
-        _pread_into(self.fd, out, pos + a * d.itemsize, self.path)
-        return out.view(d)
-
-    def close(self):
-        _close_mapped(self)
-
-    def __del__(self):
-        _close_fd(self)
-
-
-def _close_mapped(x):
-    """Close a _Shard's or _Block's views, map (unless views are still
-    held: it closes with them) and kept file."""
-    x._arrays.clear()
-    if x.mm is not None:
-        try:
-            x.mm.close()
-        except BufferError:
-            pass
-    _close_fd(x)
-
-
-def _close_fd(x):
-    """Close the descriptor a _Shard or _Block kept for pread (also when it
-    is collected unclosed), giving its place in the budget back."""
-    fd = getattr(x, "fd", None)
-    if fd is not None:
-        x.fd = None
-        os.close(fd)
-        x.files.give()
+        return DTYPES[t["dtype"]], pos
 
 
 # --- remote outputs: a shard cache (the Go loader's, same folder format) ------
@@ -2066,31 +2059,29 @@ def _torch_dataset():
         SLOTS = 8
 
         def __init__(self):
-            self.bufs = []
-
-        @staticmethod
-        def _flag(buf):
-            return buf.numpy()[-8:].view(np.int64)
+            self.bufs = []  # (buffer, its flag as a one-element int64 array)
 
         def take(self, n):
-            """(buffer with room for n bytes, the offset of its flag or -1
-            when not pooled)."""
-            free = [b for b in self.bufs if self._flag(b)[0] == 0]
-            fit = [b for b in free if b.numel() - 64 >= n]
+            """A buffer with room for n bytes: a free pooled one, a new
+            pooled one, or past SLOTS in use a fresh unpooled one. A pooled
+            buffer's _relayout_flag is where its flag is (set when made)."""
+            free = [(b, f) for b, f in self.bufs if f[0] == 0]
+            fit = [(b, f) for b, f in free if b.numel() - 64 >= n]
             if fit:
-                buf = min(fit, key=lambda b: b.numel())
+                buf, flag = min(fit, key=lambda bf: bf[0].numel())
             elif len(self.bufs) < self.SLOTS or free:
                 if len(self.bufs) >= self.SLOTS:  # the smallest free one makes room
-                    gone = min(free, key=lambda b: b.numel())
-                    self.bufs = [b for b in self.bufs if b is not gone]
+                    gone = min(free, key=lambda bf: bf[0].numel())[0]
+                    self.bufs = [(b, f) for b, f in self.bufs if b is not gone]
                 # Room for batches a little larger (packed batches vary in items).
                 buf = _shared_bytes(((max(n + n // 8, 64) + 63) & ~63) + 64)
-                self.bufs.append(buf)
+                buf._relayout_flag = buf.numel() - 8
+                flag = buf.numpy()[-8:].view(np.int64)
+                self.bufs.append((buf, flag))
             else:
-                return _shared_bytes(max(n, 1)), -1
-            self._flag(buf)[0] = 1
-            buf._relayout_flag = buf.numel() - 8
-            return buf, buf.numel() - 8
+                return _shared_bytes(max(n, 1))
+            flag[0] = 1
+            return buf
 
     def _packed(b, bf16, pool=None):
         """Batch b (NumPy arrays) as a _Batch: its arrays copied into one
@@ -2105,7 +2096,7 @@ def _torch_dataset():
         for v in conv.values():
             places.append(n)
             n += (v.nbytes + 63) & ~63
-        base = pool.take(max(n, 1))[0] if pool is not None else _shared_bytes(max(n, 1))
+        base = pool.take(max(n, 1)) if pool is not None else _shared_bytes(max(n, 1))
         raw = base.numpy()
         out = _Batch()
         for (k, v), o in zip(conv.items(), places):
