@@ -117,7 +117,7 @@ func stepFlags(planFlag cli.Flag) []cli.Flag {
 		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget"),
 		strFlag("tmp-dir", "", "folder for temporary files"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
-		strFlag("huge-pages", pipeline.HugePagesAuto, "auto (ask Linux for transparent huge pages for the heap where it grants them on request, does not give free memory back to a hypervisor, and --memory-limit is at least 512MiB), on (also where it does) or off"),
+		strFlag("huge-pages", pipeline.HugePagesAuto, "auto (ask Linux for transparent huge pages for the heap where it grants them on request, does not give free memory back to a hypervisor or makes 4 KiB page faults dear, and --memory-limit is at least 512MiB), on (also where it does not) or off"),
 	}
 	return append(fs, logFlags()...)
 }

@@ -47,7 +47,7 @@ func runFlags() []cli.Flag {
 		strFlag("memory-limit", sizeString(pipeline.DefaultMemoryLimit), "memory budget; larger inputs are sorted in runs spilled to --tmp-dir"),
 		strFlag("tmp-dir", "", "folder for spill files (default: system temp folder)"),
 		intFlag("parallel", 0, "goroutines doing CPU work (default: number of CPUs)"),
-		strFlag("huge-pages", pipeline.HugePagesAuto, "a table sorted in memory: auto (ask Linux for transparent huge pages for the heap where it grants them on request, does not give free memory back to a hypervisor, and --memory-limit is at least 512MiB: fewer page faults), on (also where it does) or off"),
+		strFlag("huge-pages", pipeline.HugePagesAuto, "a table sorted in memory: auto (ask Linux for transparent huge pages for the heap where it grants them on request, does not give free memory back to a hypervisor or makes 4 KiB page faults dear, and --memory-limit is at least 512MiB: fewer page faults), on (also where it does not) or off"),
 		boolFlag("overwrite", "replace an existing output"),
 		strFlag("check", pipeline.DefaultCheck, "before commit: keys (fingerprint of the rows encoded vs the input's; re-read footers, file hashes, key order, slice index, statistics), full (also decode every written value again) or none"),
 		strFlag("report-json", "", "also write the run report (JSON, docs/report.md) to this local path"),

@@ -27,7 +27,14 @@
 // time, while 4 KiB pages mostly come from memory the guest freed but did
 // not report. Measured on such a VM (Firecracker, nested): the in-memory
 // run of the 1M-row log faulted in 268 huge pages with 1.3 s more system
-// time, 2.9 s against 2.3 s in 4 KiB pages (docs/benchmarks.md).
+// time, 2.9 s against 2.3 s in 4 KiB pages (docs/benchmarks.md). Unless
+// a 4 KiB fault is itself dear there: on another VM that reports free
+// pages (a PVM guest) a 4 KiB fault cost 10-15 us of CPU, so 512 of them
+// cost more than the host's backing of a huge page, and the same run took
+// 2.25-2.35 s with huge pages against 2.77-2.92 s without. Where free page
+// reporting is on, Worthwhile therefore measures one 4 KiB fault's cost
+// (about 1 MiB of faults, once per process) and asks for huge pages where
+// it is at least SmallFaultThreshold.
 package hugepages
 
 import (
@@ -79,14 +86,55 @@ func FreePageReporting() bool {
 	return err == nil && n > 0
 }
 
+// SmallFaultThreshold is the CPU cost of one 4 KiB page fault from which
+// huge pages pay even where the host backs each one afresh (free page
+// reporting). Where they lost, a huge page's fault cost about 5 ms, 2.4 us
+// for each 4 KiB it covers, and a 4 KiB fault about 2.7 us; where they
+// won, a 4 KiB fault cost 10-15 us (docs/benchmarks.md). The threshold
+// sits between, over twice the dearest huge page measured per 4 KiB.
+const SmallFaultThreshold = 6 * time.Microsecond
+
+// The probe: probeChunks chunks of probePages 4 KiB pages (1 MiB).
+const (
+	probeChunks = 2
+	probePages  = 128
+)
+
+var (
+	smallFaultOnce sync.Once
+	smallFault     time.Duration
+)
+
+// SmallFaultCost is the CPU time one 4 KiB page fault of fresh anonymous
+// memory costs this process, measured the first time it is asked for (a
+// 1 MiB probe: 1-15 ms), or 0 where it cannot be measured.
+func SmallFaultCost() time.Duration {
+	smallFaultOnce.Do(func() { smallFault = smallFaultCost() })
+	return smallFault
+}
+
 // Worthwhile reports whether Advise would ask for huge pages here, and if
-// not, why.
+// not, why. Where the kernel reports free pages to a hypervisor, it
+// measures what a 4 KiB fault costs (SmallFaultCost) to decide.
 func Worthwhile() (bool, string) {
-	switch mode := Mode(); {
+	mode := Mode()
+	reporting := mode == "madvise" && FreePageReporting()
+	var cost time.Duration
+	if reporting {
+		cost = SmallFaultCost()
+	}
+	return decide(mode, reporting, cost)
+}
+
+// decide is Worthwhile's rule: the kernel's setting, whether it reports
+// free pages to a hypervisor, and (where it does) a 4 KiB fault's cost.
+func decide(mode string, reporting bool, smallFault time.Duration) (bool, string) {
+	switch {
 	case mode != "madvise":
 		return false, fmt.Sprintf("the kernel's transparent huge page setting is %q, not \"madvise\"", mode)
-	case FreePageReporting():
-		return false, "the kernel reports free memory to a hypervisor (free page reporting): a huge page is backed afresh by the host"
+	case reporting && smallFault < SmallFaultThreshold:
+		return false, fmt.Sprintf("the kernel reports free memory to a hypervisor (free page reporting), so a huge page is backed afresh by the host, and a 4 KiB page fault costs only %.1f us here (huge pages pay from %.0f us)",
+			float64(smallFault)/float64(time.Microsecond), float64(SmallFaultThreshold)/float64(time.Microsecond))
 	}
 	return true, ""
 }
@@ -95,8 +143,8 @@ func Worthwhile() (bool, string) {
 // not), and returns a function that stops it and reports how many
 // mappings were advised. It does nothing (and reports 0) where Worthwhile
 // says no: with the setting "always" the heap gets huge pages anyway, with
-// "never" it cannot, and with free page reporting they cost more than
-// they save.
+// "never" it cannot, and with free page reporting and cheap 4 KiB faults
+// they cost more than they save.
 func Advise(expect int64) (stop func() int) {
 	if ok, _ := Worthwhile(); !ok {
 		return func() int { return 0 }
