@@ -2,6 +2,7 @@ package loader
 
 import (
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -62,10 +63,16 @@ func openBench(b *testing.B) (*Dataset, [][]Range) {
 }
 
 // benchOptions: RELAYOUT_BENCH_MAPPED=1 sets Options.ReadMapped, to
-// compare reading the window order's rows through the maps with pread.
+// compare reading the window order's rows through the maps with pread;
+// RELAYOUT_BENCH_HUGE_PAGES=1 calls AdviseHugePages first (once).
 func benchOptions() Options {
+	if os.Getenv("RELAYOUT_BENCH_HUGE_PAGES") != "" {
+		benchHugePages.Do(func() { AdviseHugePages(DefaultWindowBytes) })
+	}
 	return Options{ReadMapped: os.Getenv("RELAYOUT_BENCH_MAPPED") != ""}
 }
+
+var benchHugePages sync.Once
 
 // BenchmarkWindowEpochFresh is BenchmarkWindowEpoch with a Dataset opened
 // for each epoch (fresh maps), as a DataLoader worker does when it is not

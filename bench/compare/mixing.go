@@ -178,6 +178,39 @@ func mixingBench(flat, packed string, reps int, res map[string]any) {
 		out[c.name] = map[string]any{"bytes": bytes, "v1_views_gbps": gb(mv), "v1_copied_gbps": gb(mc), "v2_window_gbps": gb(mw), "v2_window_mapped_gbps": gb(mwm), "v2_copied_again_gbps": gb(mwc),
 			"v2_reuse_gbps": gb(mwr), "v2_reuse_mapped_gbps": gb(mwrm), "plain_copy_gbps": cp / 1e9, "v2_over_copy": gb(mw) * 1e9 / cp, "v2_reuse_over_copy": max(gb(mwr), gb(mwrm)) * 1e9 / cp}
 	}
+	// The same v2 epochs with the Go heap in huge pages (opt-in:
+	// loader.AdviseHugePages), last, since the advice is for the whole
+	// process.
+	if stop, asked, why := loader.AdviseHugePages(loader.DefaultWindowBytes); !asked {
+		fmt.Printf("  loader.AdviseHugePages did not ask here: %s\n", why)
+	} else {
+		for _, c := range []struct{ name, dir string }{{"flat", flat}, {"packed", packed}} {
+			var v2, v2r []float64
+			var bytes int64
+			for i := 0; i < reps; i++ {
+				s, n, err := epochTimes(c.dir, loader.OrderWindow, batchRows, false)
+				if err != nil {
+					fmt.Printf("  %s: %v\n", c.name, err)
+					break
+				}
+				v2, bytes = append(v2, s), n
+				s, _, _ = epochTimesOf(c.dir, loader.OrderWindow, batchRows, false, true, false)
+				v2r = append(v2r, s)
+			}
+			if len(v2) == 0 {
+				continue
+			}
+			cp := plainCopy(bytes)
+			gb := func(s float64) float64 { return float64(bytes) / s / 1e9 }
+			mw, mwr := medianF(v2), medianF(v2r)
+			fmt.Printf("  %-6s with loader.AdviseHugePages: v2 window %.2f GB/s, v2 steady state %.2f GB/s; plain copy %.2f GB/s; v2/copy %.2fx, steady %.2fx\n",
+				c.name, gb(mw), gb(mwr), cp/1e9, gb(mw)*1e9/cp, gb(mwr)*1e9/cp)
+			if m, ok := out[c.name].(map[string]any); ok {
+				m["huge_pages_v2_window_gbps"], m["huge_pages_v2_reuse_gbps"] = gb(mw), gb(mwr)
+			}
+		}
+		stop()
+	}
 	// Composition, on the flat output's country and click tensors.
 	all, err := orderOf(flat, loader.OrderNone)
 	if err == nil {
