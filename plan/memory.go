@@ -156,17 +156,20 @@ func mostRowGroups(l partition.Layout) int64 {
 func fitRowGroups(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
 	layout := Layout(hist, in, o)
 	mp, err := SizeMemory(tbl, in, layout, memRowBytes, o, r)
-	if err == nil || !errs.Is(err, errs.Usage) || !r.FitRowGroups {
-		return o, layout, mp, err
-	}
-	first, o0, l0 := err, o, layout
-	// Lowered, the row groups go on down to an eighth of the memory left
-	// after the runtime: the fixed-cost model underestimates what large
-	// buffered row groups take (measured at a 128 MiB limit on 2.5M rows:
-	// 64 MiB row groups peaked at 200 MiB RSS, 8 or 16 MiB ones at 141).
+	// Row groups the user did not size go down to an eighth of the
+	// memory left after the runtime, whether or not the fixed-cost model
+	// says they fit: it underestimates what large buffered row groups take
+	// (the column writers' encoders and pages; measured at a 128 MiB limit
+	// on 2.5M rows: 64 MiB row groups peaked at 200 MiB RSS, 8 or 16 MiB
+	// ones at 141; at 192 MiB on 4M rows the default's row groups, which
+	// the model said fit, peaked at 207-211 MiB).
 	small := func() bool {
 		return float64(min(layout.TargetRows, max(tbl.Rows, 1)))*in.RowBytes <= float64(r.MemoryLimit-RuntimeReserve)/8
 	}
+	if !r.FitRowGroups || err == nil && small() || err != nil && !errs.Is(err, errs.Usage) {
+		return o, layout, mp, err
+	}
+	first, o0, l0, mp0 := err, o, layout, mp
 	for (err != nil && errs.Is(err, errs.Usage) || !small()) && o.RowGroupBytes/2 >= MinFitRowGroupBytes {
 		o.RowGroupBytes /= 2
 		if r.FitMinRowGroups {
@@ -179,6 +182,9 @@ func fitRowGroups(tbl *source.Table, hist *partition.Histogram, in Sizes, memRow
 	if err != nil {
 		// Smaller row groups did not help (a tensor shard, many columns'
 		// pages): the refusal names the settings as they were.
+		if first == nil { // the model's fit, as it was
+			return o0, l0, mp0, nil
+		}
 		return o0, l0, Memory{}, first
 	}
 	return o, layout, mp, err
