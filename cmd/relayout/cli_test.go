@@ -269,7 +269,9 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 // the binary's own pages evicted for want of room, than reading it back
 // twice), and give the output of an
 // unconstrained run. Outside the cgroup, its peak RSS (from /usr/bin/time,
-// file-backed pages of the binary included) must stay within the limit.
+// file-backed pages of the binary included) must stay within the limit,
+// and within 192 MiB at --memory-limit 192MiB with every size left to the
+// run.
 func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: generates 2.5M rows")
@@ -318,30 +320,22 @@ func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 		t.Fatalf("%d major page faults in the cgroup, more than reading the %d MB binary back twice (%d): the process thrashes (its working set does not fit the limit)", major, st.Size()/1e6, bound)
 	}
 
-	// Outside it: peak RSS, binary pages included. Measured by
-	// /usr/bin/time, a small process that forks relayout: the rusage of a
-	// child started by this (large) test process would count the parent's
-	// pages shared until exec (Go starts children with vfork).
+	// Outside it: peak RSS, binary pages included.
 	out := filepath.Join(t.TempDir(), "out")
-	timeFile := filepath.Join(t.TempDir(), "time")
-	cmd := exec.Command("/usr/bin/time", append([]string{"-o", timeFile, "-f", "%M", bin}, args(out)...)...)
-	var se bytes.Buffer
-	cmd.Stderr = &se
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("run: %v: %s", err, se.String())
-	}
-	tf, err := os.ReadFile(timeFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var peakKB int64
-	if _, err := fmt.Sscan(strings.TrimSpace(string(tf)), &peakKB); err != nil {
-		t.Fatalf("/usr/bin/time output %q: %v", tf, err)
-	}
-	peak = peakKB * 1024
+	peak = peakRSSOf(t, args(out))
 	t.Logf("peak RSS %d MiB at --memory-limit 128MiB (input ~%d MiB decoded)", peak>>20, decoded>>20)
 	if peak > limit {
 		t.Fatalf("peak RSS %d MiB exceeds the %d MiB limit", peak>>20, limit>>20)
+	}
+	// At another limit, with every size left to the run: at 192 MiB the
+	// plan once kept the default row groups, which its model passed, and
+	// the run peaked at 212 MiB on this input.
+	const limit2 = 192 << 20
+	peak2 := peakRSSOf(t, []string{"run", "--quiet", "--input", in, "--output", filepath.Join(t.TempDir(), "out2"), "--slice-keys", "country,date",
+		"--memory-limit", "192MiB", "--tmp-dir", t.TempDir()})
+	t.Logf("peak RSS %d MiB at --memory-limit 192MiB, sizes left to the run", peak2>>20)
+	if peak2 > limit2 {
+		t.Fatalf("peak RSS %d MiB exceeds the %d MiB limit (sizes left to the run)", peak2>>20, limit2>>20)
 	}
 	// The reference is told the targets the limited run lowered to fit
 	// (row groups, and files so that a footer fits), with room to spare.
@@ -371,6 +365,31 @@ func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 	if r := relayout(t, nil, "verify", "--deep", podOut); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
+}
+
+// peakRSSOf runs the binary with args and returns its peak RSS, binary
+// pages included. Measured by /usr/bin/time, a small process that forks
+// relayout: the rusage of a child started by this (large) test process
+// would count the parent's pages shared until exec (Go starts children
+// with vfork).
+func peakRSSOf(t *testing.T, args []string) int64 {
+	t.Helper()
+	timeFile := filepath.Join(t.TempDir(), "time")
+	cmd := exec.Command("/usr/bin/time", append([]string{"-o", timeFile, "-f", "%M", bin}, args...)...)
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run: %v: %s", err, se.String())
+	}
+	tf, err := os.ReadFile(timeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peakKB int64
+	if _, err := fmt.Sscan(strings.TrimSpace(string(tf)), &peakKB); err != nil {
+		t.Fatalf("/usr/bin/time output %q: %v", tf, err)
+	}
+	return peakKB * 1024
 }
 
 // memoryCgroup is a memory cgroup (v1 or v2) made for one test.
