@@ -1,9 +1,7 @@
 package loader
 
 import (
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -33,35 +31,12 @@ func TestAdviseHugePages(t *testing.T) {
 		t.Fatalf("asked and gave a reason: %s", why)
 	}
 	buf := make([]byte, 64<<20) // what a window's buffers grow by
-	flags := vmFlagsOf(t, uintptr(unsafe.Pointer(&buf[32<<20])))
+	flags, err := hugepages.VmFlags(uintptr(unsafe.Pointer(&buf[32<<20])))
+	if err != nil {
+		t.Fatal(err)
+	}
 	runtime.KeepAlive(buf)
 	if !strings.Contains(flags, " hg") {
 		t.Fatalf("a 64 MiB buffer allocated after AdviseHugePages is not in a mapping advised for huge pages: %s", flags)
 	}
-}
-
-// vmFlagsOf returns the VmFlags line of the mapping holding p.
-func vmFlagsOf(t *testing.T, p uintptr) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := false
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
-			lo, hi, _ := strings.Cut(f[0], "-")
-			s, err1 := strconv.ParseUint(lo, 16, 64)
-			e, err2 := strconv.ParseUint(hi, 16, 64)
-			if err1 == nil && err2 == nil {
-				in = uintptr(s) <= p && p < uintptr(e)
-				continue
-			}
-		}
-		if in && strings.HasPrefix(l, "VmFlags:") {
-			return l
-		}
-	}
-	t.Fatalf("no mapping holds %#x", p)
-	return ""
 }

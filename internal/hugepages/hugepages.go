@@ -299,6 +299,27 @@ func ParseMapping(line string) (Mapping, bool) {
 	return m, true
 }
 
+// VmFlags returns the VmFlags line of /proc/self/smaps for the mapping
+// holding address p: "hg" in it means the mapping is advised for huge
+// pages.
+func VmFlags(p uintptr) (string, error) {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		return "", err
+	}
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		if m, ok := ParseMapping(l); ok {
+			in = m.Start <= p && p < m.End
+			continue
+		}
+		if in && strings.HasPrefix(l, "VmFlags:") {
+			return l, nil
+		}
+	}
+	return "", fmt.Errorf("no mapping in /proc/self/smaps holds %#x", p)
+}
+
 // Mappings lists the process's memory mappings (/proc/self/maps); nil where
 // there is no such file.
 func Mappings() []Mapping {

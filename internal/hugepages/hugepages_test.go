@@ -9,26 +9,14 @@ import (
 	"time"
 )
 
-// vmFlags returns the VmFlags line of the mapping holding p, from
-// /proc/self/smaps.
+// vmFlags is VmFlags for a test.
 func vmFlags(t *testing.T, p uintptr) string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/smaps")
+	f, err := VmFlags(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := false
-	for _, l := range strings.Split(string(b), "\n") {
-		if m, ok := ParseMapping(l); ok {
-			in = m.Start <= p && p < m.End
-			continue
-		}
-		if in && strings.HasPrefix(l, "VmFlags:") {
-			return l
-		}
-	}
-	t.Fatalf("no mapping holds %#x", p)
-	return ""
+	return f
 }
 
 // TestAdviseMarksTheHeap checks, on this machine's setting, that the
