@@ -107,7 +107,7 @@ var (
 
 // SmallFaultCost is the CPU time one 4 KiB page fault of fresh anonymous
 // memory costs this process, measured the first time it is asked for (a
-// 1 MiB probe: 1-15 ms), or 0 where it cannot be measured.
+// 1 MiB probe: 1-4 ms), or 0 where it cannot be measured.
 func SmallFaultCost() time.Duration {
 	smallFaultOnce.Do(func() { smallFault = smallFaultCost() })
 	return smallFault
