@@ -26,10 +26,6 @@ import "github.com/relayout/relayout/internal/hugepages"
 // so the buffers made next land in advised memory (0: none). A goroutine
 // advises heap mappings added later, every 10 ms, until stop.
 func AdviseHugePages(expect int64) (stop func(), asked bool, why string) {
-	ok, why := hugepages.Worthwhile()
-	if !ok {
-		return func() {}, false, why
-	}
-	done := hugepages.AdviseGranted(expect)
-	return func() { done() }, true, ""
+	done, why := hugepages.Advise(expect)
+	return func() { done() }, why == "", why
 }

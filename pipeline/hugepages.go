@@ -26,16 +26,19 @@ func (o RunOptions) adviseHeap(held int64) (stop func()) {
 	if o.HugePages == HugePagesOff || o.sample || o.MemoryLimit < hugePagesFloor {
 		return func() {}
 	}
-	if o.HugePages != HugePagesOn {
-		if ok, why := hugepages.Worthwhile(); !ok {
+	expect := min(4*held, o.MemoryLimit/2)
+	var done func() int
+	if o.HugePages == HugePagesOn { // the mechanism, worthwhile here or not
+		done = hugepages.AdviseGranted(expect)
+	} else {
+		var why string
+		if done, why = hugepages.Advise(expect); why != "" {
 			if o.Log != nil {
 				o.Log.Debug("huge pages not asked for", "why", why)
 			}
 			return func() {}
 		}
 	}
-	// Checked above (auto) or not to be (on): the mechanism itself.
-	done := hugepages.AdviseGranted(min(4*held, o.MemoryLimit/2))
 	return func() {
 		if n := done(); n > 0 && o.Log != nil {
 			o.Log.Debug("heap advised for huge pages", "mappings", n)

@@ -176,12 +176,12 @@ func writeFastColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int
 	// A row has one level per value, or one if it has none: at most n plus
 	// the values its offsets span. Sized once, not grown by appending
 	// (growing them was a tenth of a reduce task's zeroing and copying).
-	var def, rep []int16
+	var first, last int64
 	if n > 0 {
-		first, _ := list.ValueOffsets(0)
-		_, last := list.ValueOffsets(n - 1)
-		def, rep = make([]int16, 0, n+int(last-first)), make([]int16, 0, n+int(last-first))
+		first, _ = list.ValueOffsets(0)
+		_, last = list.ValueOffsets(n - 1)
 	}
+	def, rep := make([]int16, 0, n+int(last-first)), make([]int16, 0, n+int(last-first))
 	canonical := true
 	for j := 0; j < n; j++ {
 		s, e := list.ValueOffsets(j)
@@ -214,8 +214,6 @@ func writeFastColumn(ctx context.Context, rgw file.BufferedRowGroupWriter, i int
 	}
 	var leaf arrow.Array
 	if canonical {
-		first, _ := list.ValueOffsets(0)
-		_, last := list.ValueOffsets(n - 1)
 		leaf = array.NewSlice(list.ListValues(), first, last)
 	} else {
 		// A null list that still spans values: gather only the values of

@@ -144,7 +144,8 @@ func orderOf(out, order string) ([]int64, error) {
 func mixingBench(flat, packed string, reps int, res map[string]any) {
 	fmt.Printf("\n== loader orders, one worker, batches of %d (median of %d)\n", batchRows, reps)
 	out := map[string]any{}
-	for _, c := range []struct{ name, dir string }{{"flat", flat}, {"packed", packed}} {
+	cases := []struct{ name, dir string }{{"flat", flat}, {"packed", packed}}
+	for _, c := range cases {
 		var v1v, v1c, v2, v2c, v2r, v2m, v2rm []float64
 		var bytes int64
 		for i := 0; i < reps; i++ {
@@ -184,7 +185,7 @@ func mixingBench(flat, packed string, reps int, res map[string]any) {
 	if stop, asked, why := loader.AdviseHugePages(loader.DefaultWindowBytes); !asked {
 		fmt.Printf("  loader.AdviseHugePages did not ask here: %s\n", why)
 	} else {
-		for _, c := range []struct{ name, dir string }{{"flat", flat}, {"packed", packed}} {
+		for _, c := range cases {
 			var v2, v2r []float64
 			var bytes int64
 			for i := 0; i < reps; i++ {

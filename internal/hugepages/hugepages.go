@@ -141,15 +141,16 @@ func decide(mode string, reporting bool, smallFault time.Duration) (bool, string
 
 // Advise starts advising the heap, having grown it by expect bytes (0:
 // not), and returns a function that stops it and reports how many
-// mappings were advised. It does nothing (and reports 0) where Worthwhile
-// says no: with the setting "always" the heap gets huge pages anyway, with
-// "never" it cannot, and with free page reporting and cheap 4 KiB faults
-// they cost more than they save.
-func Advise(expect int64) (stop func() int) {
-	if ok, _ := Worthwhile(); !ok {
-		return func() int { return 0 }
+// mappings were advised. It does nothing (its stop reports 0) where
+// Worthwhile says no, and returns Worthwhile's reason then: with the
+// setting "always" the heap gets huge pages anyway, with "never" it cannot,
+// and with free page reporting and cheap 4 KiB faults they cost more than
+// they save.
+func Advise(expect int64) (stop func() int, why string) {
+	if ok, why := Worthwhile(); !ok {
+		return func() int { return 0 }, why
 	}
-	return AdviseGranted(expect)
+	return AdviseGranted(expect), ""
 }
 
 // AdviseGranted is Advise wherever the setting is "madvise", whether or

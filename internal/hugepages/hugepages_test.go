@@ -34,8 +34,9 @@ func TestAdviseMarksTheHeap(t *testing.T) {
 		t.Fatalf("Worthwhile says %v (%s) with the setting %q", worth, why, mode)
 	}
 	if !worth {
-		if n := Advise(256 << 20)(); n != 0 {
-			t.Fatalf("Advise advised %d mappings where it is not worthwhile (%s)", n, why)
+		stop, reason := Advise(256 << 20)
+		if n := stop(); n != 0 || reason != why {
+			t.Fatalf("Advise advised %d mappings where it is not worthwhile (%s), saying %q", n, why, reason)
 		}
 	}
 	// The mechanism, wherever the setting allows it.
