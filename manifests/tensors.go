@@ -18,6 +18,9 @@ type Tensors struct {
 	Sample string `json:"sample"`
 	// ShardBytes is the target shard size.
 	ShardBytes int64 `json:"shard_bytes"`
+	// ShardBlocks, when set, is how many canonical blocks a shard holds:
+	// shards are cut at block boundaries, not by size (--shard-blocks).
+	ShardBlocks int64 `json:"shard_blocks,omitempty"`
 	// SpecHash identifies the tensor schema; every shard's metadata repeats it.
 	SpecHash string       `json:"spec_hash"`
 	Schema   []Tensor     `json:"schema"`

@@ -417,7 +417,7 @@ func optionsOf(outURL string, inputArgs []string, cfg plan.Options, maxItems int
 		opts.OutputPartitioning, opts.HiveKeys = "hive", cfg.HiveKeys
 	}
 	if cfg.Tensors != nil {
-		opts.Tensors, opts.ShardBytes, opts.BlockSamples = true, cfg.Tensors.ShardBytes, cfg.Tensors.BlockSamples
+		opts.Tensors, opts.ShardBytes, opts.BlockSamples, opts.ShardBlocks = true, cfg.Tensors.ShardBytes, cfg.Tensors.BlockSamples, cfg.Tensors.ShardBlocks
 	}
 	if cfg.BoundaryKeys == 0 {
 		opts.BoundaryKeys = BoundaryKeysOff

@@ -179,11 +179,17 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 			tensorData += scaled[i]
 		}
 		// Shards end with each Parquet file: each file's share of the
-		// tensor bytes, by its rows, makes its own shards.
+		// tensor bytes (or samples, with --shard-blocks), by its rows,
+		// makes its own shards.
 		shards := int64(0)
 		for _, f := range layout.Files {
-			if share := tensorData * float64(f.Rows) / max(N, 1); f.Rows > 0 {
-				shards += int64(share/float64(opts.ShardBytes)) + 1
+			share := tensorData * float64(f.Rows) / max(N, 1)
+			per := float64(opts.ShardBytes)
+			if opts.ShardBlocks > 0 {
+				share, per = float64(f.Rows)*Q/max(N, 1), float64(opts.ShardBlocks*opts.BlockSamples)
+			}
+			if f.Rows > 0 {
+				shards += int64(share/per) + 1
 			}
 		}
 		shards = max(shards, 1)

@@ -75,6 +75,11 @@ type RunOptions struct {
 	// BlockSamples is the size of the canonical blocks a loader shuffles
 	// and assigns (default 4096 samples).
 	BlockSamples int64
+	// ShardBlocks, when positive, cuts shards at every ShardBlocks-th
+	// canonical block boundary instead of by ShardBytes: with 1, every
+	// shard is one block, which a reader of object storage fetches in one
+	// request instead of one per tensor (docs/loader.md).
+	ShardBlocks int64
 	// RowGroupBytes is the target uncompressed row-group size (default 128 MiB).
 	RowGroupBytes int64
 	// MinRowGroupBytes: slices at least this large own whole row groups
@@ -352,6 +357,9 @@ func (o RunOptions) withDefaults() (RunOptions, error) {
 	}
 	if o.BlockSamples < 0 {
 		bad = append(bad, "--block-samples must be positive")
+	}
+	if o.ShardBlocks < 0 {
+		bad = append(bad, "--shard-blocks must be positive")
 	}
 	if o.SampleRows < 0 {
 		bad = append(bad, "--sample-rows must be positive")

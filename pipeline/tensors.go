@@ -50,7 +50,7 @@ func (t *tensorRun) config(opts RunOptions) *plan.TensorOptions {
 	if t == nil {
 		return nil
 	}
-	return &plan.TensorOptions{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples}
+	return &plan.TensorOptions{Spec: t.spec, ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples, ShardBlocks: opts.ShardBlocks}
 }
 
 // open fixes the plan for the output schema and returns the sink.
@@ -59,7 +59,7 @@ func (t *tensorRun) open(ctx context.Context, out storage.Location, schema *arro
 		return nil, err
 	}
 	return writer.NewTensors(ctx, out, t.plan, writer.TensorOptions{
-		ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples,
+		ShardBytes: opts.ShardBytes, BlockSamples: opts.BlockSamples, ShardBlocks: opts.ShardBlocks,
 		Metadata:  map[string]string{"relayout_version": version.Version, "config_hash": cfgHash},
 		FirstFile: t.first.file, FirstRow: t.first.row, FirstItem: t.first.item,
 	}), nil
@@ -91,7 +91,7 @@ func (t *tensorRun) manifest(m *manifests.Manifest, shards []writer.Shard, opts 
 		ms[i] = s.Shard
 	}
 	mt := &manifests.Tensors{
-		Format: "safetensors", Sample: t.plan.Sample(), ShardBytes: opts.ShardBytes,
+		Format: "safetensors", Sample: t.plan.Sample(), ShardBytes: opts.ShardBytes, ShardBlocks: opts.ShardBlocks,
 		SpecHash: t.plan.Hash(), Schema: t.plan.Tensors(),
 		Order: manifests.Order{Algorithm: manifests.OrderAlgorithm, BlockSamples: opts.BlockSamples},
 	}

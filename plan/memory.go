@@ -51,7 +51,11 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	}
 	fixed += max(footerRGs*max(in.Leaves, 1)*FooterChunkBytes-FooterInReserve, 0)
 	if tensors { // one shard's tensors are buffered until it is written
-		fixed += min(o.Tensors.ShardBytes, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
+		shard := o.Tensors.ShardBytes
+		if o.Tensors.ShardBlocks > 0 { // whole blocks, whatever their bytes
+			shard = int64(float64(o.Tensors.ShardBlocks*o.Tensors.BlockSamples) * memRowBytes)
+		}
+		fixed += min(shard, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
 	}
 	avail := r.MemoryLimit - fixed
 	if avail < 8<<20 {

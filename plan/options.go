@@ -51,6 +51,9 @@ type TensorOptions struct {
 	Spec         *tensors.Spec `json:"spec"`
 	ShardBytes   int64         `json:"shard_bytes"`
 	BlockSamples int64         `json:"block_samples"`
+	// ShardBlocks (omitted when 0, so that configs without it hash as
+	// before) cuts shards at every ShardBlocks-th block boundary.
+	ShardBlocks int64 `json:"shard_blocks,omitempty"`
 }
 
 // Resources are what a run may use; they never change the output.

@@ -109,8 +109,8 @@ func checkConfig(m *manifests.Manifest) string {
 	if (o.Tensors != nil) != (m.Tensors != nil) {
 		return fmt.Sprintf("the config asks for tensors: %v; the manifest describes tensors: %v", o.Tensors != nil, m.Tensors != nil)
 	}
-	if t := m.Tensors; t != nil && (t.ShardBytes != o.Tensors.ShardBytes || t.Order.BlockSamples != o.Tensors.BlockSamples) {
-		return fmt.Sprintf("tensors: shard_bytes %d and block_samples %d, the config's are %d and %d", t.ShardBytes, t.Order.BlockSamples, o.Tensors.ShardBytes, o.Tensors.BlockSamples)
+	if t := m.Tensors; t != nil && (t.ShardBytes != o.Tensors.ShardBytes || t.Order.BlockSamples != o.Tensors.BlockSamples || t.ShardBlocks != o.Tensors.ShardBlocks) {
+		return fmt.Sprintf("tensors: shard_bytes %d, block_samples %d and shard_blocks %d, the config's are %d, %d and %d", t.ShardBytes, t.Order.BlockSamples, t.ShardBlocks, o.Tensors.ShardBytes, o.Tensors.BlockSamples, o.Tensors.ShardBlocks)
 	}
 	return ""
 }

@@ -111,7 +111,7 @@ func rederiveShards(ctx context.Context, out storage.Location, m *manifests.Mani
 	}
 	for fi, f := range m.Files {
 		sink := writer.NewTensors(ctx, mem, tp, writer.TensorOptions{
-			ShardBytes: cfg.Tensors.ShardBytes, BlockSamples: blockSamples,
+			ShardBytes: cfg.Tensors.ShardBytes, BlockSamples: blockSamples, ShardBlocks: cfg.Tensors.ShardBlocks,
 			Metadata:  map[string]string{"relayout_version": m.RelayoutVersion, "config_hash": m.ConfigHash},
 			FirstFile: fi, FirstRow: f.FirstRow, FirstItem: item,
 		})

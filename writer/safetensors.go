@@ -47,6 +47,12 @@ type TensorOptions struct {
 	// and the manifest entry the header's size and hash, so a remote reader
 	// can fetch single blocks.
 	BlockSamples int64
+	// ShardBlocks, when positive (with BlockSamples), cuts shards at
+	// canonical block boundaries instead of by size: a shard ends where its
+	// ShardBlocks-th block boundary falls (or where its Parquet file ends),
+	// so a block never spans two shards and, with 1, a shard is one block,
+	// which a remote reader fetches in one request.
+	ShardBlocks int64
 	// FirstFile is the Parquet file whose samples the sink converts (a
 	// shard never spans two files: each file's samples get their own
 	// sink); FirstRow and FirstItem number its first sample and item.
@@ -88,7 +94,7 @@ func (w *Tensors) Write(rec arrow.RecordBatch) error {
 	start := 0
 	for i, s := range w.sizes {
 		w.acc += s
-		if w.acc >= w.opts.ShardBytes {
+		if w.full(w.buf.Rows + int64(i+1-start)) {
 			if err := w.plan.Append(w.buf, rec, start, i+1); err != nil {
 				return convertErr(err)
 			}
@@ -104,6 +110,15 @@ func (w *Tensors) Write(rec arrow.RecordBatch) error {
 	}
 	w.buf.Seal()
 	return nil
+}
+
+// full reports whether a shard of rows samples (from w.rows) is closed.
+func (w *Tensors) full(rows int64) bool {
+	if b, n := w.opts.BlockSamples, w.opts.ShardBlocks; b > 0 && n > 0 {
+		next := w.rows + rows
+		return next%b == 0 && next/b-w.rows/b >= n
+	}
+	return w.acc >= w.opts.ShardBytes
 }
 
 // convertErr classifies a conversion failure: a spec that does not fit the

@@ -99,6 +99,8 @@ func TestExitCodes(t *testing.T) {
 		{"missing spec", "", []string{"run", "--input", in, "--output", "{out}", "--tensor-spec", "{out}/none.yaml"}, 2, "none.yaml"},
 		{"bad spec", "", []string{"run", "--input", in, "--output", "{out}", "--tensor-spec", badSpec}, 2, `"session_id"`},
 		{"bad shard size", "", []string{"run", "--input", in, "--output", "{out}", "--tensors", "--shard-bytes", "-5"}, 2, "--shard-bytes"},
+		{"shard size and blocks", "", []string{"run", "--input", in, "--output", "{out}", "--tensors", "--shard-bytes", "1MiB", "--shard-blocks", "1"}, 2, "--shard-blocks"},
+		{"bad shard blocks", "", []string{"run", "--input", in, "--output", "{out}", "--tensors", "--shard-blocks", "-1"}, 2, "--shard-blocks"},
 		{"ok", "", []string{"run", "--quiet", "--input", in, "--output", "{out}", "--slice-keys", "country"}, 0, ""},
 		{"exists", "flat", []string{"run", "--input", in, "--output", "{out}", "--slice-keys", "country"}, 5, "--overwrite"},
 		{"verify ok", "flat", []string{"verify", "{out}", "--deep"}, 0, ""},

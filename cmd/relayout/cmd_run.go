@@ -37,6 +37,7 @@ func runFlags() []cli.Flag {
 		strFlag("tensor-spec", "", "YAML tensor spec: group, cast, hash, rename and drop columns (implies --tensors)"),
 		strFlag("shard-bytes", sizeString(pipeline.DefaultShardBytes), "target tensor shard size"),
 		intFlag("block-samples", pipeline.DefaultBlockSamples, "samples per canonical block, the unit loaders shuffle and assign"),
+		intFlag("shard-blocks", 0, "cut tensor shards every N canonical blocks instead of by --shard-bytes (1: a shard per block, one request per block from object storage)"),
 		strFlag("row-group-bytes", sizeString(pipeline.DefaultRowGroupBytes), "target uncompressed row-group size (when not set, lowered as far as 1MiB to fit --memory-limit)"),
 		strFlag("min-row-group-bytes", "", "slices at least this large own whole row groups (default: row-group-bytes/8)"),
 		intFlag("row-group-rows", pipeline.DefaultRowGroupRows, "maximum rows per row group"),
@@ -157,6 +158,7 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 		Tensors:            c.Bool("tensors"),
 		TensorSpec:         c.String("tensor-spec"),
 		BlockSamples:       int64(c.Int("block-samples")),
+		ShardBlocks:        int64(c.Int("shard-blocks")),
 		SampleRows:         int64(c.Int("sample-rows")),
 		ReportSlices:       reportSlices(c.Int("report-slices")),
 		Log:                log,
@@ -181,6 +183,9 @@ func runOptions(c *cli.Context) (pipeline.RunOptions, error) {
 			return opts, errs.Usagef("--%s %s: must be at least %s", s.flag, c.String(s.flag), human(s.min))
 		}
 	}
+	if c.IsSet("shard-bytes") && c.Int("shard-blocks") > 0 {
+		return opts, errs.Usagef("--shard-bytes and --shard-blocks both given: shards are cut by size or by blocks; pass one")
+	}
 	return opts, checkRunFlags(c, opts)
 }
 
@@ -191,7 +196,7 @@ func checkRunFlags(c *cli.Context, opts pipeline.RunOptions) error {
 		flag string
 		min  int
 	}{{"row-group-rows", 1024}, {"parallel", 0}, {"boundary-keys", 0}, {"block-samples", 1}, {"sample-rows", 1},
-		{"max-items-per-query", 0}, {"report-slices", 0}} {
+		{"max-items-per-query", 0}, {"report-slices", 0}, {"shard-blocks", 0}} {
 		if c.IsSet(f.flag) && c.Int(f.flag) < f.min {
 			return errs.Usagef("--%s %d: must be at least %d", f.flag, c.Int(f.flag), f.min)
 		}
