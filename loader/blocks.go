@@ -51,6 +51,16 @@ const (
 // byBlock reports whether the dataset reads its shards by block.
 func (d *Dataset) byBlock() bool { return d.remote != nil && d.remote.byBlock }
 
+// whole reports whether a dataset read by block reads shard i whole: a
+// shard within one canonical block (every shard of --shard-blocks 1) is
+// its header and that block, one request instead of two, and its header
+// need not be fetched first.
+func (d *Dataset) whole(i int) bool {
+	mt := d.Manifest.Tensors
+	b, ms := mt.Order.BlockSamples, mt.Shards[i]
+	return b > 0 && ms.Rows > 0 && ms.FirstRow/b == (ms.FirstRow+ms.Rows-1)/b
+}
+
 // loadHeaders fetches, checks and parses the headers of shards idx not
 // loaded yet, fetchParallel at a time (each is read and released as soon
 // as it arrives, so a small cache need hold only a few).
@@ -148,7 +158,10 @@ func (d *Dataset) unitsOf(pieces []Piece) []unit {
 			if i == len(mt.Shards) {
 				break
 			}
-			k, _, end := d.blockAt(i, s)
+			k, end := -1, mt.Shards[i].FirstRow+mt.Shards[i].Rows
+			if !d.whole(i) {
+				k, _, end = d.blockAt(i, s)
+			}
 			if u := (unit{i, k}); !seen[u] {
 				seen[u] = true
 				out = append(out, u)
@@ -302,7 +315,7 @@ func (d *Dataset) unmapUnit(u unit) {
 	}
 }
 
-// ensureAll makes objs present, fetchParallel downloads at a time, and
+// ensureAll makes objs present, at least fetchParallel downloads at a time, and
 // returns the first error. The reader (wait) counts the time it waited;
 // the prefetcher (!wait) retries what found no room until ctx ends.
 func (rc *remote) ensureAll(ctx context.Context, objs []cacheObj, pos int, wait bool) error {
@@ -333,7 +346,13 @@ func (rc *remote) ensureAll(ctx context.Context, objs []cacheObj, pos int, wait 
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	return par.ForEach(ctx, len(runs), fetchParallel, func(k int) error {
+	// As many objects at once as keep the requests allowed in flight busy:
+	// a shard of one block is one request, a block one per tensor.
+	per := 1
+	for _, o := range missing {
+		per = max(per, o.requests())
+	}
+	return par.ForEach(ctx, len(runs), max(fetchParallel, cap(rc.requests)/per), func(k int) error {
 		run := runs[k]
 		if len(run) > 1 {
 			err := again(func() error { return rc.ensureRun(ctx, run, pos, wait) })

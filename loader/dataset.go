@@ -551,7 +551,7 @@ func (d *Dataset) segmentsOf(ranges []Range, byBlock bool) ([]segment, error) {
 			if i == len(mt.Shards) {
 				return nil, fmt.Errorf("sample %d is past the last shard", s)
 			}
-			if byBlock {
+			if byBlock && !d.whole(i) {
 				if err := d.loadHeaders(context.Background(), []int{i}); err != nil {
 					return nil, err
 				}

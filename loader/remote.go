@@ -219,6 +219,31 @@ func (b byBegin) Swap(i, j int) {
 	b.o.tensors[i], b.o.tensors[j] = b.o.tensors[j], b.o.tensors[i]
 }
 
+// requests is how many requests download makes for o.
+func (o cacheObj) requests() int {
+	if o.ranges == nil {
+		return 1
+	}
+	reqs, _ := mergeRanges(o.ranges)
+	return len(reqs)
+}
+
+// mergeRanges returns the requests that fetch ranges (sorted by offset,
+// not overlapping), those that touch merged into one, and where each
+// request's bytes go in the concatenation of ranges.
+func mergeRanges(ranges [][2]int64) (reqs [][2]int64, at []int64) {
+	var n int64
+	for _, r := range ranges {
+		if k := len(reqs) - 1; k >= 0 && reqs[k][1] == r[0] {
+			reqs[k][1] = r[1]
+		} else {
+			reqs, at = append(reqs, r), append(at, n)
+		}
+		n += r[1] - r[0]
+	}
+	return reqs, at
+}
+
 // copyBufs are the buffers downloads copy through.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
@@ -319,6 +344,8 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 		return nil
 	}
 	if sh.ranges == nil {
+		rc.requests <- struct{}{}
+		defer func() { <-rc.requests }()
 		err = storage.Retry(ctx, func() error {
 			h.Reset()
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -329,13 +356,11 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 	} else {
 		// The ranges at once (the store serves many requests in parallel;
 		// one after another, a block would take a round trip per tensor),
-		// each into its place in the file.
-		pos := make([]int64, len(sh.ranges)+1)
-		for k, r := range sh.ranges {
-			pos[k+1] = pos[k] + r[1] - r[0]
-		}
-		err = par.ForEach(ctx, len(sh.ranges), rangeParallel, func(k int) error {
-			r := sh.ranges[k]
+		// each into its place in the file; ranges that touch are one
+		// request (a shard of one block, --shard-blocks 1, is one).
+		reqs, pos := mergeRanges(sh.ranges)
+		err = par.ForEach(ctx, len(reqs), rangeParallel, func(k int) error {
+			r := reqs[k]
 			rc.requests <- struct{}{}
 			defer func() { <-rc.requests }()
 			return storage.Retry(ctx, func() error {

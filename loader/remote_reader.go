@@ -63,7 +63,7 @@ func (r *Reader) planRemote() error {
 		var shards []int
 		for _, w := range p.order {
 			for _, i := range r.d.shardsOf(r.windows[w.stream][w.window].Pieces) {
-				if !need[i] {
+				if !need[i] && !r.d.whole(i) {
 					need[i] = true
 					shards = append(shards, i)
 				}

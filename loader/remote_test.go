@@ -618,3 +618,72 @@ func TestRemoteDatasetRoot(t *testing.T) {
 	}
 	goAndPython(t, s3.url, []orderCfg{{Batch: 100, Seed: 4, World: 1, NumWorkers: 1, WindowBytes: 64 << 10}})
 }
+
+// TestRemoteShardPerBlock: an output written with a shard per canonical
+// block (--shard-blocks 1) is read from S3 in one request per shard, its
+// header included (a shard within one block is read whole), where a block
+// of a larger shard is one request per tensor and its shard's header one
+// more; the batches equal the local ones (flat and packed, window and block
+// order, 2 ranks x 2 workers), in Go and in Python.
+func TestRemoteShardPerBlock(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 138})
+	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, BlockSamples: 250, ShardBlocks: 1})
+	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, BlockSamples: 60, ShardBlocks: 1})
+	for name, local := range map[string]string{"flat": flat, "packed": packed} {
+		m := manifestOf(t, local)
+		b := m.Tensors.Order.BlockSamples
+		for _, sh := range m.Tensors.Shards {
+			if sh.FirstRow/b != (sh.FirstRow+sh.Rows-1)/b || (sh.FirstRow+sh.Rows)%b != 0 && sh.FirstRow+sh.Rows != m.Tensors.Totals.Rows && !endsFile(m, sh) {
+				t.Fatalf("%s: shard %s holds samples [%d, %d): not one block of %d", name, sh.Path, sh.FirstRow, sh.FirstRow+sh.Rows, b)
+			}
+		}
+		s3 := uploadS3(t, local, "spb-"+name)
+		for _, order := range []string{loader.OrderWindow, loader.OrderBlock} {
+			for rank := 0; rank < 2; rank++ {
+				for worker := 0; worker < 2; worker++ {
+					ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, Rank: rank, World: 2, Worker: worker, NumWorkers: 2},
+						Batch: 40, Order: order, WindowBytes: 16 << 10, Index: true}
+					want, _ := epochOf(t, local, loader.Options{}, ro)
+					opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}
+					if order == loader.OrderBlock {
+						opts.CacheBytes = s3.tensorBytes * 2 // views of mapped shards stay: all of it
+					}
+					t.Logf("%s %s r%d w%d", name, order, rank, worker)
+					got, _ := epochOf(t, s3.url, opts, ro)
+					if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+						t.Fatalf("%s %s r%d w%d: batches from S3 differ from the local ones", name, order, rank, worker)
+					}
+				}
+			}
+		}
+		// One reader's epoch: every shard once, in one request each.
+		ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 5, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 50, WindowBytes: 16 << 10, Index: true}
+		g0 := s3.gets.Load()
+		_, st := epochOf(t, s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}, ro)
+		gets := s3.gets.Load() - g0
+		t.Logf("%s: %d shards, %d tensors: %d GETs, %d downloads, %d bytes of %d", name, len(m.Tensors.Shards), len(m.Tensors.Schema), gets, st.Downloads, st.BytesDownloaded, s3.tensorBytes)
+		if gets != int64(len(m.Tensors.Shards)) || st.BytesDownloaded != s3.tensorBytes {
+			t.Fatalf("%s: %d GETs and %d bytes for %d shards of %d bytes: want one request per shard, each byte once", name, gets, st.BytesDownloaded, len(m.Tensors.Shards), s3.tensorBytes)
+		}
+		// The same in Python.
+		if err := exec.Command("/usr/bin/python3", "-c", "import boto3, xxhash").Run(); err != nil {
+			testutil.Missing(t, "python3-boto3 or python3-xxhash not installed (make deps)")
+		}
+		g0 = s3.gets.Load()
+		out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_blocks.py"), local, s3.url, t.TempDir(), fmt.Sprint(s3.tensorBytes/4))
+		if gets := s3.gets.Load() - g0; gets != int64(len(m.Tensors.Shards)) {
+			t.Fatalf("python %s: %d GETs for %d shards (%s)", name, gets, len(m.Tensors.Shards), out)
+		}
+	}
+}
+
+// endsFile reports whether sh is the last shard of its Parquet file (a
+// shard never spans two files, so it may end inside a block there).
+func endsFile(m *manifests.Manifest, sh manifests.Shard) bool {
+	for _, f := range m.Files {
+		if sh.FirstRow+sh.Rows == f.FirstRow+f.Rows {
+			return true
+		}
+	}
+	return false
+}

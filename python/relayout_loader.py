@@ -507,6 +507,18 @@ def check_tensors(t, slices, where):
         raise ValueError(f"{where}: tensors: {type(e).__name__} {e}: not a relayout manifest's tensors") from None
 
 
+def _merge_ranges(ranges):
+    """Byte ranges (sorted, disjoint) with those that touch merged: the
+    requests that fetch them, whose bytes concatenated are theirs."""
+    out = []
+    for a, e in ranges:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((a, e))
+    return out
+
+
 def read_header(buf, size=None):
     """Parse and validate a safetensors header from a buffer (bytes, mmap).
 
@@ -942,9 +954,10 @@ class _Remote:
         each retried on its own), or raises."""
         if obj["ranges"] is None:
             return self.get(obj["key"])
-        if len(obj["ranges"]) == 1:
-            return self._range_retried(obj["key"], *obj["ranges"][0])
-        return b"".join(self.pool().map(lambda r: self._range_retried(obj["key"], *r), obj["ranges"]))
+        reqs = _merge_ranges(obj["ranges"])  # ranges that touch: one request
+        if len(reqs) == 1:
+            return self._range_retried(obj["key"], *reqs[0])
+        return b"".join(self.pool().map(lambda r: self._range_retried(obj["key"], *r), reqs))
 
     def _runs(self, objs):
         """Missing objs grouped into runs of consecutive blocks of one shard
@@ -1246,7 +1259,10 @@ class _Remote:
                 one_run(run)
             return
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(min(8, len(runs))) as ex:
+        # As many objects at once as keep max_requests busy: a shard of one
+        # block is one request, a block one per tensor (at least 8).
+        per = max([1] + [len(_merge_ranges(o["ranges"])) for o in objs if o["ranges"] is not None])
+        with ThreadPoolExecutor(min(max(8, self.max_requests // per), len(runs))) as ex:
             for f in [ex.submit(one_run, run) for run in runs]:
                 f.result()
 
@@ -1533,7 +1549,7 @@ class Dataset:
                 i = bisect.bisect_right(self._ends, s)
                 if i >= len(self._ends):
                     raise IndexError(f"sample {s} is past the last shard")
-                if by_block:
+                if by_block and not self._whole(i):
                     k, first, e = self._block_at(i, s)
                     e = min(end, e)
                     out.append((self._block(i, k), s - first, e - first))
@@ -1725,6 +1741,14 @@ class Dataset:
         k = bisect.bisect_right(rows, r) - 1
         return k, self._firsts[i] + rows[k], self._firsts[i] + rows[k + 1]
 
+    def _whole(self, i):
+        """Whether a dataset read by block reads shard i whole: a shard
+        within one canonical block (every shard of --shard-blocks 1) is its
+        header and that block, one request instead of two (Go: whole)."""
+        b = self.tensors_info["order"]["block_samples"]
+        first, rows = self._firsts[i], self._ends[i] - self._firsts[i]
+        return b > 0 and rows > 0 and first // b == (first + rows - 1) // b
+
     def _units_of(self, pieces):
         """The units (shard, block; block -1: the whole shard) the pieces
         draw from, sorted."""
@@ -1738,7 +1762,10 @@ class Dataset:
                 i = bisect.bisect_right(self._ends, s)
                 if i >= len(self._ends):
                     break
-                k, _, e = self._block_at(i, s)
+                if self._whole(i):
+                    k, e = -1, self._ends[i]
+                else:
+                    k, _, e = self._block_at(i, s)
                 out.add((i, k))
                 s = min(e, end)
         return sorted(out)
@@ -1774,7 +1801,7 @@ class Dataset:
                 seen.add((s, w))
                 order.append(wins[s][w][0])
         if self._by_block():
-            need = sorted({i for pieces in order for i in self._shards_of(pieces)})
+            need = sorted({i for pieces in order for i in self._shards_of(pieces) if not self._whole(i)})
             self._load_headers(need)
         order = [[self._obj(u) for u in self._units_of(pieces)] for pieces in order]
         # The window is read into memory whole, so its units are needed

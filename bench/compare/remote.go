@@ -49,23 +49,31 @@ func remoteBench(dir string, reps int, res map[string]any) {
 		})
 	})
 	defer stop()
-	url := "s3://bench/out/" + params
-	loc, err := storage.OpenDir(context.Background(), url, false)
-	if err != nil {
-		panic(err)
+	// The same dense output written with a shard per canonical block
+	// (--shard-blocks 1): a block is then one request, not one per tensor.
+	blocks := filepath.Join(dir, "tensors-dense-blocks")
+	timed("bin/relayout", "run", "--quiet", "--overwrite", "--input", filepath.Join(dir, "events-1000000"), "--output", blocks,
+		"--slice-keys", "country,date", "--tensor-spec", "bench/tensors-dense.yaml", "--shard-blocks", "1")
+	results := map[string]any{}
+	upload := func(local, prefix string) (string, int64) {
+		loc, err := storage.OpenDir(context.Background(), "s3://bench/"+prefix+"/"+params, false)
+		if err != nil {
+			panic(err)
+		}
+		var tensorBytes int64
+		filepath.Walk(local, func(p string, fi os.FileInfo, err error) error {
+			if err != nil || fi.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(local, p)
+			data, _ := os.ReadFile(p)
+			if filepath.Dir(rel) == "tensors" {
+				tensorBytes += int64(len(data))
+			}
+			return loc.Bucket.WriteAll(context.Background(), prefix+"/"+filepath.ToSlash(rel), data, nil)
+		})
+		return "s3://bench/" + prefix + "/" + params, tensorBytes
 	}
-	var tensorBytes int64
-	filepath.Walk(out, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(out, p)
-		data, _ := os.ReadFile(p)
-		if filepath.Dir(rel) == "tensors" {
-			tensorBytes += int64(len(data))
-		}
-		return loc.Bucket.WriteAll(context.Background(), "out/"+filepath.ToSlash(rel), data, nil)
-	})
 	epoch := func(path string, opts loader.Options, window int64) (time.Duration, int, loader.RemoteStats, error) {
 		d, err := loader.Open(path, opts)
 		if err != nil {
@@ -91,59 +99,67 @@ func remoteBench(dir string, reps int, res map[string]any) {
 		}
 		return time.Since(t0), n, d.RemoteStats(), nil
 	}
-	fmt.Printf("\n== loader from loopback S3 (gofakes3), %.0f MB of tensors, window order, batches of 512, medians of %d\n", float64(tensorBytes)/1e6, reps)
-	results := map[string]any{"tensor_bytes": tensorBytes}
-	// The last two cases: a store that answers every request after 20 ms
-	// (server-side, no CPU spent), with the ten requests in flight the AWS
-	// SDK's connection pool allowed before and with the default.
-	for _, c := range []struct {
+	type benchCase struct {
 		name        string
 		cache       int64
 		window      int64
 		latency     time.Duration
 		maxRequests int
-	}{{"whole", 2 * tensorBytes, 16 << 20, 0, 0}, {"quarter", tensorBytes / 4, 2 << 20, 0, 0},
-		{"whole, store 20 ms away, 10 requests in flight", 2 * tensorBytes, 16 << 20, 20 * time.Millisecond, 10},
-		{"whole, store 20 ms away", 2 * tensorBytes, 16 << 20, 20 * time.Millisecond, 0}} {
-		var loc, rem []time.Duration
-		var st loader.RemoteStats
-		var batches int
-		var refused error
-		var requests, inFlight int64
-		for i := 0; i < reps && refused == nil; i++ {
-			l, _, _, _ := epoch(out, loader.Options{}, c.window)
-			profiling := false
-			if p := os.Getenv("BENCH_CPUPROFILE"); p != "" && c.latency == 0 && c.name == "whole" && i == reps-1 {
-				f, _ := os.Create(p)
-				profiling = pprof.StartCPUProfile(f) == nil
-			}
-			cacheDir, _ := os.MkdirTemp(dir, "cache-")
-			g0 := gets.Load()
-			latency.Store(int64(c.latency))
-			peak.Store(0)
-			r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache, MaxRequests: c.maxRequests}, c.window)
-			latency.Store(0)
-			if profiling {
-				pprof.StopCPUProfile()
-			}
-			requests, inFlight = gets.Load()-g0, peak.Load()
-			os.RemoveAll(cacheDir)
-			refused = err
-			loc, rem, st, batches = append(loc, l), append(rem, r), s, n
-		}
-		if refused != nil {
-			fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): refused up front: %v\n", c.name, float64(c.cache)/1e6, c.window>>20, refused)
-			results[c.name] = map[string]any{"cache_bytes": c.cache, "refused": refused.Error()}
-			continue
-		}
-		l, r := medianDur(loc), medianDur(rem)
-		fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.4fx the tensors in %d GETs, at most %d in flight; waited %.2f ms per batch\n",
-			c.name, float64(c.cache)/1e6, c.window>>20, l.Seconds(), r.Seconds(), l.Seconds()/r.Seconds(), float64(st.BytesDownloaded)/float64(tensorBytes),
-			requests, inFlight, float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
-		results[c.name] = map[string]any{"cache_bytes": c.cache, "window_bytes": c.window, "local_seconds": l.Seconds(), "s3_seconds": r.Seconds(),
-			"throughput_ratio": l.Seconds() / r.Seconds(), "downloaded_over_tensor_bytes": float64(st.BytesDownloaded) / float64(tensorBytes),
-			"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1)), "get_requests": requests,
-			"latency_ms": c.latency.Milliseconds(), "max_in_flight": inFlight}
 	}
+	measure := func(out, url string, tensorBytes int64, label string, cases []benchCase) {
+		fmt.Printf("\n== loader from loopback S3 (gofakes3), %s: %.0f MB of tensors, window order, batches of 512, medians of %d\n", label, float64(tensorBytes)/1e6, reps)
+		for _, c := range cases {
+			var loc, rem []time.Duration
+			var st loader.RemoteStats
+			var batches int
+			var refused error
+			var requests, inFlight int64
+			for i := 0; i < reps && refused == nil; i++ {
+				l, _, _, _ := epoch(out, loader.Options{}, c.window)
+				profiling := false
+				if p := os.Getenv("BENCH_CPUPROFILE"); p != "" && c.latency == 0 && c.name == "whole" && i == reps-1 {
+					f, _ := os.Create(p)
+					profiling = pprof.StartCPUProfile(f) == nil
+				}
+				cacheDir, _ := os.MkdirTemp(dir, "cache-")
+				g0 := gets.Load()
+				latency.Store(int64(c.latency))
+				peak.Store(0)
+				r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache, MaxRequests: c.maxRequests}, c.window)
+				latency.Store(0)
+				if profiling {
+					pprof.StopCPUProfile()
+				}
+				requests, inFlight = gets.Load()-g0, peak.Load()
+				os.RemoveAll(cacheDir)
+				refused = err
+				loc, rem, st, batches = append(loc, l), append(rem, r), s, n
+			}
+			if refused != nil {
+				fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): refused up front: %v\n", c.name, float64(c.cache)/1e6, c.window>>20, refused)
+				results[c.name] = map[string]any{"cache_bytes": c.cache, "refused": refused.Error()}
+				continue
+			}
+			l, r := medianDur(loc), medianDur(rem)
+			fmt.Printf("cache %-7s (%4.0f MB, window %2d MB): local %.2f s, S3 %.2f s (%.2fx local throughput, target >= 0.8x); downloaded %.4fx the tensors in %d GETs, at most %d in flight; waited %.2f ms per batch\n",
+				c.name, float64(c.cache)/1e6, c.window>>20, l.Seconds(), r.Seconds(), l.Seconds()/r.Seconds(), float64(st.BytesDownloaded)/float64(tensorBytes),
+				requests, inFlight, float64(st.Waited.Microseconds())/1000/float64(max(batches, 1)))
+			results[c.name] = map[string]any{"cache_bytes": c.cache, "window_bytes": c.window, "local_seconds": l.Seconds(), "s3_seconds": r.Seconds(),
+				"throughput_ratio": l.Seconds() / r.Seconds(), "downloaded_over_tensor_bytes": float64(st.BytesDownloaded) / float64(tensorBytes),
+				"waited_ms_per_batch": float64(st.Waited.Microseconds()) / 1000 / float64(max(batches, 1)), "get_requests": requests,
+				"latency_ms": c.latency.Milliseconds(), "max_in_flight": inFlight}
+		}
+	}
+	// The last two dense cases: a store that answers every request after
+	// 20 ms (server-side, no CPU spent), with the ten requests in flight
+	// the AWS SDK's connection pool allowed before and with the default.
+	denseURL, denseBytes := upload(out, "out")
+	results["tensor_bytes"] = denseBytes
+	measure(out, denseURL, denseBytes, "shards of 93 MB", []benchCase{{"whole", 2 * denseBytes, 16 << 20, 0, 0}, {"quarter", denseBytes / 4, 2 << 20, 0, 0},
+		{"whole, store 20 ms away, 10 requests in flight", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 10},
+		{"whole, store 20 ms away", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 0}})
+	blocksURL, blocksBytes := upload(blocks, "blocks")
+	measure(blocks, blocksURL, blocksBytes, "a shard per block (--shard-blocks 1)", []benchCase{{"blocks, whole", 2 * blocksBytes, 16 << 20, 0, 0},
+		{"blocks, quarter", blocksBytes / 4, 2 << 20, 0, 0}, {"blocks, whole, store 20 ms away", 2 * blocksBytes, 16 << 20, 20 * time.Millisecond, 0}})
 	res["remote_loader"] = results
 }
