@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -116,8 +117,10 @@ func remoteBench(dir string, reps int, res map[string]any) {
 			var requests, inFlight int64
 			for i := 0; i < reps && refused == nil; i++ {
 				l, _, _, _ := epoch(out, loader.Options{}, c.window)
+				// BENCH_CPUPROFILE profiles the last epoch of one loopback
+				// case: "whole", or the one BENCH_CPUPROFILE_CASE names.
 				profiling := false
-				if p := os.Getenv("BENCH_CPUPROFILE"); p != "" && c.latency == 0 && c.name == "whole" && i == reps-1 {
+				if p := os.Getenv("BENCH_CPUPROFILE"); p != "" && c.latency == 0 && c.name == cmp.Or(os.Getenv("BENCH_CPUPROFILE_CASE"), "whole") && i == reps-1 {
 					f, _ := os.Create(p)
 					profiling = pprof.StartCPUProfile(f) == nil
 				}
