@@ -576,7 +576,7 @@ func scatterRows(dst, src []byte, slot []int64, per int64) {
 	case 1:
 		scatterTyped(dst, src, slot)
 	case 64:
-		scatterTyped(lines(dst), lines(src), slot)
+		scatterLines(dst, src, slot)
 	default:
 		for i, sl := range slot {
 			copy(dst[sl*per:(sl+1)*per], src[int64(i)*per:int64(i+1)*per])

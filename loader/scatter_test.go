@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestScatterRows checks every row size's path (typed stores and the
@@ -31,5 +32,62 @@ func TestScatterRows(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("rows of %d bytes: scattered bytes differ from the reference", per)
 		}
+	}
+}
+
+// TestScatterLines checks the 64-byte path (non-temporal stores where the
+// CPU has them and the destination is large and 32-byte aligned, else
+// typed stores) on aligned and unaligned, large and small destinations
+// against the typed stores.
+func TestScatterLines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{3 * ntMinBytes / 128, 1000} { // 1.5x the smallest stored around the caches, and small
+		src := make([]byte, n*64)
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		slot := make([]int64, n)
+		for i, p := range rng.Perm(n) {
+			slot[i] = int64(p)
+		}
+		want := make([]byte, n*64)
+		scatterTyped(lines(want), lines(src), slot)
+		buf := make([]byte, n*64+64)
+		base := int((32 - uintptr(unsafe.Pointer(&buf[0]))%32) % 32)
+		for _, off := range []int{base, base + 8} {
+			dst := buf[off : off+n*64]
+			clear(dst)
+			scatterLines(dst, src, slot)
+			if !bytes.Equal(dst, want) {
+				t.Fatalf("%d rows, destination at %d mod 32: scattered rows differ from the typed stores'", n, uintptr(unsafe.Pointer(&dst[0]))%32)
+			}
+		}
+	}
+	t.Logf("non-temporal stores: %v", ntLines)
+}
+
+// BenchmarkScatterLines scatters 64 MB of 64-byte rows into a destination
+// of the same size in a random order, with typed stores and with
+// scatterLines.
+func BenchmarkScatterLines(b *testing.B) {
+	const n = 1 << 20
+	rng := rand.New(rand.NewPCG(5, 6))
+	src, dst := make([]byte, n*64), make([]byte, n*64)
+	slot := make([]int64, n)
+	for i, p := range rng.Perm(n) {
+		slot[i] = int64(p)
+	}
+	for _, c := range []struct {
+		name string
+		fn   func(dst, src []byte, slot []int64)
+	}{{"typed", func(d, s []byte, sl []int64) { scatterTyped(lines(d), lines(s), sl) }}, {"lines", scatterLines}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(n * 64)
+			for b.Loop() {
+				for k := 0; k < n; k += scatterChunk {
+					c.fn(dst, src[k*64:], slot[k:min(k+scatterChunk, n)])
+				}
+			}
+		})
 	}
 }
