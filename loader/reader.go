@@ -566,6 +566,9 @@ func (w *windowBuf) read(sh *mapped, src []byte) ([]byte, error) {
 // scatterRows copies row i of src (per bytes each) to row slot[i] of dst,
 // with a typed store for the common row sizes.
 func scatterRows(dst, src []byte, slot []int64, per int64) {
+	if per%64 == 0 && scatterLines(dst, src, slot, per) {
+		return
+	}
 	switch per {
 	case 8:
 		scatterTyped(u64s(dst), u64s(src), slot)
@@ -576,7 +579,7 @@ func scatterRows(dst, src []byte, slot []int64, per int64) {
 	case 1:
 		scatterTyped(dst, src, slot)
 	case 64:
-		scatterLines(dst, src, slot)
+		scatterTyped(lines(dst), lines(src), slot)
 	default:
 		for i, sl := range slot {
 			copy(dst[sl*per:(sl+1)*per], src[int64(i)*per:int64(i+1)*per])

@@ -35,31 +35,41 @@ func TestScatterRows(t *testing.T) {
 	}
 }
 
-// TestScatterLines checks the 64-byte path (non-temporal stores where the
-// CPU has them and the destination is large and 32-byte aligned, else
-// typed stores) on aligned and unaligned, large and small destinations
-// against the typed stores.
+// TestScatterLines checks rows of whole 64-byte lines (non-temporal stores
+// where the CPU has them and the destination is large and 32-byte aligned,
+// else typed stores or copies) on aligned and unaligned, large and small
+// destinations against a row-by-row copy, and that the non-temporal path
+// is taken exactly where it applies.
 func TestScatterLines(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{3 * ntMinBytes / 128, 1000} { // 1.5x the smallest stored around the caches, and small
-		src := make([]byte, n*64)
-		for i := range src {
-			src[i] = byte(rng.Uint32())
-		}
-		slot := make([]int64, n)
-		for i, p := range rng.Perm(n) {
-			slot[i] = int64(p)
-		}
-		want := make([]byte, n*64)
-		scatterTyped(lines(want), lines(src), slot)
-		buf := make([]byte, n*64+64)
-		base := int((32 - uintptr(unsafe.Pointer(&buf[0]))%32) % 32)
-		for _, off := range []int{base, base + 8} {
-			dst := buf[off : off+n*64]
-			clear(dst)
-			scatterLines(dst, src, slot)
-			if !bytes.Equal(dst, want) {
-				t.Fatalf("%d rows, destination at %d mod 32: scattered rows differ from the typed stores'", n, uintptr(unsafe.Pointer(&dst[0]))%32)
+	for _, per := range []int64{64, 128, 192} {
+		for _, n := range []int{int(3 * ntMinBytes / 2 / per), 1000} { // 1.5x the smallest stored around the caches, and small
+			src := make([]byte, int64(n)*per)
+			for i := range src {
+				src[i] = byte(rng.Uint32())
+			}
+			slot := make([]int64, n)
+			for i, p := range rng.Perm(n) {
+				slot[i] = int64(p)
+			}
+			want := make([]byte, len(src))
+			for i, sl := range slot {
+				copy(want[sl*per:(sl+1)*per], src[int64(i)*per:])
+			}
+			buf := make([]byte, len(src)+64)
+			base := int((32 - uintptr(unsafe.Pointer(&buf[0]))%32) % 32)
+			for _, off := range []int{base, base + 8} {
+				dst := buf[off : off+len(src)]
+				clear(dst)
+				aligned := uintptr(unsafe.Pointer(&dst[0]))%32 == 0
+				if nt := scatterLines(dst, src, slot, per); nt != (ntLines && aligned && len(dst) >= ntMinBytes) {
+					t.Fatalf("rows of %d bytes, %d rows, aligned %v: non-temporal path taken: %v", per, n, aligned, nt)
+				}
+				clear(dst)
+				scatterRows(dst, src, slot, per)
+				if !bytes.Equal(dst, want) {
+					t.Fatalf("rows of %d bytes, %d rows, aligned %v: scattered rows differ from the copies", per, n, aligned)
+				}
 			}
 		}
 	}
@@ -68,7 +78,7 @@ func TestScatterLines(t *testing.T) {
 
 // BenchmarkScatterLines scatters 64 MB of 64-byte rows into a destination
 // of the same size in a random order, with typed stores and with
-// scatterLines.
+// scatterRows (non-temporal stores where they apply).
 func BenchmarkScatterLines(b *testing.B) {
 	const n = 1 << 20
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -80,7 +90,7 @@ func BenchmarkScatterLines(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		fn   func(dst, src []byte, slot []int64)
-	}{{"typed", func(d, s []byte, sl []int64) { scatterTyped(lines(d), lines(s), sl) }}, {"lines", scatterLines}} {
+	}{{"typed", func(d, s []byte, sl []int64) { scatterTyped(lines(d), lines(s), sl) }}, {"rows", func(d, s []byte, sl []int64) { scatterRows(d, s, sl, 64) }}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(n * 64)
 			for b.Loop() {
