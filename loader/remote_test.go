@@ -150,6 +150,36 @@ type peakSampler struct {
 	done sync.WaitGroup
 }
 
+// remoteEqualsLocal reads local and its copy on s3 in window and block
+// order, 2 ranks x 2 workers, with base's seed, batch and window: every
+// reader's batches from S3 (through a cache of a quarter of the tensors;
+// block order, whose views of mapped shards stay, twice them) equal, in
+// order, the local ones, and each reader downloaded something.
+func remoteEqualsLocal(t *testing.T, name, local string, s3 *s3Out, base loader.ReadOptions) {
+	t.Helper()
+	for _, order := range []string{loader.OrderWindow, loader.OrderBlock} {
+		for rank := 0; rank < 2; rank++ {
+			for worker := 0; worker < 2; worker++ {
+				ro := base
+				ro.Order, ro.Index = order, true
+				ro.Shuffle, ro.Rank, ro.World, ro.Worker, ro.NumWorkers = true, rank, 2, worker, 2
+				want, _ := epochOf(t, local, loader.Options{}, ro)
+				opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}
+				if order == loader.OrderBlock {
+					opts.CacheBytes = s3.tensorBytes * 2
+				}
+				got, st := epochOf(t, s3.url, opts, ro)
+				if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Fatalf("%s %s r%d w%d: %d batches from S3 differ from the %d local ones", name, order, rank, worker, len(got), len(want))
+				}
+				if st.Downloads == 0 {
+					t.Fatalf("%s %s r%d w%d: nothing was downloaded", name, order, rank, worker)
+				}
+			}
+		}
+	}
+}
+
 // samplePeak samples dir until Stop.
 func samplePeak(dir string) *peakSampler {
 	p := &peakSampler{stop: make(chan struct{})}
@@ -195,33 +225,9 @@ func TestRemoteBatchesEqualLocal(t *testing.T) {
 	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
 	for name, local := range map[string]string{"flat": flat, "packed": packed} {
 		s3 := uploadS3(t, local, "b-"+name)
-		for _, order := range []string{loader.OrderWindow, loader.OrderBlock} {
-			for rank := 0; rank < 2; rank++ {
-				for worker := 0; worker < 2; worker++ {
-					// Small windows, so that a cache of a quarter of the
-					// tensors holds what one window needs.
-					ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 11, Epoch: 1, Shuffle: true, Rank: rank, World: 2, Worker: worker, NumWorkers: 2},
-						Batch: 64, Order: order, WindowBytes: 32 << 10, Index: true}
-					want, _ := epochOf(t, local, loader.Options{}, ro)
-					opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}
-					if order == loader.OrderBlock {
-						opts.CacheBytes = s3.tensorBytes * 2 // views of mapped shards stay: all of it
-					}
-					got, st := epochOf(t, s3.url, opts, ro)
-					if len(got) == 0 || len(got) != len(want) {
-						t.Fatalf("%s %s r%d w%d: %d batches from S3, %d local", name, order, rank, worker, len(got), len(want))
-					}
-					for k := range want {
-						if got[k] != want[k] {
-							t.Fatalf("%s %s r%d w%d: batch %d differs between S3 and local", name, order, rank, worker, k)
-						}
-					}
-					if st.Downloads == 0 {
-						t.Fatalf("%s: nothing was downloaded", name)
-					}
-				}
-			}
-		}
+		// Small windows, so that a cache of a quarter of the tensors holds
+		// what one window needs.
+		remoteEqualsLocal(t, name, local, s3, loader.ReadOptions{Assignment: loader.Assignment{Seed: 11, Epoch: 1}, Batch: 64, WindowBytes: 32 << 10})
 	}
 }
 
@@ -638,23 +644,7 @@ func TestRemoteShardPerBlock(t *testing.T) {
 			}
 		}
 		s3 := uploadS3(t, local, "spb-"+name)
-		for _, order := range []string{loader.OrderWindow, loader.OrderBlock} {
-			for rank := 0; rank < 2; rank++ {
-				for worker := 0; worker < 2; worker++ {
-					ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 3, Shuffle: true, Rank: rank, World: 2, Worker: worker, NumWorkers: 2},
-						Batch: 40, Order: order, WindowBytes: 16 << 10, Index: true}
-					want, _ := epochOf(t, local, loader.Options{}, ro)
-					opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}
-					if order == loader.OrderBlock {
-						opts.CacheBytes = s3.tensorBytes * 2 // views of mapped shards stay: all of it
-					}
-					got, _ := epochOf(t, s3.url, opts, ro)
-					if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
-						t.Fatalf("%s %s r%d w%d: batches from S3 differ from the local ones", name, order, rank, worker)
-					}
-				}
-			}
-		}
+		remoteEqualsLocal(t, name, local, s3, loader.ReadOptions{Assignment: loader.Assignment{Seed: 3}, Batch: 40, WindowBytes: 16 << 10})
 		// One reader's epoch: every shard once, in one request each.
 		ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 5, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 50, WindowBytes: 16 << 10, Index: true}
 		g0 := s3.gets.Load()
@@ -669,7 +659,7 @@ func TestRemoteShardPerBlock(t *testing.T) {
 			testutil.Missing(t, "python3-boto3 or python3-xxhash not installed (make deps)")
 		}
 		g0 = s3.gets.Load()
-		out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_blocks.py"), local, s3.url, t.TempDir(), fmt.Sprint(s3.tensorBytes/4))
+		out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_shared.py"), local, s3.url, t.TempDir(), fmt.Sprint(s3.tensorBytes/4), "0", "1")
 		if gets := s3.gets.Load() - g0; gets != int64(len(m.Tensors.Shards)) {
 			t.Fatalf("python %s: %d GETs for %d shards (%s)", name, gets, len(m.Tensors.Shards), out)
 		}

@@ -1,6 +1,8 @@
 """One rank of a remote epoch, read through a cache folder another process
-(the Go test's reader) uses at the same time: its batches must equal the
-same rank's batches from the local output. Prints a JSON summary.
+(the Go test's reader) may use at the same time: its batches must equal the
+same rank's batches from the local output. Prints a JSON summary. (Alone,
+rank 0 of 1, it is the Python side of TestRemoteShardPerBlock, which counts
+its requests.)
 
     remote_shared.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES RANK WORLD"""
 import json
