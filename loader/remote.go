@@ -501,6 +501,9 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 // release removes a reservation's temporary file that did not become a
 // cache file (a failed download), and takes it off the ledger.
 func (rc *remote) release(tmp string, n int64) {
+	if _, err := os.Lstat(tmp); os.IsNotExist(err) {
+		return // renamed to its cache name (the name is this reservation's alone): nothing to take back
+	}
 	lf, unlock, err := lockFolder(rc.dir)
 	if err != nil {
 		os.Remove(tmp)

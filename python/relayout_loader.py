@@ -1171,6 +1171,8 @@ class _Remote:
     def _release(self, tmp, n):
         """Remove a reservation that did not become a cache file (a failed
         download) and take it off the ledger."""
+        if not os.path.lexists(tmp):
+            return  # renamed to its cache name (the name is this reservation's alone)
         lk = self._lock_ledger()
         try:
             os.remove(tmp)
