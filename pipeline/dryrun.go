@@ -126,7 +126,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 		memRowBytes = float64(smp.bytes) / float64(smp.rows)
 	}
 	// The run's memory plan, with the row groups it would lower to fit.
-	fitted, layout, mp, err := plan.FitMemory(tbl, hist, in, memRowBytes, opts.layout(tr), opts.resources())
+	fitted, layout, mp, err := plan.FitMemory(tbl, hist, in.WithSamples(tbl.Rows, kp.Extra.Queries), memRowBytes, opts.layout(tr), opts.resources())
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,14 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/verify"
 )
 
@@ -68,5 +71,52 @@ func TestShardBlocks(t *testing.T) {
 			}
 		}
 		t.Logf("shard-blocks %d: %d shards (dry run: %d) in %d files", n, len(mt.Shards), dry.Output.Shards, len(m.Files))
+	}
+}
+
+// TestShardBlocksMemoryCountsItems: in a packed run a tensor sample is a
+// query, so a shard of N blocks buffers N x block_samples queries with all
+// their items: the memory model counts the key pass's rows per query
+// (checked against DuckDB's count over distinct query ids), not one row
+// per sample.
+func TestShardBlocksMemoryCountsItems(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 30_000, Files: 1, Seed: 42})
+	o := RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "out"), SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
+		Tensors: true, BlockSamples: 100, ShardBlocks: 2}
+	o, err := o.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tbl, keys, sizes, _, err := openTable(ctx, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	lo := o.layout(nil)
+	lo.Tensors = &plan.TensorOptions{ShardBytes: o.ShardBytes, BlockSamples: o.BlockSamples, ShardBlocks: o.ShardBlocks}
+	kp, err := plan.Analyze(ctx, tbl, keys, lo, o.resources()) // the run's key pass and memory plan
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kp.Release()
+	rows, _ := testutil.DuckDB(t, fmt.Sprintf("SELECT count(*)::DOUBLE / count(DISTINCT query_id) AS r FROM read_parquet('%s/*.parquet')", in))
+	want := rows[0]["r"].(float64)
+	if got := kp.Sizes.RowsPerSample; math.Abs(got-want) > 1e-9 || want < 2 {
+		t.Fatalf("rows per sample %v, DuckDB counts %v", got, want)
+	}
+	// The model's shard: N x block_samples x rows per sample x row bytes.
+	const rowBytes = 100
+	perRow, err := plan.SizeMemory(tbl, sizes, kp.Layout, rowBytes, lo, o.resources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	perQuery, err := plan.SizeMemory(tbl, kp.Sizes, kp.Layout, rowBytes, lo, o.resources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, mem := float64(o.ShardBlocks*o.BlockSamples), max(sizes.RowBytes, rowBytes) // the model takes the larger row size
+	if d, wantD := perQuery.Fixed-perRow.Fixed, int64(n*want*mem)-int64(n*mem); d < wantD-1 || d > wantD+1 {
+		t.Fatalf("the shard of %v queries adds %d bytes to the fixed cost over a row-per-sample estimate, want %d", n, d, wantD)
 	}
 }

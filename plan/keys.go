@@ -41,6 +41,19 @@ type Sizes struct {
 	RowBytes, FileRowBytes float64
 	// Leaves is the input schema's leaf columns.
 	Leaves int64
+	// RowsPerSample is the input rows in one tensor sample: a query's
+	// items, on average, when packing (WithSamples); 0 reads as 1.
+	RowsPerSample float64
+}
+
+// WithSamples is s with RowsPerSample set from the key pass's query counts
+// (nil or none: a sample is a row).
+func (s Sizes) WithSamples(rows int64, qc *partition.QueryCounts) Sizes {
+	s.RowsPerSample = 1
+	if qc != nil && qc.Queries > 0 {
+		s.RowsPerSample = float64(rows) / float64(qc.Queries)
+	}
+	return s
 }
 
 // SizesOf reads a table's sizes from its footers.

@@ -52,8 +52,8 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	fixed += max(footerRGs*max(in.Leaves, 1)*FooterChunkBytes-FooterInReserve, 0)
 	if tensors { // one shard's tensors are buffered until it is written
 		shard := o.Tensors.ShardBytes
-		if o.Tensors.ShardBlocks > 0 { // whole blocks, whatever their bytes
-			shard = int64(float64(o.Tensors.ShardBlocks*o.Tensors.BlockSamples) * memRowBytes)
+		if o.Tensors.ShardBlocks > 0 { // whole blocks of samples (queries when packed), whatever their bytes
+			shard = int64(float64(o.Tensors.ShardBlocks*o.Tensors.BlockSamples) * max(in.RowsPerSample, 1) * memRowBytes)
 		}
 		fixed += min(shard, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
 	}

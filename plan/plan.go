@@ -354,6 +354,9 @@ func fitSample(tbl *source.Table, kp *KeyPass, sample arrow.RecordBatch, in Size
 		}
 		sample = trimmed
 	}
+	if kp.Extra != nil {
+		in = in.WithSamples(tbl.Rows, kp.Extra.Queries)
+	}
 	o, layout, mp, err := FitMemory(tbl, hist, in, memRowBytes, o, r)
 	if err != nil || len(mp.Units) != 1 {
 		if first != nil {
