@@ -7,9 +7,9 @@ import "github.com/relayout/relayout/internal/hugepages"
 // asked, and if not, why. A reader's window buffers are fresh heap memory,
 // faulted in a page at a time; with 2 MiB pages that is 512 times fewer
 // faults. On a VM where a 4 KiB fault costs 11 us of CPU, a fresh
-// Dataset's window-order epoch of the 93 MB dense bench output took 87-110
-// ms against 128-132 ms, and a warm reader's 65-71 ms against 72-76 ms
-// (docs/benchmarks.md).
+// Dataset's window-order epoch of the 93 MB dense bench output took 75-95
+// ms against 121-136 ms; a warm reader's, 55-69 ms against 57-72 ms, is
+// about the same (docs/benchmarks.md).
 //
 // It asks where the kernel's setting is "madvise" (with "always" the heap
 // has huge pages already), except in a VM whose kernel gives free memory
