@@ -150,3 +150,35 @@ print("ok")
 		t.Fatalf("python fallback printed %q", out)
 	}
 }
+
+// TestLedgerWrittenInPlace: the ledger is written over its last value at a
+// fixed width, never truncated (a truncated file written again is flushed
+// on close by ext4), reads back each value however long the last was, and
+// reads a ledger an older reader wrote (unpadded) the same.
+func TestLedgerWrittenInPlace(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cache.lock"), []byte("77"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, unlock, err := lockFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if v, ok := readLedger(f); !ok || v != 77 {
+		t.Fatalf("an unpadded ledger reads %d, %v; want 77", v, ok)
+	}
+	for _, v := range []int64{1 << 40, 5, 0, 123456789, 9223372036854775807, 3} {
+		if err := writeLedger(f, v); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := readLedger(f)
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok || got != v || st.Size() != ledgerWidth {
+			t.Fatalf("after writing %d: read %d, %v; the file is %d bytes, want %d", v, got, ok, st.Size(), ledgerWidth)
+		}
+	}
+}

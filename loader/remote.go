@@ -60,6 +60,10 @@ type RemoteStats struct {
 	BytesDownloaded, Downloads, Retries int64
 	// Waited is the time readers waited for a shard not yet in the cache.
 	Waited time.Duration
+	// Listings counts the cache folder's listings: at the first
+	// reservation, every 30 seconds, and when the ledger says the folder
+	// is full (then about once per eighth of CacheBytes downloaded).
+	Listings int64
 }
 
 type remote struct {
@@ -69,7 +73,7 @@ type remote struct {
 	limit int64
 	ahead int
 
-	bytes, downloads, retries, waited atomic.Int64
+	bytes, downloads, retries, waited, listings atomic.Int64
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -423,6 +427,11 @@ func (rc *remote) commit(tmp string, o cacheObj) error {
 const (
 	ledgerSlack = 32
 	rescanEvery = 30 * time.Second
+	// evictLow: an eviction that lists the folder also removes the files
+	// the reader will not read again this epoch until the folder is an
+	// evictLow-th below its budget, so that the next listing is that many
+	// bytes of downloads away, not one.
+	evictLow = 8
 )
 
 // reserve makes room for n more bytes under the cache folder's lock and
@@ -446,10 +455,15 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 			var files []cacheFile
 			used, files = rc.usage()
 			rc.lastScan.Store(time.Now().UnixNano())
+			rc.listings.Add(1)
 			rc.mu.Lock()
 			sort.SliceStable(files, func(i, j int) bool { return rc.nextUse(files[i].name) > rc.nextUse(files[j].name) })
+			// What must go, plus (evictLow) what this reader will not
+			// read again this epoch, down to a low mark: a full folder
+			// would otherwise be listed again at the next reservation.
+			low := rc.limit - rc.limit/evictLow
 			for _, f := range files {
-				if used+n+ledgerSlack <= rc.limit {
+				if used+n+ledgerSlack <= rc.limit && (used+n+ledgerSlack <= low || rc.nextUse(f.name) != never) {
 					break
 				}
 				if rc.spared(f, pos) {
@@ -521,18 +535,30 @@ func (rc *remote) release(tmp string, n int64) {
 // processes and returns it open for reading and writing the ledger, with
 // the unlock.
 func lockFolder(dir string) (*os.File, func(), error) {
+	mu := folderMutex(dir)
+	mu.Lock()
 	f, err := os.OpenFile(filepath.Join(dir, "cache.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
+		mu.Unlock()
 		return nil, nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
+		mu.Unlock()
 		return nil, nil, err
 	}
 	return f, func() {
 		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
+		mu.Unlock()
 	}, nil
+}
+
+var folderMutexes sync.Map // folder -> *sync.Mutex
+
+func folderMutex(dir string) *sync.Mutex {
+	m, _ := folderMutexes.LoadOrStore(dir, new(sync.Mutex))
+	return m.(*sync.Mutex)
 }
 
 // readLedger reads the usage the ledger records (false: none yet).
@@ -543,14 +569,20 @@ func readLedger(f *os.File) (int64, bool) {
 	return v, err == nil && v >= 0
 }
 
-// writeLedger records the folder's usage.
+// writeLedger records the folder's usage: ledgerWidth bytes, the number
+// padded with spaces, written over the last one. Never truncated: ext4
+// writes a file truncated to nothing and written again back to disk when
+// it is closed (auto_da_alloc), 0.3 ms a reservation under the folder's
+// lock. A ledger an older reader wrote (unpadded, shorter) is overwritten
+// whole, and every reader trims the spaces.
 func writeLedger(f *os.File, used int64) error {
-	if err := f.Truncate(0); err != nil {
-		return err
-	}
-	_, err := f.WriteAt([]byte(strconv.FormatInt(used, 10)), 0)
+	b := fmt.Appendf(make([]byte, 0, ledgerWidth), "%-*d", ledgerWidth, used)
+	_, err := f.WriteAt(b, 0)
 	return err
 }
+
+// ledgerWidth is the ledger's size: an int64 in decimal, padded.
+const ledgerWidth = 20
 
 type cacheFile struct {
 	name string
@@ -604,7 +636,7 @@ const staleTmp = 10 * time.Minute
 
 // stats returns what the cache downloaded and waited for.
 func (rc *remote) stats() RemoteStats {
-	return RemoteStats{BytesDownloaded: rc.bytes.Load(), Downloads: rc.downloads.Load(), Retries: rc.retries.Load(), Waited: time.Duration(rc.waited.Load())}
+	return RemoteStats{BytesDownloaded: rc.bytes.Load(), Downloads: rc.downloads.Load(), Retries: rc.retries.Load(), Waited: time.Duration(rc.waited.Load()), Listings: rc.listings.Load()}
 }
 
 // planUse records that the window at pos will need an object.

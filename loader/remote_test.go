@@ -260,8 +260,8 @@ func TestRemoteCacheStaysInItsBudget(t *testing.T) {
 		t.Fatalf("the cache folder reached %d bytes, CacheBytes is %d", p, limit)
 	}
 	amp := float64(s3.getBytes.Load()) / float64(s3.tensorBytes)
-	t.Logf("cache %d of %d tensor bytes: peak %d on disk, downloaded %d (%.4fx the tensor bytes, server side), %d downloads, waited %v",
-		limit, s3.tensorBytes, peak.Load(), st.BytesDownloaded, amp, st.Downloads, st.Waited)
+	t.Logf("cache %d of %d tensor bytes: peak %d on disk, downloaded %d (%.4fx the tensor bytes, server side), %d downloads, %d listings, waited %v",
+		limit, s3.tensorBytes, peak.Load(), st.BytesDownloaded, amp, st.Downloads, st.Listings, st.Waited)
 	// Read by block, an epoch fetches every block once (and the headers),
 	// counted by the server, not by the loader.
 	if st.BytesDownloaded < s3.tensorBytes*99/100 || amp > 1.05 {
@@ -269,6 +269,13 @@ func TestRemoteCacheStaysInItsBudget(t *testing.T) {
 	}
 	if shards := countShards(t, local); st.Downloads <= int64(2*shards) {
 		t.Fatalf("%d downloads for %d shards: not read by block", st.Downloads, shards)
+	}
+	// A full folder is listed once per eighth of the budget downloaded, not
+	// at every reservation: about 8 listings per budget's worth of
+	// downloads past the first (plus the first listing, and what freeing
+	// the other output's files takes).
+	if want := 4 + 8*(st.BytesDownloaded-limit)/limit*3/2; st.Listings > want || st.Listings*4 > st.Downloads {
+		t.Fatalf("the cache folder was listed %d times for %d downloads (%d bytes, budget %d): want at most %d", st.Listings, st.Downloads, st.BytesDownloaded, limit, want)
 	}
 
 	// An output written before block tables (no header entries in its

@@ -3,7 +3,8 @@ loopback S3 server): batches equal the local output's, byte for byte and in
 order (window and block order, 2 ranks x 2 workers); the cache folder never
 exceeds cache_bytes (sampled all epoch) and, read by block, one epoch
 downloads at most 1.05x the tensor bytes; with a cache larger than the
-output the second epoch downloads nothing; one window holding the whole
+output the second epoch downloads nothing; a full cache folder is listed
+about once per eighth of its budget downloaded; one window holding the whole
 output fetches consecutive blocks in runs (one ranged read per tensor
 spanning them). Prints a JSON summary.
 
@@ -78,6 +79,12 @@ with open(os.path.join(local, "manifest.json")) as f:
 res["amplification"] = round(ds._remote.stats["bytes_downloaded"] / tensor_bytes, 4)
 if not ds._by_block() or res["amplification"] > 1.05:
     sys.exit(f"by block {ds._by_block()}: downloaded {res['amplification']}x the {tensor_bytes} tensor bytes with cache_bytes a quarter of them (want <= 1.05x)")
+# A full folder is listed about once per eighth of the budget downloaded,
+# not at every reservation (TestRemoteCacheStaysInItsBudget's bound).
+st = ds._remote.stats
+want = 4 + 8 * ((st["bytes_downloaded"] - cache_bytes) // cache_bytes) * 3 // 2
+if st["listings"] > want or st["listings"] * 4 > st["downloads"]:
+    sys.exit(f"the cache folder was listed {st['listings']} times for {st['downloads']} downloads ({st['bytes_downloaded']} bytes, budget {cache_bytes}): want at most {want}")
 
 # One window holding the whole output: consecutive blocks of a shard are
 # fetched as one ranged read per tensor spanning them, not one per block.

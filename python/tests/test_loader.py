@@ -190,6 +190,27 @@ class WindowOrderTest(unittest.TestCase):
         self.assertEqual(rl.window_samples(1, 100, 10, 4), 4)  # at least one batch
 
 
+class LedgerTest(unittest.TestCase):
+    def test_written_in_place(self):
+        """The cache ledger is written over its last value at a fixed width
+        (20 bytes, the Go loader's), never truncated, and an older reader's
+        unpadded ledger reads the same."""
+        import tempfile
+        rc = rl._Remote.__new__(rl._Remote)
+        rc.dir = tempfile.mkdtemp()
+        with open(os.path.join(rc.dir, "cache.lock"), "w") as f:
+            f.write("77")
+        lk = rc._lock_ledger()
+        try:
+            self.assertEqual(rc._read_ledger(lk), 77)
+            for v in (1 << 40, 5, 0, 123456789, (1 << 63) - 1, 3):
+                rc._write_ledger(lk, v)
+                self.assertEqual(rc._read_ledger(lk), v)
+                self.assertEqual(os.path.getsize(os.path.join(rc.dir, "cache.lock")), 20)
+        finally:
+            lk.close()
+
+
 class CheckTensorsTest(unittest.TestCase):
     """check_tensors refuses counts that do not add up before anything is
     sized by them (TestManifestEditSweep does the same for the Go loader
