@@ -3,12 +3,15 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -123,6 +126,10 @@ func remoteBench(dir string, reps int, res map[string]any) {
 				if p := os.Getenv("BENCH_CPUPROFILE"); p != "" && c.latency == 0 && c.name == cmp.Or(os.Getenv("BENCH_CPUPROFILE_CASE"), "whole") && i == reps-1 {
 					f, _ := os.Create(p)
 					profiling = pprof.StartCPUProfile(f) == nil
+					if t := os.Getenv("BENCH_TRACE"); t != "" {
+						tf, _ := os.Create(t)
+						trace.Start(tf)
+					}
 				}
 				cacheDir, _ := os.MkdirTemp(dir, "cache-")
 				g0 := gets.Load()
@@ -131,6 +138,7 @@ func remoteBench(dir string, reps int, res map[string]any) {
 				r, n, s, err := epoch(url, loader.Options{CacheDir: cacheDir, CacheBytes: c.cache, MaxRequests: c.maxRequests}, c.window)
 				latency.Store(0)
 				if profiling {
+					trace.Stop()
 					pprof.StopCPUProfile()
 				}
 				requests, inFlight = gets.Load()-g0, peak.Load()
@@ -158,11 +166,44 @@ func remoteBench(dir string, reps int, res map[string]any) {
 	// the AWS SDK's connection pool allowed before and with the default.
 	denseURL, denseBytes := upload(out, "out")
 	results["tensor_bytes"] = denseBytes
-	measure(out, denseURL, denseBytes, "shards of 93 MB", []benchCase{{"whole", 2 * denseBytes, 16 << 20, 0, 0}, {"quarter", denseBytes / 4, 2 << 20, 0, 0},
-		{"whole, store 20 ms away, 10 requests in flight", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 10},
-		{"whole, store 20 ms away", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 0}})
+	// BENCH_REMOTE_ONLY=blocks measures only the shard-per-block output.
+	if os.Getenv("BENCH_REMOTE_ONLY") != "blocks" {
+		measure(out, denseURL, denseBytes, "shards of 93 MB", []benchCase{{"whole", 2 * denseBytes, 16 << 20, 0, 0}, {"quarter", denseBytes / 4, 2 << 20, 0, 0},
+			{"whole, store 20 ms away, 10 requests in flight", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 10},
+			{"whole, store 20 ms away", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 0}})
+	}
 	blocksURL, blocksBytes := upload(blocks, "blocks")
 	measure(blocks, blocksURL, blocksBytes, "a shard per block (--shard-blocks 1)", []benchCase{{"blocks, whole", 2 * blocksBytes, 16 << 20, 0, 0},
 		{"blocks, quarter", blocksBytes / 4, 2 << 20, 0, 0}, {"blocks, whole, store 20 ms away", 2 * blocksBytes, 16 << 20, 20 * time.Millisecond, 0}})
+	// The Python reader (NumPy), the same epochs with a quarter cache.
+	pyEpoch := func(local, url string, tensorBytes int64, window int64, label string) {
+		cmd := exec.Command("/usr/bin/python3", "bench/remote_epoch.py", local, url, dir, fmt.Sprint(tensorBytes/4), fmt.Sprint(window), fmt.Sprint(reps))
+		cmd.Env = append(os.Environ(), "PYTHONPATH=python")
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			fmt.Printf("python %s: %v: %s\n", label, err, stderr)
+			return
+		}
+		var r struct {
+			Local, S3 float64
+			Batches   int
+			Stats     map[string]float64
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			fmt.Printf("python %s: %v: %s\n", label, err, out)
+			return
+		}
+		fmt.Printf("python, %s, quarter cache: local %.2f s, S3 %.2f s (%.2fx local throughput); waited %.2f ms per batch\n",
+			label, r.Local, r.S3, r.Local/r.S3, r.Stats["waited_seconds"]*1000/float64(max(r.Batches, 1)))
+		results["python "+label] = map[string]any{"local_seconds": r.Local, "s3_seconds": r.S3, "throughput_ratio": r.Local / r.S3}
+	}
+	if os.Getenv("BENCH_REMOTE_ONLY") != "blocks" {
+		pyEpoch(out, denseURL, denseBytes, 2<<20, "shards of 93 MB")
+	}
+	pyEpoch(blocks, blocksURL, blocksBytes, 2<<20, "a shard per block")
 	res["remote_loader"] = results
 }
