@@ -849,7 +849,14 @@ class _Remote:
                 cfg = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required", **kw)
             except TypeError:
                 cfg = Config(**kw)
-            self._s3 = boto3.client("s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+            # The responses' timestamps (Last-Modified) stay strings: the
+            # reader never looks at them, and parsing them with dateutil was
+            # a tenth of a GET's CPU, which holds the GIL.
+            import botocore.session
+            session = botocore.session.get_session()
+            session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
+            self._s3 = boto3.session.Session(botocore_session=session).client(
+                "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
             self._fs = None
         else:
             try:
