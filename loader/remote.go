@@ -533,7 +533,10 @@ func (rc *remote) release(tmp string, n int64) {
 
 // lockFolder locks the cache folder's lock file, cache.lock, across
 // processes and returns it open for reading and writing the ledger, with
-// the unlock.
+// the unlock. Goroutines of one process take the folder's mutex first, so
+// that one of them at a time waits in flock (each would hold an OS thread
+// there); the flock still excludes other processes, and two spellings of
+// one folder (two mutexes) are still excluded by it.
 func lockFolder(dir string) (*os.File, func(), error) {
 	mu := folderMutex(dir)
 	mu.Lock()
@@ -556,6 +559,7 @@ func lockFolder(dir string) (*os.File, func(), error) {
 
 var folderMutexes sync.Map // folder -> *sync.Mutex
 
+// folderMutex is the mutex of the process for the cache folder dir.
 func folderMutex(dir string) *sync.Mutex {
 	m, _ := folderMutexes.LoadOrStore(dir, new(sync.Mutex))
 	return m.(*sync.Mutex)
