@@ -83,6 +83,9 @@ type remote struct {
 	// needed last (or never) first.
 	uses   map[string][]int
 	mapped map[string]bool
+	// done marks the files this reader has opened for the last time this
+	// epoch: what an eviction may remove beyond what it must (evictLow).
+	done   map[string]bool
 	closed bool
 	// lastScan is when reserve last listed the folder (under its lock).
 	lastScan atomic.Int64 // unix nanoseconds
@@ -149,7 +152,7 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 		return nil, nil, err
 	}
 	rc := &remote{loc: loc, url: url, dir: dir, limit: opts.CacheBytes, ahead: opts.PrefetchWindows,
-		uses: map[string][]int{}, mapped: map[string]bool{}, cur: never}
+		uses: map[string][]int{}, mapped: map[string]bool{}, done: map[string]bool{}, cur: never}
 	n := opts.MaxRequests
 	if n <= 0 {
 		n = DefaultMaxRequests
@@ -458,19 +461,23 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 			rc.listings.Add(1)
 			rc.mu.Lock()
 			sort.SliceStable(files, func(i, j int) bool { return rc.nextUse(files[i].name) > rc.nextUse(files[j].name) })
-			// What must go, plus (evictLow) what this reader will not
-			// read again this epoch, down to a low mark: a full folder
+			// What must go, plus (evictLow) what this reader has read for
+			// the last time this epoch, down to a low mark: a full folder
 			// would otherwise be listed again at the next reservation.
+			// Beyond what must go, files this reader has not read (another
+			// reader's sharing the folder, say) stay.
 			low := rc.limit - rc.limit/evictLow
 			for _, f := range files {
-				if used+n+ledgerSlack <= rc.limit && (used+n+ledgerSlack <= low || rc.nextUse(f.name) != never) {
+				fits := used+n+ledgerSlack <= rc.limit
+				if fits && used+n+ledgerSlack <= low {
 					break
 				}
-				if rc.spared(f, pos) {
+				if rc.spared(f, pos) || fits && (rc.nextUse(f.name) != never || !rc.done[f.name]) {
 					continue
 				}
 				if os.Remove(filepath.Join(rc.dir, f.name)) == nil {
 					used -= f.size
+					delete(rc.done, f.name)
 				}
 			}
 			ok = used+n+ledgerSlack <= rc.limit
@@ -664,6 +671,7 @@ func (rc *remote) opening(pos int, objs []cacheObj) {
 		}
 		if len(u) == 0 {
 			delete(rc.uses, o.name)
+			rc.done[o.name] = true
 		} else {
 			rc.uses[o.name] = u
 		}

@@ -768,9 +768,10 @@ _STALE_TMP = 600.0
 _LEDGER_SLACK = 32  # the ledger's own bytes, in cache.lock
 _MAX_RUN, _MAX_RUN_BYTES = 32, 16 << 20  # consecutive blocks fetched together
 _RESCAN_EVERY = 30.0  # a reader lists the folder at its first reservation and this often after
-# An eviction that lists the folder also removes what the reader will not
-# read again this epoch until the folder is this fraction of its budget
-# below it, so that the next listing is that many bytes of downloads away.
+# An eviction that lists the folder also removes what the reader has read
+# for the last time this epoch until the folder is this fraction of its
+# budget below it, so that the next listing is that many bytes of downloads
+# away.
 _EVICT_LOW = 8
 _FOLDER_LOCKS = {}  # cache folder -> threading.Lock: one thread of a process at a time takes cache.lock
 # A forked child (a DataLoader worker) starts with fresh locks: one another
@@ -1185,13 +1186,18 @@ class _Remote:
                     with self.lock:
                         files.sort(key=lambda f: (-self._next_use(f[0]), f[2]))
                         for fname, size, mtime in files:
-                            if used + n + _LEDGER_SLACK <= self.limit and (
-                                    used + n + _LEDGER_SLACK <= low or self._next_use(fname) != _NEVER):
+                            fits = used + n + _LEDGER_SLACK <= self.limit
+                            if fits and used + n + _LEDGER_SLACK <= low:
                                 break
                             if fname.startswith(".tmp-"):
                                 if time.time() - mtime < _STALE_TMP:
                                     continue
                             elif fname in self.pinned or self._next_use(fname) <= pos:
+                                continue
+                            # Beyond what must go, only what this reader has
+                            # read for the last time this epoch (planned, no
+                            # use left), not another reader's files.
+                            if fits and (fname.startswith(".tmp-") or self.uses.get(fname, None) != []):
                                 continue
                             try:
                                 os.remove(os.path.join(self.dir, fname))
