@@ -563,6 +563,11 @@ func (w *windowBuf) read(sh *mapped, src []byte) ([]byte, error) {
 	return w.stage, nil
 }
 
+// ntMinBytes is the smallest destination whose 64-byte rows are stored
+// around the caches (scatterLines): a smaller one (a small window's
+// batches) may still be in the cache when the batch is read.
+const ntMinBytes = 8 << 20
+
 // scatterRows copies row i of src (per bytes each) to row slot[i] of dst,
 // with a typed store for the common row sizes.
 func scatterRows(dst, src []byte, slot []int64, per int64) {

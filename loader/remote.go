@@ -78,14 +78,12 @@ type remote struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	// uses lists, per cache name, the positions (in the reader's window
-	// opening order) of the windows still to open that need it; mapped
-	// marks the shards mapped now. Eviction spares both, and evicts what is
+	// opening order) of the windows still to open that need it: empty once
+	// the reader has opened it for the last time (finished); mapped marks
+	// the shards mapped now. Eviction spares both, and evicts what is
 	// needed last (or never) first.
 	uses   map[string][]int
 	mapped map[string]bool
-	// done marks the files this reader has opened for the last time this
-	// epoch: what an eviction may remove beyond what it must (evictLow).
-	done   map[string]bool
 	closed bool
 	// lastScan is when reserve last listed the folder (under its lock).
 	lastScan atomic.Int64 // unix nanoseconds
@@ -152,7 +150,7 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 		return nil, nil, err
 	}
 	rc := &remote{loc: loc, url: url, dir: dir, limit: opts.CacheBytes, ahead: opts.PrefetchWindows,
-		uses: map[string][]int{}, mapped: map[string]bool{}, done: map[string]bool{}, cur: never}
+		uses: map[string][]int{}, mapped: map[string]bool{}, cur: never}
 	n := opts.MaxRequests
 	if n <= 0 {
 		n = DefaultMaxRequests
@@ -185,6 +183,11 @@ type cacheObj struct {
 	// schema tensor of each of its ranges.
 	block   int
 	tensors []int
+	// reqs are the requests that fetch ranges (those that touch merged:
+	// mergeRanges) and at where each one's bytes go in the file; made
+	// with the object, which a reader keeps (Dataset.obj).
+	reqs [][2]int64
+	at   []int64
 }
 
 // shardObj is a whole shard.
@@ -194,8 +197,10 @@ func shardObj(sh manifests.Shard) cacheObj {
 
 // headerObj is a shard's safetensors prefix (length and JSON header).
 func headerObj(sh manifests.Shard) cacheObj {
-	return cacheObj{name: fmt.Sprintf("%s-%d.header", sh.XXHash64, sh.Bytes), bytes: sh.HeaderBytes, hash: sh.HeaderXXHash64,
+	o := cacheObj{name: fmt.Sprintf("%s-%d.header", sh.XXHash64, sh.Bytes), bytes: sh.HeaderBytes, hash: sh.HeaderXXHash64,
 		key: sh.Path, ranges: [][2]int64{{0, sh.HeaderBytes}}, what: "header"}
+	o.reqs, o.at = mergeRanges(o.ranges)
+	return o
 }
 
 // blockObj is block k of a shard whose data buffer starts at dataStart:
@@ -212,6 +217,7 @@ func blockObj(sh manifests.Shard, bt *manifests.BlockTable, dataStart int64, k i
 		}
 	}
 	sort.Sort(byBegin{&o})
+	o.reqs, o.at = mergeRanges(o.ranges)
 	o.block = k
 	return o
 }
@@ -228,11 +234,7 @@ func (b byBegin) Swap(i, j int) {
 
 // requests is how many requests download makes for o.
 func (o cacheObj) requests() int {
-	if o.ranges == nil {
-		return 1
-	}
-	reqs, _ := mergeRanges(o.ranges)
-	return len(reqs)
+	return max(len(o.reqs), 1)
 }
 
 // mergeRanges returns the requests that fetch ranges (sorted by offset,
@@ -365,7 +367,7 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 		// one after another, a block would take a round trip per tensor),
 		// each into its place in the file; ranges that touch are one
 		// request (a shard of one block, --shard-blocks 1, is one).
-		reqs, pos := mergeRanges(sh.ranges)
+		reqs, pos := sh.reqs, sh.at
 		err = par.ForEach(ctx, len(reqs), rangeParallel, func(k int) error {
 			r := reqs[k]
 			rc.requests <- struct{}{}
@@ -472,12 +474,12 @@ func (rc *remote) reserve(ctx context.Context, n int64, pos int, wait bool) (str
 				if fits && used+n+ledgerSlack <= low {
 					break
 				}
-				if rc.spared(f, pos) || fits && (rc.nextUse(f.name) != never || !rc.done[f.name]) {
+				if rc.spared(f, pos) || fits && !rc.finished(f.name) {
 					continue
 				}
 				if os.Remove(filepath.Join(rc.dir, f.name)) == nil {
 					used -= f.size
-					delete(rc.done, f.name)
+					delete(rc.uses, f.name) // gone: not this reader's file any more
 				}
 			}
 			ok = used+n+ledgerSlack <= rc.limit
@@ -633,6 +635,13 @@ func (rc *remote) spared(f cacheFile, pos int) bool {
 	return rc.mapped[f.name] || rc.nextUse(f.name) <= pos
 }
 
+// finished reports whether the reader has opened a cache file for the
+// last time this epoch. Called with rc.mu held.
+func (rc *remote) finished(file string) bool {
+	u, ok := rc.uses[file]
+	return ok && len(u) == 0
+}
+
 // nextUse is the position of the next window that needs a cache file.
 func (rc *remote) nextUse(file string) int {
 	if u := rc.uses[file]; len(u) > 0 {
@@ -669,12 +678,7 @@ func (rc *remote) opening(pos int, objs []cacheObj) {
 		for len(u) > 0 && u[0] <= pos {
 			u = u[1:]
 		}
-		if len(u) == 0 {
-			delete(rc.uses, o.name)
-			rc.done[o.name] = true
-		} else {
-			rc.uses[o.name] = u
-		}
+		rc.uses[o.name] = u // empty: finished
 	}
 }
 

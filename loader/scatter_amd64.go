@@ -16,11 +16,6 @@ func scatterLinesNT(dst, src unsafe.Pointer, slot *int64, n, lines int)
 // ntLines reports whether 64-byte rows are stored around the caches.
 var ntLines = cpu.X86.HasAVX2
 
-// ntMinBytes is the smallest destination stored around the caches: a
-// smaller one (a small window's batches) may still be in the cache when
-// the batch is read.
-const ntMinBytes = 8 << 20
-
 // scatterLines stores row i of src (per bytes, a multiple of 64) at row
 // slot[i] of dst. A window's batch buffers are much larger than the
 // caches, so an ordinary store of a row first reads its cache lines from

@@ -2,11 +2,8 @@
 
 package loader
 
-// ntLines and ntMinBytes: rows are stored around the caches on amd64 only.
-const (
-	ntLines    = false
-	ntMinBytes = 8 << 20
-)
+// ntLines: rows are stored around the caches on amd64 only.
+const ntLines = false
 
 // scatterLines stores nothing here: the typed stores do (scatterRows).
 func scatterLines(dst, src []byte, slot []int64, per int64) bool { return false }

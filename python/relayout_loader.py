@@ -916,7 +916,8 @@ class _Remote:
     @staticmethod
     def header_obj(info):
         return {"name": f"{info['xxhash64']}-{info['bytes']}.header", "bytes": info["header_bytes"],
-                "hash": info["header_xxhash64"], "key": info["path"], "ranges": [(0, info["header_bytes"])], "what": "header"}
+                "hash": info["header_xxhash64"], "key": info["path"], "ranges": [(0, info["header_bytes"])],
+                "reqs": [(0, info["header_bytes"])], "what": "header"}
 
     @staticmethod
     def block_obj(info, table, data_start, k):
@@ -925,7 +926,8 @@ class _Remote:
         ranges = [(a, e) for a, e, _ in parts]
         return {"name": f"{info['xxhash64']}-{info['bytes']}-{k}-{table['xxhash64'][k]}.block",
                 "bytes": sum(e - a for a, e in ranges), "hash": table["xxhash64"][k], "key": info["path"],
-                "ranges": ranges, "tensors": [t for _, _, t in parts], "block": k, "what": f"block {k}"}
+                "ranges": ranges, "reqs": _merge_ranges(ranges), "tensors": [t for _, _, t in parts], "block": k,
+                "what": f"block {k}"}
 
     def _lock_objs(self, objs):
         """Lock the objects against other downloads of them, as the Go
@@ -996,7 +998,7 @@ class _Remote:
         each retried on its own), or raises."""
         if obj["ranges"] is None:
             return self.get(obj["key"])
-        reqs = _merge_ranges(obj["ranges"])  # ranges that touch: one request
+        reqs = obj["reqs"]  # ranges that touch: one request (_merge_ranges)
         if len(reqs) == 1:
             return self._range_retried(obj["key"], *reqs[0])
         return b"".join(self.pool().map(lambda r: self._range_retried(obj["key"], *r), reqs))
@@ -1202,6 +1204,7 @@ class _Remote:
                             try:
                                 os.remove(os.path.join(self.dir, fname))
                                 used -= size
+                                self.uses.pop(fname, None)  # gone: not this reader's file any more
                             except FileNotFoundError:
                                 pass
                     ok = used + n + _LEDGER_SLACK <= self.limit
@@ -1315,7 +1318,7 @@ class _Remote:
         from concurrent.futures import ThreadPoolExecutor
         # As many objects at once as keep max_requests busy: a shard of one
         # block is one request, a block one per tensor (at least 8).
-        per = max([1] + [len(_merge_ranges(o["ranges"])) for o in objs if o["ranges"] is not None])
+        per = max([1] + [len(o["reqs"]) for o in objs if o["ranges"] is not None])
         with ThreadPoolExecutor(min(max(8, self.max_requests // per), len(runs))) as ex:
             for f in [ex.submit(one_run, run) for run in runs]:
                 f.result()

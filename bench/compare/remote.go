@@ -177,7 +177,8 @@ func remoteBench(dir string, reps int, res map[string]any) {
 	denseURL, denseBytes := upload(out, "out")
 	results["tensor_bytes"] = denseBytes
 	// BENCH_REMOTE_ONLY=blocks measures only the shard-per-block output.
-	if os.Getenv("BENCH_REMOTE_ONLY") != "blocks" {
+	dense := os.Getenv("BENCH_REMOTE_ONLY") != "blocks"
+	if dense {
 		measure(out, denseURL, denseBytes, "shards of 93 MB", []benchCase{{"whole", 2 * denseBytes, 16 << 20, 0, 0}, {"quarter", denseBytes / 4, 2 << 20, 0, 0},
 			{"whole, store 20 ms away, 10 requests in flight", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 10},
 			{"whole, store 20 ms away", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 0}})
@@ -211,7 +212,7 @@ func remoteBench(dir string, reps int, res map[string]any) {
 			label, r.Local, r.S3, r.Local/r.S3, r.Stats["waited_seconds"]*1000/float64(max(r.Batches, 1)))
 		results["python "+label] = map[string]any{"local_seconds": r.Local, "s3_seconds": r.S3, "throughput_ratio": r.Local / r.S3}
 	}
-	if os.Getenv("BENCH_REMOTE_ONLY") != "blocks" {
+	if dense {
 		pyEpoch(out, denseURL, denseBytes, 2<<20, "shards of 93 MB")
 	}
 	pyEpoch(blocks, blocksURL, blocksBytes, 2<<20, "a shard per block")
