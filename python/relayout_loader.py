@@ -875,7 +875,7 @@ class _Remote:
         self.ahead = prefetch_windows or 2
         self.lock = threading.Lock()
         self.uses, self.pinned = {}, set()
-        self._pool = None
+        self._pools, self._pools_pid, self._pools_lock = {}, os.getpid(), threading.Lock()
         self._last_scan = 0.0
         self.stats = RemoteStats(bytes_downloaded=0, downloads=0, retries=0, waited_seconds=0.0, listings=0)
 
@@ -1096,10 +1096,22 @@ class _Remote:
     def pool(self):
         """The threads ranged reads run on (the store serves many requests
         at once; one after another, a block takes a round trip per tensor)."""
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(self.max_requests)
-        return self._pool
+        return self._executor("ranges", self.max_requests)
+
+    def _executor(self, key, n):
+        """A thread pool of n threads kept for the reader's life, by key:
+        started once, not once per window (a window's pool cost the reader
+        171 thread starts and joins an epoch, a third of its wall time,
+        docs/benchmarks.md). A forked child (a DataLoader worker) makes its
+        own: the parent's threads do not exist in it."""
+        from concurrent.futures import ThreadPoolExecutor
+        with self._pools_lock:
+            if self._pools_pid != os.getpid():
+                self._pools, self._pools_pid = {}, os.getpid()
+            ex = self._pools.get((key, n))
+            if ex is None:
+                ex = self._pools[(key, n)] = ThreadPoolExecutor(n, thread_name_prefix=f"relayout-{key}")
+            return ex
 
     def _flock(self, path):
         import fcntl
@@ -1315,13 +1327,17 @@ class _Remote:
             for run in runs:
                 one_run(run)
             return
-        from concurrent.futures import ThreadPoolExecutor
+        import concurrent.futures
         # As many objects at once as keep max_requests busy: a shard of one
-        # block is one request, a block one per tensor (at least 8).
+        # block is one request, a block one per tensor (at least 8). The
+        # reader and the prefetcher have pools of their own, so that the
+        # reader's runs never queue behind the prefetcher's.
         per = max([1] + [len(o["reqs"]) for o in objs if o["ranges"] is not None])
-        with ThreadPoolExecutor(min(max(8, self.max_requests // per), len(runs))) as ex:
-            for f in [ex.submit(one_run, run) for run in runs]:
-                f.result()
+        ex = self._executor("read" if wait else "prefetch", max(8, self.max_requests // per))
+        futures = [ex.submit(one_run, run) for run in runs]
+        concurrent.futures.wait(futures)  # all done before one's error is raised, as a pool's exit waits
+        for f in futures:
+            f.result()
 
     def unpin(self, obj):
         with self.lock:
@@ -1734,9 +1750,12 @@ class Dataset:
         """A remote output whose manifest gives every shard's header is read
         by block (the Go loader's blocks.go): the headers of the shards read,
         then only the blocks the windows draw from."""
-        shards = self.tensors_info["shards"]
-        return self._remote is not None and bool(shards) and all(
-            sh.get("header_bytes") and sh.get("header_xxhash64") for sh in shards)
+        by = self.__dict__.get("_by_block_memo")
+        if by is None:  # asked once per window: the shards are listed once
+            shards = self.tensors_info["shards"]
+            by = self._by_block_memo = self._remote is not None and bool(shards) and all(
+                sh.get("header_bytes") and sh.get("header_xxhash64") for sh in shards)
+        return by
 
     def _load_headers(self, idx):
         """Fetch, check and parse the headers of shards idx (8 at a time,
