@@ -477,6 +477,25 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 	}
 	t.Logf("under faults: %s; %d downloads, %d retried; %v", s3.proxy.Counts.String(), st.Downloads, st.Retries, time.Since(t0))
 
+	// The Python reader under the same faults: the same batches.
+	pyOK := exec.Command("/usr/bin/python3", "-c", "import boto3, xxhash, numpy").Run() == nil
+	if !pyOK {
+		testutil.Missing(t, "python3-boto3, python3-xxhash or python3-numpy not installed (make deps)")
+	} else {
+		faults0 := s3.proxy.Counts.Status503.Load() + s3.proxy.Counts.Reset.Load() + s3.proxy.Counts.CutBody.Load()
+		s3.proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
+		out, err := pythonReader(local, s3.url, t.TempDir(), s3.tensorBytes/3)
+		s3.proxy.SetRates(faultproxy.Rates{})
+		faults := s3.proxy.Counts.Status503.Load() + s3.proxy.Counts.Reset.Load() + s3.proxy.Counts.CutBody.Load() - faults0
+		if err != nil {
+			t.Fatalf("the Python reader under faults: %v\n%s", err, out)
+		}
+		if faults == 0 {
+			t.Fatal("no fault was injected into the Python reader's requests")
+		}
+		t.Logf("the Python reader under %d faults: %s", faults, strings.TrimSpace(out))
+	}
+
 	// Two readers (ranks) on one cache folder, at once.
 	shared := t.TempDir()
 	var wg sync.WaitGroup
@@ -562,11 +581,59 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 		if !strings.Contains(err.Error(), c.shard) || !strings.Contains(err.Error(), "xxhash64") {
 			t.Fatalf("the damaged shard's error does not name it: %v", err)
 		}
+		if pyOK {
+			out, err := pythonReader(local, s3.url, t.TempDir(), s3.tensorBytes)
+			if err == nil {
+				t.Fatalf("the Python reader's epoch over a damaged %s completed", c.shard)
+			}
+			if !strings.Contains(out, c.shard) || !strings.Contains(out, "xxhash64") {
+				t.Fatalf("the Python reader's error for a damaged shard does not name it: %s", out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			t.Logf("the Python reader over a damaged %s: %s", c.shard, lines[len(lines)-1])
+		}
 		data[c.at(len(data))] ^= 0x01
 		if err := loc.Bucket.WriteAll(context.Background(), key, data, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
+
+	// A shard gone from the store: a persistent error, retried and then
+	// raised, naming the shard and the store's answer.
+	if pyOK {
+		key := "out/tensors/shard-00000-0000.safetensors"
+		loc, _ := storage.OpenDir(context.Background(), s3.url, false)
+		data, err := loc.Bucket.ReadAll(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := loc.Bucket.Delete(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		out, err := pythonReader(local, s3.url, t.TempDir(), s3.tensorBytes)
+		if err := loc.Bucket.WriteAll(context.Background(), key, data, nil); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		last := lines[len(lines)-1]
+		if err == nil || !strings.Contains(last, "shard-00000-0000") || !strings.Contains(last, "404") {
+			t.Fatalf("the Python reader with a shard missing from the store: %v: %s", err, out)
+		}
+		t.Logf("the Python reader with a shard missing: %s", last)
+	}
+}
+
+// pythonReader runs python/tests/remote_shared.py, one reader (rank 0 of
+// 1) whose batches from url through cacheDir must equal local's; it returns
+// the script's output (stdout, then stderr).
+func pythonReader(local, url, cacheDir string, cacheBytes int64) (string, error) {
+	py := exec.Command("/usr/bin/python3", filepath.Join(testutil.Root(), "python", "tests", "remote_shared.py"),
+		local, url, cacheDir, fmt.Sprint(cacheBytes), "0", "1")
+	py.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(testutil.Root(), "python"), "PYTHONDONTWRITEBYTECODE=1")
+	var out, errOut strings.Builder
+	py.Stdout, py.Stderr = &out, &errOut
+	err := py.Run()
+	return out.String() + errOut.String(), err
 }
 
 // epochErr reads one reader's epoch and returns the first error.
