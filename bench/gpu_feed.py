@@ -19,6 +19,7 @@ are missing (pyarrow, NVML) are skipped or not measured, with a message.
 usage: gpu_feed.py --source DIR --flat OUT --packed OUT [--steps N] [--workers W] [--json PATH]
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -244,10 +245,9 @@ def main():
     files = sorted(os.path.join(args.source, f) for f in os.listdir(args.source) if f.endswith(".parquet"))
     mk = lambda ds: tud.DataLoader(ds, batch_size=None, num_workers=args.workers, pin_memory=pin,
                                    persistent_workers=args.workers > 0, prefetch_factor=4 if args.workers > 0 else None)
-    try:
-        import pyarrow  # noqa: F401
+    if importlib.util.find_spec("pyarrow") is not None:
         results.append(train("parquet (pyarrow)", mk(ParquetBatches(files, args.batch)), flat_inputs_parquet, args.steps, args.warmup, dev, args))
-    except ImportError:
+    else:
         print("pyarrow not installed: the Parquet path is skipped (it runs where pyarrow is, e.g. the GPU machine)")
     results.append(train("relayout flat", mk(ShardBatches(args.flat, args.batch, False)), flat_inputs, args.steps, args.warmup, dev, args))
     if args.packed:

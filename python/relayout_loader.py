@@ -24,7 +24,6 @@ bfloat16); `torch.from_numpy(a).view(torch.bfloat16)` turns them into values.
 
 __version__ = "0.1.0.dev0"  # PEP 440 form of the CLI's version (a Go test keeps them equal)
 
-import array
 import atexit
 import importlib.util
 import json
@@ -1113,7 +1112,6 @@ class _Remote:
         spanning them, each block checked and renamed on its own, under
         their locks (_lock_objs). True when done, False when a
         prefetch found no room, "split" when a block appeared meanwhile."""
-        import time
         locks = self._lock_objs(run)
         try:
             if any(self.present(o) for o in run):
@@ -1318,7 +1316,6 @@ class _Remote:
     def ensure(self, obj, pos, wait):
         """Make a cache object present for the window at pos; False when a
         prefetch found no room."""
-        import time
         if wait:
             with self.lock:
                 self.pinned.add(obj["name"])
