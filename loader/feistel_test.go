@@ -1,6 +1,9 @@
 package loader
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestWindowPermIsABijection: for window sizes around the domain's
 // edges, Pos sends [0, n) onto [0, n) once each, At inverts it, and
@@ -98,3 +101,24 @@ func BenchmarkWindowPermPosRangeTables(b *testing.B) {
 }
 
 var sink int64
+
+// BenchmarkWindowPermPosRangeTablesSmall places a million positions in
+// windows of 22,500 samples (the bench's 2 MiB windows of 93-byte
+// samples): a 2^16 domain, so most positions take more than one walk.
+func BenchmarkWindowPermPosRangeTablesSmall(b *testing.B) {
+	for _, n := range []int64{22_500, 180_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			out := make([]int64, 4096)
+			var tab RoundTables
+			for i := 0; i < b.N; i++ {
+				for w := int64(0); w*n < 1_000_000; w++ {
+					p := NewWindowPerm(n, NewEpochRNG(uint64(w), 0))
+					p.Tables(&tab)
+					for q := int64(0); q < p.N; q += 4096 {
+						p.PosRangeTables(q, out[:min(4096, p.N-q)], &tab)
+					}
+				}
+			}
+		})
+	}
+}
