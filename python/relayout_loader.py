@@ -768,18 +768,20 @@ _LEDGER_SLACK = 32  # the ledger's own bytes, in cache.lock
 _MAX_RUN, _MAX_RUN_BYTES = 32, 16 << 20  # consecutive blocks fetched together
 # A shard's presigned GET URL is valid this long and used for half of it.
 _PRESIGN_SECONDS = 3600
-
-
-class _StoreRefused(IOError):
-    """The store's answer to a read that asking again will not change (a
-    4xx but 408 and 429: the object is gone, or access is denied): raised
-    at once, not retried."""
 _RESCAN_EVERY = 30.0  # a reader lists the folder at its first reservation and this often after
 # An eviction that lists the folder also removes what the reader has read
 # for the last time this epoch until the folder is this fraction of its
 # budget below it, so that the next listing is that many bytes of downloads
 # away.
 _EVICT_LOW = 8
+
+
+class _StoreRefused(IOError):
+    """The store's answer to a read that asking again will not change (a
+    4xx but 408 and 429: the object is gone, or access is denied): raised
+    at once, not retried."""
+
+
 _FOLDER_LOCKS = {}  # cache folder -> threading.Lock: one thread of a process at a time takes cache.lock
 # A forked child (a DataLoader worker) starts with fresh locks: one another
 # thread held at the fork would never be released in the child.
