@@ -674,6 +674,18 @@ func TestRemotePython(t *testing.T) {
 		}
 		t.Logf("python %s: %s", name, out)
 	}
+	// The PyTorch wrapper: a DataLoader with 0 and 2 workers sharing one
+	// cache folder reads the local batches.
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "python3-torch not installed (make deps)")
+	}
+	s3 := uploadS3(t, flat, "py-torch")
+	g0 := s3.gets.Load()
+	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_remote.py"), flat, s3.url, t.TempDir(), fmt.Sprint(s3.tensorBytes/3))
+	if !strings.Contains(string(out), `"workers_2"`) || s3.gets.Load() == g0 {
+		t.Fatalf("torch_remote.py: %s (%d GETs)", out, s3.gets.Load()-g0)
+	}
+	t.Logf("torch: %s; %d GETs", out, s3.gets.Load()-g0)
 }
 
 // TestRemoteDatasetRoot: a dataset root on S3 reads as one dataset in Go
