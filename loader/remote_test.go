@@ -42,6 +42,10 @@ type s3Out struct {
 	// away does; inFlight and peak count the requests being answered;
 	// conns counts the connections clients opened.
 	latency, inFlight, peak, conns atomic.Int64
+	// refuseSigned answers 403 AccessDenied to presigned requests (a
+	// bucket policy against query-string auth); refused counts them.
+	refuseSigned atomic.Bool
+	refused      atomic.Int64
 }
 
 type countWriter struct {
@@ -73,6 +77,12 @@ func uploadS3(t *testing.T, local, bucket string) *s3Out {
 		}
 		if d := o.latency.Load(); d > 0 {
 			time.Sleep(time.Duration(d))
+		}
+		if o.refuseSigned.Load() && r.URL.Query().Has("X-Amz-Signature") {
+			o.refused.Add(1)
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>query-string authentication is denied by policy</Message></Error>`)
+			return
 		}
 		inner.ServeHTTP(w, r)
 	})
@@ -598,8 +608,23 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 		}
 	}
 
-	// A shard gone from the store: a persistent error, retried and then
-	// raised, naming the shard and the store's answer.
+	// A store that refuses presigned URLs (a bucket policy against
+	// query-string auth): the Python reader falls back to get_object.
+	if pyOK {
+		s3.refuseSigned.Store(true)
+		out, err := pythonReader(local, s3.url, t.TempDir(), s3.tensorBytes/3)
+		s3.refuseSigned.Store(false)
+		if err != nil {
+			t.Fatalf("the Python reader on a store refusing presigned URLs: %v\n%s", err, out)
+		}
+		if s3.refused.Load() == 0 {
+			t.Fatal("the Python reader sent no presigned request to refuse")
+		}
+		t.Logf("the Python reader with presigned URLs refused (%d refusals): %s", s3.refused.Load(), strings.TrimSpace(out))
+	}
+
+	// A shard gone from the store: a persistent error, raised at once,
+	// naming the shard and the store's answer.
 	if pyOK {
 		key := "out/tensors/shard-00000-0000.safetensors"
 		loc, _ := storage.OpenDir(context.Background(), s3.url, false)
@@ -610,16 +635,21 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 		if err := loc.Bucket.Delete(context.Background(), key); err != nil {
 			t.Fatal(err)
 		}
-		out, err := pythonReader(local, s3.url, t.TempDir(), s3.tensorBytes)
+		for _, refuse := range []bool{false, true} { // through presigned URLs, then get_object
+			s3.refuseSigned.Store(refuse)
+			t0 := time.Now()
+			out, err := pythonReader(local, s3.url, t.TempDir(), s3.tensorBytes)
+			s3.refuseSigned.Store(false)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if err == nil || !strings.Contains(last, "shard-00000-0000") || !strings.Contains(last, "404") {
+				t.Fatalf("the Python reader with a shard missing from the store (presigned URLs refused: %v): %v: %s", refuse, err, out)
+			}
+			t.Logf("the Python reader with a shard missing (presigned URLs refused: %v), in %v: %s", refuse, time.Since(t0), last)
+		}
 		if err := loc.Bucket.WriteAll(context.Background(), key, data, nil); err != nil {
 			t.Fatal(err)
 		}
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		last := lines[len(lines)-1]
-		if err == nil || !strings.Contains(last, "shard-00000-0000") || !strings.Contains(last, "404") {
-			t.Fatalf("the Python reader with a shard missing from the store: %v: %s", err, out)
-		}
-		t.Logf("the Python reader with a shard missing: %s", last)
 	}
 }
 

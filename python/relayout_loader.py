@@ -782,6 +782,11 @@ class _StoreRefused(IOError):
     at once, not retried."""
 
 
+class _SignedRefused(IOError):
+    """The store refused a presigned URL that get_object may still read
+    with (_Remote._signed_get)."""
+
+
 _FOLDER_LOCKS = {}  # cache folder -> threading.Lock: one thread of a process at a time takes cache.lock
 # A forked child (a DataLoader worker) starts with fresh locks: one another
 # thread held at the fork would never be released in the child.
@@ -890,6 +895,7 @@ class _Remote:
         self.uses, self.pinned = {}, set()
         self._pools, self._pools_pid, self._pools_lock = {}, os.getpid(), threading.Lock()
         self._signed, self._signed_lock = {}, threading.Lock()  # key -> (presigned URL, renew after)
+        self.signed_reads = True  # off once the store refuses a presigned URL (_signed_get)
         self._last_scan = 0.0
         self.stats = RemoteStats(bytes_downloaded=0, downloads=0, retries=0, waited_seconds=0.0, listings=0)
 
@@ -988,9 +994,19 @@ class _Remote:
         key = self.prefix + rel
         if self._s3 is not None:
             session = getattr(getattr(self._s3, "_endpoint", None), "http_session", None)
-            if session is not None:
-                return self._signed_get(session, key, start, end)
-            return self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+            if session is not None and self.signed_reads:
+                try:
+                    return self._signed_get(session, key, start, end)
+                except _SignedRefused:
+                    self.signed_reads = False  # get_object from now on
+            from botocore.exceptions import ClientError
+            try:
+                return self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+            except ClientError as e:
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if 400 <= status < 500 and status not in (408, 429):
+                    raise _StoreRefused(f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {e}") from e
+                raise
         return self._fs.cat_file(f"{self.bucket}/{key}", start=start, end=end)
 
     def _presigned(self, key, renew=False):
@@ -1014,8 +1030,13 @@ class _Remote:
         of events, signing and response parsing (docs/benchmarks.md); a
         block of a large shard is one read per tensor, and a shard's URL
         serves all of them. A 403 is asked once more, signed anew (expired
-        credentials); a 4xx but 408 and 429 raises _StoreRefused, which
-        is not retried; anything else raises for the callers to retry."""
+        credentials). Where the store refuses the URL itself (a 403 still, a
+        400 or a redirect: a bucket policy against query-string auth, a
+        bucket in another region than the client's, which get_object
+        follows), it raises _SignedRefused, and the reader uses get_object
+        from then on. Another 4xx but 408 and 429 (the object gone, a range
+        past its end) raises _StoreRefused, which is not retried; anything
+        else raises for the callers to retry."""
         from botocore.awsrequest import AWSRequest
         for renew in (False, True):  # a 403 once more, signed anew (expired credentials)
             url = self._presigned(key, renew=renew)
@@ -1027,6 +1048,8 @@ class _Remote:
             body = r.content[:300]
             code = body.split(b"<Code>")[1].split(b"</Code>")[0].decode(errors="replace") if b"<Code>" in body else ""
             msg = f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {code}".rstrip()
+            if r.status_code in (301, 307, 400, 403):
+                raise _SignedRefused(msg)
             if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
                 raise _StoreRefused(msg)
             raise IOError(msg)
