@@ -13,12 +13,11 @@ import json
 import os
 import sys
 import tempfile
-import threading
-import time
 
 import xxhash
 
 import relayout_loader as rl
+from cache_folder import PeakSampler
 
 local, url, cache_dir, cache_bytes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -29,17 +28,6 @@ def epoch(path, **kw):
     for b in ds.batches(64):
         out.append(";".join(f"{k}:{xxhash.xxh64(v.tobytes()).hexdigest()}" for k, v in sorted(b.items())))
     return out, ds
-
-
-def dir_bytes(d):
-    n = 0
-    for e in os.scandir(d):
-        try:
-            if e.is_file():
-                n += e.stat().st_size
-        except FileNotFoundError:
-            pass  # renamed or evicted since the listing
-    return n
 
 
 res = {"configs": 0}
@@ -56,23 +44,11 @@ for shuffle in ("window", "block"):
 
 # The budget, sampled all epoch.
 d = tempfile.mkdtemp(dir=cache_dir)
-peak, stop = [0], [False]
-
-
-def sample():
-    while not stop[0]:
-        peak[0] = max(peak[0], dir_bytes(d))
-        time.sleep(0.001)
-
-
-t = threading.Thread(target=sample)
-t.start()
-got, ds = epoch(url, cache_dir=d, cache_bytes=cache_bytes, window_bytes=48 << 10)
-stop[0] = True
-t.join()
-res.update(peak=peak[0], limit=cache_bytes, stats=dict(ds._remote.stats))
-if peak[0] > cache_bytes:
-    sys.exit(f"the cache folder reached {peak[0]} bytes, cache_bytes is {cache_bytes}")
+with PeakSampler(d) as sampled:
+    got, ds = epoch(url, cache_dir=d, cache_bytes=cache_bytes, window_bytes=48 << 10)
+res.update(peak=sampled.peak, limit=cache_bytes, stats=dict(ds._remote.stats))
+if sampled.peak > cache_bytes:
+    sys.exit(f"the cache folder reached {sampled.peak} bytes, cache_bytes is {cache_bytes}")
 # Read by block: one epoch downloads its tensor bytes once (and the headers).
 with open(os.path.join(local, "manifest.json")) as f:
     tensor_bytes = json.load(f)["tensors"]["totals"]["bytes"]

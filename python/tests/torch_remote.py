@@ -8,14 +8,13 @@ download with their own clients; the folder never exceeds cache_bytes
 
     torch_remote.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES"""
 import json
-import os
 import sys
-import threading
 
 import torch
 from torch.utils.data import DataLoader
 
 import relayout_loader as rl
+from cache_folder import PeakSampler
 
 local, url, cache_dir, cache_bytes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 KW = dict(seed=7, epoch=1, index=True, streams=2, window_bytes=32 << 10)
@@ -33,36 +32,15 @@ def same(a, b):
     return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
 
 
-def folder_bytes():
-    n = 0
-    for e in os.scandir(cache_dir):
-        try:
-            if e.is_file():
-                n += e.stat().st_size
-        except FileNotFoundError:
-            pass  # renamed or evicted since the listing
-    return n
-
-
-peak, stop = [0], threading.Event()
-
-
-def sample():
-    while not stop.is_set():
-        peak[0] = max(peak[0], folder_bytes())
-        stop.wait(0.001)
-
-
-threading.Thread(target=sample, daemon=True).start()
 want = batches(local, 0)
 res = {"batches": len(want)}
-for workers in (0, 2):  # the main process reads first, then forked workers
-    got = batches(url, workers, cache_dir=cache_dir, cache_bytes=cache_bytes)
-    if not want or not same(got, want):
-        sys.exit(f"{workers} workers: {len(got)} batches from {url} differ from the {len(want)} local ones")
-    res[f"workers_{workers}"] = len(got)
-stop.set()
-if peak[0] > cache_bytes:
-    sys.exit(f"the cache folder reached {peak[0]} bytes, cache_bytes is {cache_bytes}")
-res["peak_bytes"], res["cache_bytes"] = peak[0], cache_bytes
+with PeakSampler(cache_dir) as sampled:
+    for workers in (0, 2):  # the main process reads first, then forked workers
+        got = batches(url, workers, cache_dir=cache_dir, cache_bytes=cache_bytes)
+        if not want or not same(got, want):
+            sys.exit(f"{workers} workers: {len(got)} batches from {url} differ from the {len(want)} local ones")
+        res[f"workers_{workers}"] = len(got)
+if sampled.peak > cache_bytes:
+    sys.exit(f"the cache folder reached {sampled.peak} bytes, cache_bytes is {cache_bytes}")
+res["peak_bytes"], res["cache_bytes"] = sampled.peak, cache_bytes
 print(json.dumps(res))
