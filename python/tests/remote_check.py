@@ -56,10 +56,14 @@ res["amplification"] = round(ds._remote.stats["bytes_downloaded"] / tensor_bytes
 if not ds._by_block() or res["amplification"] > 1.05:
     sys.exit(f"by block {ds._by_block()}: downloaded {res['amplification']}x the {tensor_bytes} tensor bytes with cache_bytes a quarter of them (want <= 1.05x)")
 # A full folder is listed about once per eighth of the budget downloaded,
-# not at every reservation (TestRemoteCacheStaysInItsBudget's bound).
+# not at every reservation (TestRemoteCacheStaysInItsBudget's bound): at
+# most one listing per three downloads, where listing at every reservation
+# once full listed at about every second one (79 for 159 downloads in the
+# Go test before 88f8e40). One per four was too tight for the packed
+# output's 63 downloads: 15 listings idle, 16 on a loaded machine.
 st = ds._remote.stats
 want = 4 + 8 * ((st["bytes_downloaded"] - cache_bytes) // cache_bytes) * 3 // 2
-if st["listings"] > want or st["listings"] * 4 > st["downloads"]:
+if st["listings"] > want or st["listings"] * 3 > st["downloads"]:
     sys.exit(f"the cache folder was listed {st['listings']} times for {st['downloads']} downloads ({st['bytes_downloaded']} bytes, budget {cache_bytes}): want at most {want}")
 
 # One window holding the whole output: consecutive blocks of a shard are
