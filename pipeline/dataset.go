@@ -336,7 +336,7 @@ func datasetParts(ctx context.Context, o RunOptions, prev *dataset.Generation) (
 	byFolder := map[string]*dsPart{}
 	for _, f := range tbl.Files {
 		df := &dsFile{obj: f.Obj, in: dataset.Input{Path: f.Obj.URL, Bytes: f.Obj.Size, ETag: f.Obj.ETag, MTime: f.Obj.MTime}}
-		if k, ok := known[df.in.Path]; ok && k.Bytes == df.in.Bytes && k.ETag == df.in.ETag && k.MTime == df.in.MTime {
+		if k, ok := known[df.in.Path]; ok && f.Obj.SameVersion(k.Bytes, k.ETag, k.MTime) {
 			df.in.XXHash64, df.in.Folder = k.XXHash64, k.Folder
 		} else if k, ok := known[df.in.Path]; ok && k.Bytes == df.in.Bytes {
 			// Same size, other mtime or ETag: the content decides.

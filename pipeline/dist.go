@@ -527,19 +527,12 @@ func hiveMode(spec string) hive.Mode {
 	return hive.Off
 }
 
-// checkPins fails if an object differs from its pin. An object whose
-// store gives an ETag is the one pinned when its ETag and size are: an
-// ETag changes with the content (S3's MD5, a KMS-encrypted upload's own,
-// Azure's version tag), while the modification time of one upload can
-// read a second apart between a listing and a HEAD (gofakes3 stamps them
-// from two clock reads; the test that pins by listing and checks by HEAD
-// failed when the upload straddled a second). Without an ETag (local
-// files) the modification time decides.
+// checkPins fails if an object differs from its pin (storage.Object's
+// SameVersion: size and ETag, and the mtime where there is no ETag).
 func checkPins(objs []storage.Object, pins []manifests.Input) error {
 	for i, o := range objs {
 		pin := pins[i]
-		sameTime := o.MTime == pin.MTime || (o.ETag != "" && o.ETag == pin.ETag)
-		if o.URL != pin.Path || o.Size != pin.Bytes || o.ETag != pin.ETag || !sameTime {
+		if o.URL != pin.Path || !o.SameVersion(pin.Bytes, pin.ETag, pin.MTime) {
 			return errs.Preconditionf("re-run relayout plan", "input %s changed since the plan (size %d, etag %q, mtime %s; pinned %d, %q, %s)",
 				o.URL, o.Size, o.ETag, o.MTime, pin.Bytes, pin.ETag, pin.MTime)
 		}

@@ -782,6 +782,12 @@ class _StoreRefused(IOError):
     at once, not retried."""
 
 
+def _refused(status):
+    """Whether an HTTP status is a store's answer that asking again will
+    not change: a 4xx but 408 (timeout) and 429 (slow down)."""
+    return 400 <= status < 500 and status not in (408, 429)
+
+
 class _SignedRefused(IOError):
     """The store refused a presigned URL that get_object may still read
     with (_Remote._signed_get)."""
@@ -876,6 +882,9 @@ class _Remote:
             session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
             self._s3 = boto3.session.Session(botocore_session=session).client(
                 "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+            # The client's HTTP session, which presigned reads are sent on
+            # (_signed_get); None where botocore keeps it elsewhere.
+            self._http = getattr(getattr(self._s3, "_endpoint", None), "http_session", None)
             self._fs = None
         else:
             try:
@@ -883,7 +892,7 @@ class _Remote:
             except ImportError as e:
                 raise RuntimeError(f"{u.scheme}:// needs fsspec (pip install ./python[fsspec])") from e
             proto = {"gs": "gcs", "azblob": "az"}.get(u.scheme, u.scheme)
-            self._fs, self._s3 = fsspec.filesystem(proto), None
+            self._fs, self._s3, self._http = fsspec.filesystem(proto), None, None
         if cache_dir is None:
             import hashlib
             base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -937,7 +946,7 @@ class _Remote:
     def header_obj(info):
         return {"name": f"{info['xxhash64']}-{info['bytes']}.header", "bytes": info["header_bytes"],
                 "hash": info["header_xxhash64"], "key": info["path"], "ranges": [(0, info["header_bytes"])],
-                "reqs": [(0, info["header_bytes"])], "what": "header"}
+                "reqs": _merge_ranges([(0, info["header_bytes"])]), "what": "header"}
 
     @staticmethod
     def block_obj(info, table, data_start, k):
@@ -993,10 +1002,9 @@ class _Remote:
         """Bytes [start, end) of an object under the output."""
         key = self.prefix + rel
         if self._s3 is not None:
-            session = getattr(getattr(self._s3, "_endpoint", None), "http_session", None)
-            if session is not None and self.signed_reads:
+            if self._http is not None and self.signed_reads:
                 try:
-                    return self._signed_get(session, key, start, end)
+                    return self._signed_get(key, start, end)
                 except _SignedRefused:
                     self.signed_reads = False  # get_object from now on
             from botocore.exceptions import ClientError
@@ -1004,7 +1012,7 @@ class _Remote:
                 return self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
             except ClientError as e:
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if 400 <= status < 500 and status not in (408, 429):
+                if _refused(status):
                     raise _StoreRefused(f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {e}") from e
                 raise
         return self._fs.cat_file(f"{self.bucket}/{key}", start=start, end=end)
@@ -1022,7 +1030,7 @@ class _Remote:
                 u = self._signed[key] = (url, now + _PRESIGN_SECONDS / 2)
             return u[0]
 
-    def _signed_get(self, session, key, start, end):
+    def _signed_get(self, key, start, end):
         """Bytes [start, end) of key through a presigned URL, sent on the
         boto3 client's own HTTP session (its connection pool, proxies and
         TLS settings). A 64 KiB ranged read this way takes 0.39 ms of CPU,
@@ -1041,7 +1049,7 @@ class _Remote:
         for renew in (False, True):  # a 403 once more, signed anew (expired credentials)
             url = self._presigned(key, renew=renew)
             req = AWSRequest(method="GET", url=url, headers={"Range": f"bytes={start}-{end - 1}"}).prepare()
-            r = session.send(req)
+            r = self._http.send(req)
             if r.status_code != 403:
                 break
         if r.status_code != 206 and not (r.status_code == 200 and start == 0):
@@ -1050,7 +1058,7 @@ class _Remote:
             msg = f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {code}".rstrip()
             if r.status_code in (301, 307, 400, 403):
                 raise _SignedRefused(msg)
-            if 400 <= r.status_code < 500 and r.status_code not in (408, 429):
+            if _refused(r.status_code):
                 raise _StoreRefused(msg)
             raise IOError(msg)
         data = r.content
@@ -1228,7 +1236,6 @@ class _Remote:
         the folder's usage as a decimal byte count, kept as the Go loader
         keeps it (a reservation that fits it needs no listing of the
         folder)."""
-        import threading
         tlock = _FOLDER_LOCKS.setdefault(self.dir, threading.Lock())
         return _FolderLock(os.path.join(self.dir, "cache.lock"), tlock)
 

@@ -157,6 +157,22 @@ type Object struct {
 	Rel string
 }
 
+// SameVersion reports whether o is the version of an object recorded
+// earlier as size, etag and mtime (a plan's pin, a dataset's known input).
+// Where the store gives an ETag, size and ETag decide: an ETag changes
+// with the content (S3's MD5, a KMS-encrypted upload's own, Azure's
+// version tag), while one upload's modification time can read a second
+// apart between a listing and a HEAD (gofakes3 stamps them from two clock
+// reads; a test pinning by listing and checking by HEAD failed when an
+// upload straddled a second). Without an ETag (local files) the
+// modification time decides with the size.
+func (o Object) SameVersion(size int64, etag, mtime string) bool {
+	if o.Size != size || o.ETag != etag {
+		return false
+	}
+	return o.ETag != "" || o.MTime == mtime
+}
+
 // List expands the input names (local files, folders, globs or URLs naming an
 // object or a prefix) into the Parquet objects they name: every object whose
 // key ends in ".parquet" under a prefix, sorted by name within each input, in
