@@ -135,14 +135,14 @@ func (d *dropper) drop() { d.flush(true) }
 // DropBehind's are: a run's output would otherwise sit in its memory
 // cgroup as dirty pages.
 func NewWriter(ctx context.Context, loc Location, key string, opts *blob.WriterOptions) (io.WriteCloser, error) {
-	if loc.Local == "" || !DropBehindOn() {
+	if loc.Local == "" {
 		return loc.Bucket.NewWriter(ctx, key, opts)
 	}
 	var o blob.WriterOptions
 	if opts != nil {
 		o = *opts
 	}
-	dw := &dropWriter{}
+	dw := &dropWriter{keep: !DropBehindOn()}
 	before := o.BeforeWrite
 	o.BeforeWrite = func(as func(any) bool) error {
 		as(&dw.drop.f)
@@ -159,20 +159,34 @@ func NewWriter(ctx context.Context, loc Location, key string, opts *blob.WriterO
 	return dw, nil
 }
 
-// dropWriter is a blob writer over a local file that drops what it wrote.
+// dropWriter is a blob writer over a local file that drops what it wrote,
+// or, with keep, leaves it cached and only starts its writeback at Close.
 type dropWriter struct {
 	*blob.Writer
 	drop dropper // its file is nil until the driver's writer is opened
+	keep bool
 }
 
 func (w *dropWriter) Write(p []byte) (int, error) {
 	n, err := w.Writer.Write(p)
-	w.drop.wrote(n, err)
+	if !w.keep {
+		w.drop.wrote(n, err)
+	}
 	return n, err
 }
 
+// Close starts the file's writeback without waiting for it (keep) or
+// writes it back and drops it, then closes the writer. The fsync that
+// makes the output durable before its manifest comes later (SyncTree);
+// started now, the disk writes overlap the rest of the run or task.
 func (w *dropWriter) Close() error {
-	w.drop.drop()
+	if w.keep {
+		if f := w.drop.f; f != nil {
+			_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		}
+	} else {
+		w.drop.drop()
+	}
 	return w.Writer.Close()
 }
 

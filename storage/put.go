@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"gocloud.dev/blob"
@@ -123,11 +124,17 @@ func SyncDir(dir string) error {
 
 // SyncTree fsyncs every file and folder under the local folder root (a
 // no-op for remote locations): data files are made durable before the
-// manifest that names them is written.
+// manifest that names them is written. The files are synced
+// syncParallel at a time: each fsync of a file written by another process
+// (a reduce task) waits for a journal commit of its own when issued one
+// after another (about 10 ms each on ext4 here: 75 ms for a 7-file
+// output), and fsyncs in flight together share commits. The folders
+// follow, once their files are synced.
 func SyncTree(loc Location, rels ...string) error {
 	if loc.Local == "" {
 		return nil
 	}
+	var files, dirs []string
 	for _, rel := range rels {
 		root := filepath.Join(loc.Local, filepath.FromSlash(loc.Key(rel)))
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -137,19 +144,59 @@ func SyncTree(loc Location, rels ...string) error {
 				}
 				return err
 			}
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-				return err
+			if d.IsDir() {
+				dirs = append(dirs, p)
+			} else {
+				files = append(files, p)
 			}
 			return nil
 		})
 		if err != nil {
 			return classifyOS(fmt.Errorf("sync %s: %w", root, err))
 		}
+	}
+	if err := syncAll(files); err != nil {
+		return err
+	}
+	return syncAll(dirs)
+}
+
+// syncParallel bounds the fsyncs SyncTree has in flight.
+const syncParallel = 16
+
+// syncAll fsyncs the paths, syncParallel at a time; the first error (in
+// the paths' order) is returned.
+func syncAll(paths []string) error {
+	failed := make([]error, len(paths))
+	sem := make(chan struct{}, syncParallel)
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			failed[i] = syncPath(p)
+		}()
+	}
+	wg.Wait()
+	for _, err := range failed {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncPath fsyncs one file or folder.
+func syncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return classifyOS(fmt.Errorf("sync %s: %w", p, err))
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return classifyOS(fmt.Errorf("sync %s: %w", p, err))
 	}
 	return nil
 }
