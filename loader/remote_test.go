@@ -160,12 +160,12 @@ type peakSampler struct {
 	done sync.WaitGroup
 }
 
-// remoteEqualsLocal reads local and its copy on s3 in window and block
-// order, 2 ranks x 2 workers, with base's seed, batch and window: every
-// reader's batches from S3 (through a cache of a quarter of the tensors;
+// remoteEqualsLocal reads local and its copy at url (s3://, gs://) in
+// window and block order, 2 ranks x 2 workers, with base's seed, batch and
+// window: every reader's batches from the store (through a cache of a quarter of the tensors;
 // block order, whose views of mapped shards stay, twice them) equal, in
 // order, the local ones, and each reader downloaded something.
-func remoteEqualsLocal(t *testing.T, name, local string, s3 *s3Out, base loader.ReadOptions) {
+func remoteEqualsLocal(t *testing.T, name, local, url string, tensorBytes int64, base loader.ReadOptions) {
 	t.Helper()
 	for _, order := range []string{loader.OrderWindow, loader.OrderBlock} {
 		for rank := 0; rank < 2; rank++ {
@@ -174,13 +174,13 @@ func remoteEqualsLocal(t *testing.T, name, local string, s3 *s3Out, base loader.
 				ro.Order, ro.Index = order, true
 				ro.Shuffle, ro.Rank, ro.World, ro.Worker, ro.NumWorkers = true, rank, 2, worker, 2
 				want, _ := epochOf(t, local, loader.Options{}, ro)
-				opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: s3.tensorBytes / 4}
+				opts := loader.Options{CacheDir: t.TempDir(), CacheBytes: tensorBytes / 4}
 				if order == loader.OrderBlock {
-					opts.CacheBytes = s3.tensorBytes * 2
+					opts.CacheBytes = tensorBytes * 2
 				}
-				got, st := epochOf(t, s3.url, opts, ro)
+				got, st := epochOf(t, url, opts, ro)
 				if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
-					t.Fatalf("%s %s r%d w%d: %d batches from S3 differ from the %d local ones", name, order, rank, worker, len(got), len(want))
+					t.Fatalf("%s %s r%d w%d: %d batches from %s differ from the %d local ones", name, order, rank, worker, len(got), url, len(want))
 				}
 				if st.Downloads == 0 {
 					t.Fatalf("%s %s r%d w%d: nothing was downloaded", name, order, rank, worker)
@@ -237,7 +237,7 @@ func TestRemoteBatchesEqualLocal(t *testing.T) {
 		s3 := uploadS3(t, local, "b-"+name)
 		// Small windows, so that a cache of a quarter of the tensors holds
 		// what one window needs.
-		remoteEqualsLocal(t, name, local, s3, loader.ReadOptions{Assignment: loader.Assignment{Seed: 11, Epoch: 1}, Batch: 64, WindowBytes: 32 << 10})
+		remoteEqualsLocal(t, name, local, s3.url, s3.tensorBytes, loader.ReadOptions{Assignment: loader.Assignment{Seed: 11, Epoch: 1}, Batch: 64, WindowBytes: 32 << 10})
 	}
 }
 
@@ -760,7 +760,7 @@ func TestRemoteShardPerBlock(t *testing.T) {
 			}
 		}
 		s3 := uploadS3(t, local, "spb-"+name)
-		remoteEqualsLocal(t, name, local, s3, loader.ReadOptions{Assignment: loader.Assignment{Seed: 3}, Batch: 40, WindowBytes: 16 << 10})
+		remoteEqualsLocal(t, name, local, s3.url, s3.tensorBytes, loader.ReadOptions{Assignment: loader.Assignment{Seed: 3}, Batch: 40, WindowBytes: 16 << 10})
 		// One reader's epoch: every shard once, in one request each.
 		ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 5, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 50, WindowBytes: 16 << 10, Index: true}
 		g0 := s3.gets.Load()

@@ -224,7 +224,7 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 	if err := pj.claim.put(ctx, plan.FileName, append(data, '\n'), false); err != nil {
 		return nil, nil, err
 	}
-	res := &PlanResult{Plan: pj.out.URL(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
+	res := &PlanResult{Plan: pj.out.Address(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
 	if p.Packing != nil {
 		res.DetectTasks = len(p.Partitions)
 	}

@@ -110,7 +110,7 @@ func KeyPlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*KeyPlanR
 	if err := pj.claim.put(ctx, KeysFileName, append(data, '\n'), false); err != nil {
 		return nil, err
 	}
-	return &KeyPlanResult{Keys: pj.out.URL(KeysFileName), KeyTasks: len(kp.Tasks)}, nil
+	return &KeyPlanResult{Keys: pj.out.Address(KeysFileName), KeyTasks: len(kp.Tasks)}, nil
 }
 
 // loadedKeys is a key plan with the options it records.

@@ -41,6 +41,9 @@ type Location struct {
 	// Local is the local directory the bucket is rooted at, or "" for a
 	// remote or in-memory bucket.
 	Local string
+	// Query is the URL's query, the driver's parameters (endpoint,
+	// region, ...) that Name leaves out: "" for local folders.
+	Query string
 }
 
 // Key joins the location's prefix and rel into an object key.
@@ -49,6 +52,16 @@ func (l Location) Key(rel string) string {
 		return rel
 	}
 	return strings.TrimSuffix(l.Prefix, "/") + "/" + rel
+}
+
+// Address is URL(rel) with the location's query: a URL that another
+// process can open as this one did (the plan URL `relayout plan` prints
+// for the tasks), where URL is for messages.
+func (l Location) Address(rel string) string {
+	if l.Query == "" {
+		return l.URL(rel)
+	}
+	return l.URL(rel) + "?" + l.Query
 }
 
 // URL names the object rel under the location, for messages and manifests.
@@ -137,7 +150,7 @@ func OpenDir(ctx context.Context, name string, create bool) (Location, error) {
 		}
 	}
 	display := u.Scheme + "://" + u.Host + "/" + strings.TrimSuffix(prefix, "/")
-	return Location{Bucket: b, Prefix: prefix, Name: strings.TrimSuffix(display, "/")}, nil
+	return Location{Bucket: b, Prefix: prefix, Name: strings.TrimSuffix(display, "/"), Query: u.RawQuery}, nil
 }
 
 // Object is one input object.
