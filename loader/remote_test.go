@@ -100,24 +100,7 @@ func uploadS3(t *testing.T, local, bucket string) *s3Out {
 	t.Setenv("AWS_REGION", "us-east-1")
 	o.params = "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
 	o.url = "s3://" + bucket + "/out/" + o.params
-	loc, err := storage.OpenDir(context.Background(), o.url, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = filepath.Walk(local, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(local, p)
-		data, _ := os.ReadFile(p)
-		if strings.HasPrefix(rel, "tensors/") {
-			o.tensorBytes += int64(len(data))
-		}
-		return loc.Bucket.WriteAll(context.Background(), "out/"+filepath.ToSlash(rel), data, nil)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o.tensorBytes = uploadTree(t, local, o.url)
 	return o
 }
 

@@ -61,16 +61,7 @@ func TestGCSStepsAndRaces(t *testing.T) {
 	runDistributed(t, distOpts("gs://bkt/impressions/", "gs://bkt/relaid"), 1<<20, 2)
 	sameObjects(t, "steps", want, testutil.BucketTree(t, loc.Bucket, "relaid/"))
 
-	for trial := 0; trial < testutil.Trials(3); trial++ {
-		out := fmt.Sprintf("gs://bkt/race-%d/", trial)
-		errsOf := raceRuns(ctx, in, out)
-		if (errsOf[0] == nil) == (errsOf[1] == nil) {
-			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
-		}
-		if res, err := verify.Output(ctx, out, false, 2); err != nil || !res.OK {
-			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
-		}
-	}
+	raceTrials(t, in, func(trial int) string { return fmt.Sprintf("gs://bkt/race-%d/", trial) })
 }
 
 // TestAzureMatchesLocal is TestGCSMatchesLocal on azblob://, against
@@ -102,16 +93,7 @@ func TestAzureMatchesLocal(t *testing.T) {
 	runDistributed(t, distOpts("azblob://bkt/impressions/"+params, "azblob://bkt/steps"+params), 1<<20, 2)
 	sameObjects(t, "steps", readTree(t, ref), testutil.BucketTree(t, loc.Bucket, "steps/"))
 
-	for trial := 0; trial < testutil.Trials(3); trial++ {
-		out := fmt.Sprintf("azblob://bkt/race-%d/%s", trial, params)
-		errsOf := raceRuns(ctx, in, out)
-		if (errsOf[0] == nil) == (errsOf[1] == nil) {
-			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
-		}
-		if res, err := verify.Output(ctx, out, false, 2); err != nil || !res.OK {
-			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
-		}
-	}
+	raceTrials(t, in, func(trial int) string { return fmt.Sprintf("azblob://bkt/race-%d/%s", trial, params) })
 }
 
 // sameObjects fails the test unless got (objects under a prefix) holds

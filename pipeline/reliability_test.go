@@ -342,16 +342,7 @@ func TestLeaseOnS3(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 10})
 	params, _ := s3Server(t, "bkt")
 	ctx := context.Background()
-	for trial := 0; trial < testutil.Trials(3); trial++ {
-		out := fmt.Sprintf("s3://bkt/race-%d/%s", trial, params)
-		errsOf := raceRuns(ctx, in, out)
-		if (errsOf[0] == nil) == (errsOf[1] == nil) {
-			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
-		}
-		if res, err := verify.Output(ctx, out, false, 2); err != nil || !res.OK {
-			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
-		}
-	}
+	raceTrials(t, in, func(trial int) string { return fmt.Sprintf("s3://bkt/race-%d/%s", trial, params) })
 	t.Logf("%d races of two runs to one S3 prefix: exactly one committed each time", testutil.Trials(3))
 	loc, err := storage.OpenDir(ctx, "s3://bkt/held/"+params, false)
 	if err != nil {
@@ -439,6 +430,29 @@ func TestVerifyCatchesManifestEdits(t *testing.T) {
 
 // raceRuns starts two runs with different slice keys on one output at
 // once and returns their errors.
+// raceTrials races two runs (raceRuns) to out(trial) for each of
+// testutil.Trials(3) trials: exactly one must commit, the other fail as a
+// held output or a committed one (exit 4 or 5), and the output must
+// verify.
+func raceTrials(t *testing.T, in string, out func(trial int) string) {
+	t.Helper()
+	ctx := context.Background()
+	for trial := 0; trial < testutil.Trials(3); trial++ {
+		errsOf := raceRuns(ctx, in, out(trial))
+		if (errsOf[0] == nil) == (errsOf[1] == nil) {
+			t.Fatalf("trial %d: errors %v and %v, want exactly one run to commit", trial, errsOf[0], errsOf[1])
+		}
+		for _, e := range errsOf {
+			if c := errs.ClassOf(e); e != nil && c != errs.Transient && c != errs.Precondition {
+				t.Fatalf("trial %d: the losing run failed with %v (class %v), want exit 4 or 5", trial, e, c)
+			}
+		}
+		if res, err := verify.Output(ctx, out(trial), false, 2); err != nil || !res.OK {
+			t.Fatalf("trial %d: verify: %+v %v", trial, res, err)
+		}
+	}
+}
+
 func raceRuns(ctx context.Context, in, out string) []error {
 	var wg sync.WaitGroup
 	errsOf := make([]error, 2)
