@@ -110,17 +110,7 @@ func putLocal(loc Location, rel string, data []byte, o PutOptions) (err error) {
 
 // SyncDir fsyncs a local folder, so that the names created in it (a
 // renamed file) survive a crash.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return classifyOS(fmt.Errorf("sync %s: %w", dir, err))
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return classifyOS(fmt.Errorf("sync %s: %w", dir, err))
-	}
-	return nil
-}
+func SyncDir(dir string) error { return syncPath(dir) }
 
 // SyncTree fsyncs every file and folder under the local folder root (a
 // no-op for remote locations): data files are made durable before the
