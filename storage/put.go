@@ -114,12 +114,12 @@ func SyncDir(dir string) error { return syncPath(dir) }
 
 // SyncTree fsyncs every file and folder under the local folder root (a
 // no-op for remote locations): data files are made durable before the
-// manifest that names them is written. The files are synced
-// syncParallel at a time: each fsync of a file written by another process
-// (a reduce task) waits for a journal commit of its own when issued one
-// after another (about 10 ms each on ext4 here: 75 ms for a 7-file
-// output), and fsyncs in flight together share commits. The folders
-// follow, once their files are synced.
+// manifest that names them is written. An fsync first writes what the
+// file still has dirty: one after another, the seven files reduce tasks
+// left took 75 ms on this project's VM. NewWriter starts that writeback
+// when a file is closed, and the files are synced syncParallel at a time,
+// so that what is left overlaps. The folders follow, once their files
+// are synced.
 func SyncTree(loc Location, rels ...string) error {
 	if loc.Local == "" {
 		return nil
