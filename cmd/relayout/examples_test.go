@@ -318,7 +318,9 @@ func argoFlow(t *testing.T, path, input, output, params string, sizes []string) 
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	vals := map[string]string{"input": input, "output": output}
+	// The store's query goes in through the example's own parameter, as
+	// a user with MinIO would pass it.
+	vals := map[string]string{"input": input, "output": output, "store-query": params}
 	for _, p := range doc.Spec.Arguments.Parameters {
 		if _, ok := vals[p.Name]; !ok {
 			vals[p.Name] = p.Value
@@ -352,11 +354,11 @@ func argoFlow(t *testing.T, path, input, output, params string, sizes []string) 
 		t.Fatalf("%s: map and reduce set no parallelism", path)
 	}
 	return flow{
-		plan:   withParams(append(args["plan"], sizes...), params),
-		merge:  withParams(args["merge"], params),
-		commit: withParams(args["commit"], params),
+		plan:   append(args["plan"], sizes...),
+		merge:  args["merge"],
+		commit: args["commit"],
 		task: func(step string, i int) ([]string, []string) {
-			return withParams(replaceArg(args[step], "{{inputs.parameters.task}}", strconv.Itoa(i)), params), nil
+			return replaceArg(args[step], "{{inputs.parameters.task}}", strconv.Itoa(i)), nil
 		},
 		parallelism: par,
 	}
@@ -368,7 +370,7 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals := map[string]string{"INPUT": input, "OUTPUT": output, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "KEY_TASKS": "1", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1",
+	vals := map[string]string{"INPUT": input, "OUTPUT": output, "STORE_QUERY": params, "SLICE_KEYS": "country,date", "QUERY_KEY": "", "KEY_TASKS": "1", "MAP_TASKS": "1", "DETECT_TASKS": "1", "REDUCE_TASKS": "1",
 		"TASKS_PER_POD": "2", "MAP_PODS": "1", "DETECT_PODS": "1", "REDUCE_PODS": "1"} // the pods' counts come from the plan (runFlow)
 	expanded := os.Expand(string(data), func(k string) string { return vals[k] })
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
@@ -415,11 +417,11 @@ func k8sFlow(t *testing.T, path, input, output, params string, sizes []string) f
 		}
 	}
 	return flow{
-		plan:   withParams(append(cmds["plan"], sizes...), params),
-		merge:  withParams(cmds["merge"], params),
-		commit: withParams(cmds["commit"], params),
+		plan:   append(cmds["plan"], sizes...),
+		merge:  cmds["merge"],
+		commit: cmds["commit"],
 		task: func(step string, i int) ([]string, []string) {
-			return withParams(cmds[step], params), []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(i)}
+			return cmds[step], []string{"JOB_COMPLETION_INDEX=" + strconv.Itoa(i)}
 		},
 	}
 }
@@ -431,7 +433,9 @@ func airflowFlow(t *testing.T, path, input, output, params string, sizes []strin
 	script := fmt.Sprintf(`import json, runpy
 m = runpy.run_path(%q)
 print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "KEYS_ARGS", "MERGE_ARGS", "MAP_ARGS", "DETECT_ARGS", "REDUCE_ARGS", "COMMIT_ARGS")}))`, path)
-	out, err := exec.Command("/usr/bin/python3", "-c", script).Output()
+	py := exec.Command("/usr/bin/python3", "-c", script)
+	py.Env = append(os.Environ(), "RELAYOUT_STORE_QUERY="+params) // the DAG's STORE_QUERY
+	out, err := py.Output()
 	if err != nil {
 		t.Fatalf("python3 %s: %v", path, err)
 	}
@@ -451,7 +455,7 @@ print(json.dumps({k: m[k] for k in ("INPUT", "OUTPUT", "PLAN_ARGS", "KEYS_ARGS",
 	json.Unmarshal(raw["REDUCE_ARGS"], &m.ReduceArgs)
 	json.Unmarshal(raw["COMMIT_ARGS"], &m.CommitArgs)
 	fix := func(a []string) []string {
-		return withParams(replaceArg(replaceArg(a, m.Input, input), m.Output, output), params)
+		return replaceArg(replaceArg(a, m.Input, input), m.Output, output)
 	}
 	return flow{
 		plan:   fix(append(m.PlanArgs, sizes...)),

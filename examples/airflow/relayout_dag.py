@@ -15,13 +15,18 @@ The commands are module-level lists so that cmd/relayout/examples_test.go can re
 them (with Python's ast, without Airflow) and run them as local processes.
 """
 
+import os
+
 INPUT = "s3://bucket/impressions/"
 OUTPUT = "s3://bucket/relaid/"
-PLAN = OUTPUT + "_relayout/plan.json"
-KEYS = OUTPUT + "_relayout/keys.json"
+# The store's URL query, appended to every URL: empty for AWS S3, GCS and Azure;
+# "?endpoint=http://minio:9000&use_path_style=true" for MinIO or another S3-protocol store.
+STORE_QUERY = os.environ.get("RELAYOUT_STORE_QUERY", "")
+PLAN = OUTPUT + "_relayout/plan.json" + STORE_QUERY
+KEYS = OUTPUT + "_relayout/keys.json" + STORE_QUERY
 QUERY_KEY = ""  # e.g. "query_id" to pack queries
 
-PLAN_ARGS = ["plan", "--key-tasks", "--input", INPUT, "--output", OUTPUT, "--slice-keys", "country,date",
+PLAN_ARGS = ["plan", "--key-tasks", "--input", INPUT + STORE_QUERY, "--output", OUTPUT + STORE_QUERY, "--slice-keys", "country,date",
              "--query-key", QUERY_KEY,
              "--memory-limit", "6GiB",  # units sized for the detect and reduce pods
              "--overwrite", "--report-json", "/airflow/xcom/return.json"]
