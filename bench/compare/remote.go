@@ -174,11 +174,14 @@ func remoteBench(dir string, reps int, res map[string]any) {
 	// The last two dense cases: a store that answers every request after
 	// 20 ms (server-side, no CPU spent), with the ten requests in flight
 	// the AWS SDK's connection pool allowed before and with the default.
-	denseURL, denseBytes := upload(out, "out")
-	results["tensor_bytes"] = denseBytes
-	// BENCH_REMOTE_ONLY=blocks measures only the shard-per-block output.
+	// BENCH_REMOTE_ONLY=blocks measures (and uploads) only the
+	// shard-per-block output.
 	dense := os.Getenv("BENCH_REMOTE_ONLY") != "blocks"
+	var denseURL string
+	var denseBytes int64
 	if dense {
+		denseURL, denseBytes = upload(out, "out")
+		results["tensor_bytes"] = denseBytes
 		measure(out, denseURL, denseBytes, "shards of 93 MB", []benchCase{{"whole", 2 * denseBytes, 16 << 20, 0, 0}, {"quarter", denseBytes / 4, 2 << 20, 0, 0},
 			{"whole, store 20 ms away, 10 requests in flight", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 10},
 			{"whole, store 20 ms away", 2 * denseBytes, 16 << 20, 20 * time.Millisecond, 0}})
