@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -97,20 +96,12 @@ func TestAzureMatchesLocal(t *testing.T) {
 }
 
 // sameObjects fails the test unless got (objects under a prefix) holds
-// exactly want's files with want's bytes, the manifests' input paths
-// aside.
+// exactly want's files (reports aside), each with want's bytes
+// (requireSameOutput).
 func sameObjects(t *testing.T, what string, want, got map[string][]byte) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d objects, local %d: %v", what, len(got), len(want), keysOf(got))
 	}
-	for k, v := range want {
-		g := got[k]
-		if k == "manifest.json" {
-			g, v = normaliseInputs(g), normaliseInputs(v)
-		}
-		if !bytes.Equal(g, v) {
-			t.Fatalf("%s: %s differs from the local run", what, k)
-		}
-	}
+	requireSameOutput(t, what, want, got)
 }

@@ -8,13 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 )
 
 // ErrExists is returned (wrapped, with class Precondition) by Put with
@@ -154,28 +154,10 @@ func SyncTree(loc Location, rels ...string) error {
 // syncParallel bounds the fsyncs SyncTree has in flight.
 const syncParallel = 16
 
-// syncAll fsyncs the paths, syncParallel at a time; the first error (in
-// the paths' order) is returned.
+// syncAll fsyncs the paths, syncParallel at a time; the error of the
+// first path that failed (in the paths' order) is returned.
 func syncAll(paths []string) error {
-	failed := make([]error, len(paths))
-	sem := make(chan struct{}, syncParallel)
-	var wg sync.WaitGroup
-	for i, p := range paths {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			failed[i] = syncPath(p)
-		}()
-	}
-	wg.Wait()
-	for _, err := range failed {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return par.ForEach(context.Background(), len(paths), syncParallel, func(i int) error { return syncPath(paths[i]) })
 }
 
 // syncPath fsyncs one file or folder.
