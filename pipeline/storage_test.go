@@ -110,10 +110,12 @@ func upload(t *testing.T, b *blob.Bucket, prefix, dir string) {
 	}
 }
 
-// TestObjectStorageMatchesLocal runs the same job local->local, S3->S3 (a
-// real S3-protocol server over HTTP on loopback, through gocloud's s3blob) and
-// mem->mem, and requires byte-identical data files and manifests (inputs are
-// named differently, so the manifests' input paths are normalised).
+// TestObjectStorageMatchesLocal runs the same job local->local and, on
+// each store, store->store: S3 (a real S3-protocol server over HTTP on
+// loopback, through gocloud's s3blob), GCS (fake-gcs-server, gcsblob),
+// Azure (Azurite, azureblob) and mem. It requires byte-identical data
+// files and manifests (inputs are named differently, so the manifests'
+// input paths are normalised), and verify --deep to pass on each store.
 func TestObjectStorageMatchesLocal(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 3, Seed: 21})
 	local := filepath.Join(t.TempDir(), "out")
@@ -121,30 +123,24 @@ func TestObjectStorageMatchesLocal(t *testing.T) {
 	smallRun(t, in, local, withTensors)
 	want := readTree(t, local)
 
-	params, _ := s3Server(t, "bkt")
+	s3params, _ := s3Server(t, "bkt")
+	testutil.GCSServer(t, "bkt")
+	azure := testutil.Azurite(t, "bkt")
 	ctx := context.Background()
-	s3loc, err := storage.OpenDir(ctx, "s3://bkt/impressions"+params, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upload(t, s3loc.Bucket, "impressions/", in)
-	smallRun(t, "s3://bkt/impressions/"+params, "s3://bkt/relaid/"+params, withTensors)
-	gotS3 := testutil.BucketTree(t, s3loc.Bucket, "relaid/")
-
-	mem := storage.MemBucket("conformance-test")
-	upload(t, mem, "in/", in)
-	smallRun(t, "mem://conformance-test/in/", "mem://conformance-test/out/", withTensors)
-	gotMem := testutil.BucketTree(t, mem, "out/")
-
-	sameObjects(t, "s3", want, gotS3)
-	sameObjects(t, "mem", want, gotMem)
-	res, err := verify.Output(ctx, "s3://bkt/relaid/"+params, true, 2)
-	if err != nil || !res.OK {
-		t.Fatalf("verify on S3: %+v %v", res, err)
-	}
-	res, err = verify.Output(ctx, "mem://conformance-test/out/", true, 2)
-	if err != nil || !res.OK {
-		t.Fatalf("verify on mem: %+v %v", res, err)
+	for _, st := range []struct{ name, root, query string }{
+		{"s3", "s3://bkt/", s3params}, {"gs", "gs://bkt/", ""}, {"azure", "azblob://bkt/", azure}, {"mem", "mem://conformance-test/", ""},
+	} {
+		loc, err := storage.OpenDir(ctx, st.root+st.query, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upload(t, loc.Bucket, "impressions/", in)
+		out := st.root + "relaid/" + st.query
+		smallRun(t, st.root+"impressions/"+st.query, out, withTensors)
+		sameObjects(t, st.name, want, testutil.BucketTree(t, loc.Bucket, "relaid/"))
+		if res, err := verify.Output(ctx, out, true, 2); err != nil || !res.OK {
+			t.Fatalf("verify on %s: %+v %v", st.name, res, err)
+		}
 	}
 }
 
