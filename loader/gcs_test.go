@@ -3,11 +3,16 @@ package loader_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/relayout/relayout/internal/faultproxy"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/loader"
@@ -58,4 +63,70 @@ func TestRemoteGCSAndAzureBatchesEqualLocal(t *testing.T) {
 			remoteEqualsLocal(t, name, local, url, tb, loader.ReadOptions{Assignment: loader.Assignment{Seed: 11, Epoch: 1}, Batch: 64, WindowBytes: 32 << 10})
 		}
 	}
+}
+
+// TestRemotePythonAzure: the NumPy loader reads azblob:// through
+// Microsoft's client (azure-storage-blob) against Azurite, opened from the
+// same URL and environment as the CLI: python/tests/remote_check.py
+// compares its batches of the flat output with the local ones (window and
+// block order, 2 ranks x 2 workers) and checks its cache budget, as for
+// S3; python/tests/remote_azure.py reads with each kind of credential; the
+// reader under injected faults (the packed output), and the PyTorch
+// wrapper with forked workers, read the same batches.
+func TestRemotePythonAzure(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import azure.storage.blob, xxhash").Run(); err != nil {
+		testutil.Missing(t, "python3-azure-storage or python3-xxhash not installed (make deps)")
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 136})
+	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
+	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
+	azure := testutil.Azurite(t, "bkt")
+	url := "azblob://bkt/py-flat/" + azure
+	tb := uploadTree(t, flat, url)
+	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_check.py"), flat, url, t.TempDir(), fmt.Sprint(tb/4))
+	if !strings.Contains(string(out), `"configs": 8`) {
+		t.Fatalf("remote_check.py: %s", out)
+	}
+	t.Logf("python flat: %s", out)
+	// Each way of authenticating the CLI accepts (the account key, a SAS
+	// token, a connection string), and the errors.
+	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_azure.py"), flat, url, t.TempDir())
+	if !strings.Contains(string(out), `"connection_string"`) {
+		t.Fatalf("remote_azure.py: %s", out)
+	}
+	t.Logf("python credentials: %s", out)
+	// Under faults injected in front of Azurite (503s, resets, cut bodies
+	// on about 11% of requests): the same batches, through the token and
+	// through the client's own retries.
+	target, err := neturl.Parse("http://" + strings.TrimPrefix(azure[strings.Index(azure, "domain="):], "domain="))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 7)
+	srv := httptest.NewServer(proxy)
+	defer srv.Close()
+	tbPacked := uploadTree(t, packed, "azblob://bkt/py-packed/"+azure)
+	faulty := "azblob://bkt/py-packed/?protocol=http&localemu=true&domain=" + strings.TrimPrefix(srv.URL, "http://")
+	proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
+	out2, err := pythonReader(packed, faulty, t.TempDir(), tbPacked/3)
+	proxy.SetRates(faultproxy.Rates{})
+	if err != nil {
+		t.Fatalf("the Python reader on Azure under faults: %v\n%s", err, out2)
+	}
+	if n := proxy.Counts.Status503.Load() + proxy.Counts.Reset.Load() + proxy.Counts.CutBody.Load(); n == 0 {
+		t.Fatal("no fault was injected into the Python reader's requests")
+	}
+	t.Logf("under faults (%s): %s", proxy.Counts.String(), strings.TrimSpace(out2))
+	// The PyTorch wrapper, 0 and 2 forked DataLoader workers sharing one
+	// cache folder: each process makes its own client.
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "python3-torch not installed (make deps)")
+	}
+	url = "azblob://bkt/py-torch/" + azure
+	tb = uploadTree(t, flat, url)
+	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_remote.py"), flat, url, t.TempDir(), fmt.Sprint(tb/3))
+	if !strings.Contains(string(out), `"workers_2"`) {
+		t.Fatalf("torch_remote.py: %s", out)
+	}
+	t.Logf("torch: %s", out)
 }

@@ -1,5 +1,5 @@
 """The NumPy loader on a remote output (boto3 against the Go test's
-loopback S3 server): batches equal the local output's, byte for byte and in
+loopback S3 server, or azure-storage-blob against its Azurite): batches equal the local output's, byte for byte and in
 order (window and block order, 2 ranks x 2 workers); the cache folder never
 exceeds cache_bytes (sampled all epoch) and, read by block, one epoch
 downloads at most 1.05x the tensor bytes; with a cache larger than the
@@ -8,7 +8,7 @@ about once per eighth of its budget downloaded; one window holding the whole
 output fetches consecutive blocks in runs (one ranged read per tensor
 spanning them). Prints a JSON summary.
 
-    remote_check.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES"""
+    remote_check.py LOCAL_OUTPUT URL CACHE_DIR CACHE_BYTES"""
 import json
 import os
 import sys
@@ -39,7 +39,7 @@ for shuffle in ("window", "block"):
             cb = cache_bytes if shuffle == "window" else 8 * cache_bytes
             got, ds = epoch(url, cache_dir=tempfile.mkdtemp(dir=cache_dir), cache_bytes=cb, **kw)
             if got != want or not got:
-                sys.exit(f"{shuffle} rank {rank} worker {worker}: {len(got)} batches from S3 differ from the {len(want)} local ones")
+                sys.exit(f"{shuffle} rank {rank} worker {worker}: {len(got)} batches from the store differ from the {len(want)} local ones")
             res["configs"] += 1
 
 # The budget, sampled all epoch.
@@ -87,7 +87,7 @@ shards = sum(1 for b in ds._blocked if b is not None)
 # At best one run per shard: a read per tensor and shard (and its header).
 res["runs"] = {"blocks": blocks, "shards": shards, "ranged_reads": calls[0], "one_per_block_and_tensor": per_block}
 if got != want or not got:
-    sys.exit(f"a whole-output window: {len(got)} batches from S3 differ from the {len(want)} local ones")
+    sys.exit(f"a whole-output window: {len(got)} batches from the store differ from the {len(want)} local ones")
 if calls[0] > 2 * shards * (len(ds.schema) + 1) or calls[0] >= per_block:
     sys.exit(f"{calls[0]} ranged reads for {blocks} blocks of {len(ds.schema)} tensors in {shards} shards: not fetched in runs")
 

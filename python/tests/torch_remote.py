@@ -1,12 +1,13 @@
 """The PyTorch wrapper on a remote output (boto3 against the Go test's
-loopback S3 server): a DataLoader over TorchDataset(s3 URL) with 0 and 2
+loopback S3 server, or azure-storage-blob against its Azurite): a
+DataLoader over TorchDataset(URL) with 0 and 2
 workers, all sharing one cache folder, yields the same batches, byte for
 byte and in order, as over the output on local disk; the workers (forked
 after the main process has read the output through the same folder)
 download with their own clients; the folder never exceeds cache_bytes
 (sampled through the epochs). Prints a JSON summary.
 
-    torch_remote.py LOCAL_OUTPUT S3_URL CACHE_DIR CACHE_BYTES"""
+    torch_remote.py LOCAL_OUTPUT URL CACHE_DIR CACHE_BYTES"""
 import json
 import sys
 
