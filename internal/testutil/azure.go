@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -35,35 +37,18 @@ func Azurite(tb testing.TB, container string) (params string) {
 	if _, err := exec.LookPath("node"); err != nil || !exists(bin) {
 		Missing(tb, "Azurite (npm azurite) not installed: run `make deps`")
 	}
-	port := freePort(tb)
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port), "--inMemoryPersistence",
-		"--disableTelemetry", "--skipApiVersionCheck", "--silent")
-	cmd.Dir = tb.TempDir() // what it writes besides the blobs (none in memory mode)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("azurite: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	tb.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
+	// The port is free a moment before Azurite binds it; another process
+	// (a parallel test package) may take it in between, so a start that
+	// lost the port is tried again on another.
+	var addr string
+	for try := 0; ; try++ {
+		var lost bool
+		addr, lost = startAzurite(tb, bin, freePort(tb))
+		if !lost {
 			break
 		}
-		select {
-		case <-exited:
-			tb.Fatalf("azurite exited: %s", out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("azurite did not listen on %s within a minute: %s", addr, out.String())
+		if try == 4 {
+			tb.Fatalf("azurite: lost the port it was given %d times", try+1)
 		}
 	}
 	cred, err := azblob.NewSharedKeyCredential(azuriteAccount, azuriteKey)
@@ -87,6 +72,64 @@ func Azurite(tb testing.TB, container string) (params string) {
 		}
 	}
 	return "?protocol=http&localemu=true&domain=" + addr
+}
+
+// startAzurite starts Azurite on a loopback port and waits until it
+// listens; lost reports that another process had the port.
+func startAzurite(tb testing.TB, bin string, port int) (addr string, lost bool) {
+	tb.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port), "--inMemoryPersistence",
+		"--disableTelemetry", "--skipApiVersionCheck", "--silent")
+	cmd.Dir = tb.TempDir() // what it writes besides the blobs (none in memory mode)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("azurite: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		select {
+		case <-exited:
+			if bytes.Contains(out.Bytes(), []byte("EADDRINUSE")) {
+				return addr, true
+			}
+			tb.Fatalf("azurite exited: %s", out.String())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			// Whoever listens must be this Azurite, not a process that
+			// took the port before it.
+			cl := http.Client{Timeout: 5 * time.Second}
+			resp, err := cl.Get("http://" + addr + "/" + azuriteAccount + "?comp=list")
+			if err == nil {
+				resp.Body.Close()
+				if strings.HasPrefix(resp.Header.Get("Server"), "Azurite") {
+					break
+				}
+			}
+			stop()
+			return addr, true
+		}
+		select {
+		case <-exited:
+			continue // reported above
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			tb.Fatalf("azurite did not listen on %s within a minute: %s", addr, out.String())
+		}
+	}
+	tb.Cleanup(stop)
+	return addr, false
 }
 
 // freePort is a loopback TCP port nothing listened on a moment ago.
