@@ -793,6 +793,26 @@ class _SignedRefused(IOError):
     with (_Remote._signed_get)."""
 
 
+def _ranged_data(r, start, end, refusing, describe):
+    """The bytes [start, end) in a signed ranged GET's response r (a 206,
+    or a 200 with the whole object where the store ignored the range), or
+    raises with describe()'s message: _SignedRefused for a status in
+    refusing (the signature or URL itself refused: the client may still
+    read), _StoreRefused for another 4xx but 408 and 429, IOError for the
+    rest (retried by the callers)."""
+    if r.status_code != 206 and not (r.status_code == 200 and start == 0):
+        msg = describe()
+        if r.status_code in refusing:
+            raise _SignedRefused(msg)
+        if _refused(r.status_code):
+            raise _StoreRefused(msg)
+        raise IOError(msg)
+    data = r.content
+    if r.status_code == 200:
+        data = data[:end]  # the whole object (the store ignored the range)
+    return data
+
+
 _FOLDER_LOCKS = {}  # cache folder -> threading.Lock: one thread of a process at a time takes cache.lock
 # A forked child (a DataLoader worker) starts with fresh locks: one another
 # thread held at the fork would never be released in the child.
@@ -924,18 +944,7 @@ class _AzureBlobs:
         self._container()  # this process's session
         url = f"{self.service}/{self.container}/{urllib.parse.quote(key)}?{self._token()}"
         r = self._http.get(url, headers={"Range": f"bytes={start}-{end - 1}", "x-ms-version": "2021-08-06"}, timeout=60)
-        if r.status_code != 206 and not (r.status_code == 200 and start == 0):
-            code = r.headers.get("x-ms-error-code", "")
-            msg = f"{what}: HTTP {r.status_code} {code}".rstrip()
-            if r.status_code in (400, 403):
-                raise _SignedRefused(msg)
-            if _refused(r.status_code):
-                raise _StoreRefused(msg)
-            raise IOError(msg)
-        data = r.content
-        if r.status_code == 200:
-            data = data[:end]  # the whole object (the store ignored the range)
-        return data
+        return _ranged_data(r, start, end, (400, 403), lambda: f"{what}: HTTP {r.status_code} {r.headers.get('x-ms-error-code', '')}".rstrip())
 
     def _open(self):
         import requests
@@ -1230,19 +1239,12 @@ class _Remote:
             r = self._http.send(req)
             if r.status_code != 403:
                 break
-        if r.status_code != 206 and not (r.status_code == 200 and start == 0):
+
+        def describe():
             body = r.content[:300]
             code = body.split(b"<Code>")[1].split(b"</Code>")[0].decode(errors="replace") if b"<Code>" in body else ""
-            msg = f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {code}".rstrip()
-            if r.status_code in (301, 307, 400, 403):
-                raise _SignedRefused(msg)
-            if _refused(r.status_code):
-                raise _StoreRefused(msg)
-            raise IOError(msg)
-        data = r.content
-        if r.status_code == 200:
-            data = data[:end]  # the whole object (the store ignored the range)
-        return data
+            return f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {code}".rstrip()
+        return _ranged_data(r, start, end, (301, 307, 400, 403), describe)
 
     def _range_retried(self, key, start, end):
         """Bytes [start, end) of an object, retried on its own."""
