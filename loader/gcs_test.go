@@ -130,3 +130,77 @@ func TestRemotePythonAzure(t *testing.T) {
 	}
 	t.Logf("torch: %s", out)
 }
+
+// TestRemotePythonGCS: the NumPy loader reads gs:// (google-auth's session,
+// the GCS XML and JSON APIs) from fake-gcs-server, found as the CLI finds
+// it (STORAGE_EMULATOR_HOST): python/tests/remote_check.py on the flat
+// output (every order, 2 ranks x 2 workers, the cache budget); the packed
+// output under injected faults; the PyTorch wrapper with forked workers;
+// the same batches as from local disk each time.
+func TestRemotePythonGCS(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import google.auth, requests, xxhash").Run(); err != nil {
+		testutil.Missing(t, "python3-google-auth or python3-xxhash not installed (make deps)")
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 137})
+	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
+	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
+	srv := testutil.GCSServer(t, "bkt")
+	tb := uploadTree(t, flat, "gs://bkt/py-flat/")
+	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_check.py"), flat, "gs://bkt/py-flat/", t.TempDir(), fmt.Sprint(tb/4))
+	if !strings.Contains(string(out), `"configs": 8`) {
+		t.Fatalf("remote_check.py: %s", out)
+	}
+	t.Logf("python flat: %s", out)
+
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "python3-torch not installed (make deps)")
+	}
+	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_remote.py"), flat, "gs://bkt/py-flat/", t.TempDir(), fmt.Sprint(tb/3))
+	if !strings.Contains(string(out), `"workers_2"`) {
+		t.Fatalf("torch_remote.py: %s", out)
+	}
+	t.Logf("torch: %s", out)
+
+	// Under faults (503s, resets, cut bodies on about 11% of requests) in
+	// front of the server.
+	tbPacked := uploadTree(t, packed, "gs://bkt/py-packed/")
+	target, err := neturl.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 8)
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(front.URL, "http://"))
+	proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
+	out2, err := pythonReader(packed, "gs://bkt/py-packed/", t.TempDir(), tbPacked/3)
+	proxy.SetRates(faultproxy.Rates{})
+	if err != nil {
+		t.Fatalf("the Python reader on GCS under faults: %v\n%s", err, out2)
+	}
+	if n := proxy.Counts.Status503.Load() + proxy.Counts.Reset.Load() + proxy.Counts.CutBody.Load(); n == 0 {
+		t.Fatal("no fault was injected into the Python reader's requests")
+	}
+	t.Logf("under faults (%s): %s", proxy.Counts.String(), strings.TrimSpace(out2))
+
+	// A missing object and the CLI's query parameters.
+	out = testutil.Python(t, "-c", `
+import relayout_loader as rl
+g = rl._GCSObjects("bkt", {}, 4)
+try:
+    g.get("py-packed/tensors/no-such-shard.safetensors", 0, 10)
+    raise SystemExit("a missing object was read")
+except rl._StoreRefused as e:
+    assert "no-such-shard" in str(e) and "404" in str(e), e
+for q, want in (({"endpoint": "x"}, "unknown query parameter 'endpoint'"), ({"zonal": "true"}, "gRPC"), ({"anonymous": "maybe"}, "not a boolean")):
+    try:
+        rl._GCSObjects("bkt", q, 4)
+        raise SystemExit(f"{q} was accepted")
+    except ValueError as e:
+        assert want in str(e), (q, e)
+print("errors ok")
+`)
+	if !strings.Contains(string(out), "errors ok") {
+		t.Fatalf("errors: %s", out)
+	}
+}

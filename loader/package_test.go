@@ -23,8 +23,8 @@ func pep440(v string) string { return strings.Replace(v, "-dev", ".dev0", 1) }
 // the dependencies pyproject.toml declares, and reads an output.
 func TestPipInstallOffline(t *testing.T) {
 	py := "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import venv, ensurepip, numpy, torch, boto3, azure.storage.blob, fsspec").Run(); err != nil {
-		testutil.Missing(t, "python3-venv, -pip, -numpy, -torch, -boto3, -azure-storage or -fsspec missing: make deps installs them (%v)", err)
+	if err := exec.Command(py, "-c", "import venv, ensurepip, numpy, torch, boto3, azure.storage.blob, google.auth, fsspec").Run(); err != nil {
+		testutil.Missing(t, "python3-venv, -pip, -numpy, -torch, -boto3, -azure-storage, -google-auth or -fsspec missing: make deps installs them (%v)", err)
 	}
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 91})
 	out := filepath.Join(t.TempDir(), "out")
@@ -36,7 +36,7 @@ func TestPipInstallOffline(t *testing.T) {
 		t.Fatalf("venv: %v: %s", err, b)
 	}
 	src := filepath.Join(testutil.Root(), "python")
-	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check", src+"[torch,s3,azure,fsspec]")
+	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check", src+"[torch,s3,azure,gcs,fsspec]")
 	pip.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_FIND_LINKS=")
 	if b, err := pip.CombinedOutput(); err != nil {
 		t.Fatalf("pip install ./python: %v: %s", err, b)

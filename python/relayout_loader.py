@@ -1012,6 +1012,124 @@ class _AzureBlobs:
                 if not b.name.endswith("/") and "/" not in b.name[n:]]
 
 
+class _GCSObjects:
+    """A gs:// bucket, opened as the CLI opens it (gocloud's gcsblob):
+    Google's application default credentials (google-auth: Debian's
+    python3-google-auth, or pip install ./python[gcs]), none with
+    ?anonymous=true or access_id=-, or for an emulator named by
+    STORAGE_EMULATOR_HOST; ?universe_domain= for another universe. Objects
+    are read as the Go client reads them, by GET of /BUCKET/OBJECT (the XML
+    API) with a Range, on google-auth's AuthorizedSession (it adds and
+    refreshes the token); listings through the JSON API. The official
+    google-cloud-storage is the same calls on the same session, and is not
+    a Debian package. A forked process makes its own session."""
+
+    _PARAMS = ("access_id", "private_key_path", "anonymous", "universe_domain", "grpc", "zonal")
+
+    def __init__(self, bucket, query, max_requests):
+        if importlib.util.find_spec("google") is None or importlib.util.find_spec("google.auth") is None:
+            raise RuntimeError("gs:// needs google-auth (pip install ./python[gcs], or apt-get install python3-google-auth)")
+        unknown = sorted(set(query) - set(self._PARAMS))
+        if unknown:
+            raise ValueError(f"gs://{bucket}: unknown query parameter {unknown[0]!r} (the CLI's are {', '.join(self._PARAMS)})")
+
+        def flag(name):
+            v = query.get(name, "false").strip().lower()
+            if v not in ("1", "t", "true", "0", "f", "false"):
+                raise ValueError(f"gs://{bucket}: {name}={v!r} is not a boolean")
+            return v in ("1", "t", "true")
+        if flag("zonal"):
+            raise ValueError(f"gs://{bucket}: zonal=true reads over gRPC, which the Python reader does not speak")
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+        if emulator:
+            self.endpoint = emulator.rstrip("/") if "://" in emulator else "http://" + emulator.rstrip("/")
+        else:
+            self.endpoint = "https://storage." + (query.get("universe_domain") or "googleapis.com")
+        anonymous = flag("anonymous")  # checked even where an emulator makes it moot
+        self.anonymous = bool(emulator) or anonymous or query.get("access_id") == "-"
+        self.bucket, self.max_requests = bucket, max_requests
+        self._session, self._pid = None, None
+        self._lock = threading.Lock()
+
+    def _http(self):
+        """This process's session."""
+        with self._lock:
+            if self._session is None or self._pid != os.getpid():
+                self._session, self._pid = self._open(), os.getpid()
+            return self._session
+
+    def _open(self):
+        import google.auth
+        import requests
+        from google.auth.credentials import AnonymousCredentials
+        from google.auth.transport.requests import AuthorizedSession
+        if self.anonymous:
+            creds = AnonymousCredentials()
+        else:
+            creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_only"])
+        http = AuthorizedSession(creds)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=self.max_requests)
+        http.mount("http://", adapter)
+        http.mount("https://", adapter)
+        return http
+
+    def _call(self, what, url, headers, params=None):
+        """A GET, retried on connection errors and 408, 429 and 5xx; a
+        response otherwise (the caller reads its status)."""
+        import time
+        last = None
+        for attempt in range(6):
+            if attempt:
+                time.sleep(0.05 * (1 << (attempt - 1)))
+            try:
+                r = self._http().get(url, headers=headers, params=params, timeout=60)
+            except Exception as e:  # a reset, a timeout: ask again
+                last = IOError(f"{what}: {e}")
+                continue
+            if r.status_code in (408, 429) or r.status_code >= 500:
+                last = IOError(f"{what}: HTTP {r.status_code}")
+                continue
+            return r
+        raise last
+
+    def get(self, key, start=None, end=None):
+        """The object's bytes, or bytes [start, end) of it. A 4xx but 408
+        and 429 (the object gone, access denied) raises _StoreRefused."""
+        import urllib.parse
+        what = f"GET gs://{self.bucket}/{key}" + ("" if start is None else f" bytes {start}-{end - 1}")
+        url = f"{self.endpoint}/{self.bucket}/{urllib.parse.quote(key, safe='/')}"
+        r = self._call(what, url, {} if start is None else {"Range": f"bytes={start}-{end - 1}"})
+
+        def describe():
+            body = r.content[:300]
+            code = body.split(b"<Code>")[1].split(b"</Code>")[0].decode(errors="replace") if b"<Code>" in body else ""
+            return f"{what}: HTTP {r.status_code} {code}".rstrip()
+        if start is None:
+            if r.status_code != 200:
+                raise (_StoreRefused if _refused(r.status_code) else IOError)(describe())
+            return r.content
+        return _ranged_data(r, start, end, (), describe)
+
+    def list(self, prefix):
+        """The names of the objects directly under prefix (JSON API)."""
+        import urllib.parse
+        url = f"{self.endpoint}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}/o"
+        out, token = [], None
+        while True:
+            params = {"prefix": prefix, "delimiter": "/", "fields": "items(name),nextPageToken"}
+            if token:
+                params["pageToken"] = token
+            what = f"list gs://{self.bucket}/{prefix}"
+            r = self._call(what, url, {}, params)
+            if r.status_code != 200:
+                raise (_StoreRefused if _refused(r.status_code) else IOError)(f"{what}: HTTP {r.status_code}")
+            page = r.json()
+            out += [o["name"][len(prefix):] for o in page.get("items", [])]
+            token = page.get("nextPageToken")
+            if not token:
+                return [n for n in out if n and "/" not in n]
+
+
 class _Remote:
     """A remote output's blocks (or whole shards, for outputs without header
     entries in their manifest), downloaded into cache_dir: each under a
@@ -1067,6 +1185,8 @@ class _Remote:
             self._fs = None
         elif u.scheme == "azblob":
             self._az, self._s3, self._http, self._fs = _AzureBlobs(self.bucket, q, self.max_requests), None, None, None
+        elif u.scheme == "gs":
+            self._az, self._s3, self._http, self._fs = _GCSObjects(self.bucket, q, self.max_requests), None, None, None
         else:
             try:
                 import fsspec

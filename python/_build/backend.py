@@ -17,7 +17,7 @@ NAME = "relayout_loader"
 DIST = "relayout-loader"
 MODULE = "relayout_loader.py"
 REQUIRES = ["numpy>=1.21"]
-EXTRAS = {"torch": ["torch>=1.12"], "s3": ["boto3>=1.26"], "azure": ["azure-storage-blob>=12.14"], "fsspec": ["fsspec>=2022.11"]}
+EXTRAS = {"torch": ["torch>=1.12"], "s3": ["boto3>=1.26"], "azure": ["azure-storage-blob>=12.14"], "gcs": ["google-auth>=1.5", "requests>=2.20"], "fsspec": ["fsspec>=2022.11"]}
 
 
 def version():
