@@ -65,126 +65,117 @@ func TestRemoteGCSAndAzureBatchesEqualLocal(t *testing.T) {
 	}
 }
 
-// TestRemotePythonAzure: the NumPy loader reads azblob:// through
-// Microsoft's client (azure-storage-blob) against Azurite, opened from the
-// same URL and environment as the CLI: python/tests/remote_check.py
-// compares its batches of the flat output with the local ones (window and
-// block order, 2 ranks x 2 workers) and checks its cache budget, as for
-// S3; python/tests/remote_azure.py reads with each kind of credential; the
-// reader under injected faults (the packed output), and the PyTorch
-// wrapper with forked workers, read the same batches.
-func TestRemotePythonAzure(t *testing.T) {
-	if err := exec.Command("/usr/bin/python3", "-c", "import azure.storage.blob, xxhash").Run(); err != nil {
-		testutil.Missing(t, "python3-azure-storage or python3-xxhash not installed (make deps)")
-	}
-	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 136})
-	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
-	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
-	azure := testutil.Azurite(t, "bkt")
-	url := "azblob://bkt/py-flat/" + azure
-	tb := uploadTree(t, flat, url)
-	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_check.py"), flat, url, t.TempDir(), fmt.Sprint(tb/4))
+// pyStore is an object store the Python reader's checks run on.
+type pyStore struct {
+	// url is the URL of the output called name.
+	url func(name string) string
+	// server is the store's http://host:port; through is url(name) as
+	// read through a proxy at host:port front (it may set the
+	// environment for the rest of the test).
+	server  string
+	through func(name, front string) string
+}
+
+// pythonReadsStore runs the Python reader's checks on a store, each
+// against the same output on local disk: python/tests/remote_check.py on
+// the flat output (window and block order, 2 ranks x 2 workers, the cache
+// budget, downloads per epoch), the PyTorch wrapper with 0 and 2 forked
+// DataLoader workers sharing one cache folder (each process makes its own
+// client), and an epoch of the packed output through a proxy that injects
+// 503s, resets and cut bodies into about 11% of requests.
+func pythonReadsStore(t *testing.T, st pyStore, flat, packed string) {
+	t.Helper()
+	tb := uploadTree(t, flat, st.url("py-flat"))
+	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_check.py"), flat, st.url("py-flat"), t.TempDir(), fmt.Sprint(tb/4))
 	if !strings.Contains(string(out), `"configs": 8`) {
 		t.Fatalf("remote_check.py: %s", out)
 	}
 	t.Logf("python flat: %s", out)
-	// Each way of authenticating the CLI accepts (the account key, a SAS
-	// token, a connection string), and the errors.
-	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_azure.py"), flat, url, t.TempDir())
-	if !strings.Contains(string(out), `"connection_string"`) {
-		t.Fatalf("remote_azure.py: %s", out)
+
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
+		testutil.Missing(t, "python3-torch not installed (make deps)")
 	}
-	t.Logf("python credentials: %s", out)
-	// Under faults injected in front of Azurite (503s, resets, cut bodies
-	// on about 11% of requests): the same batches, through the token and
-	// through the client's own retries.
-	target, err := neturl.Parse("http://" + strings.TrimPrefix(azure[strings.Index(azure, "domain="):], "domain="))
+	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_remote.py"), flat, st.url("py-flat"), t.TempDir(), fmt.Sprint(tb/3))
+	if !strings.Contains(string(out), `"workers_2"`) {
+		t.Fatalf("torch_remote.py: %s", out)
+	}
+	t.Logf("torch: %s", out)
+
+	tbPacked := uploadTree(t, packed, st.url("py-packed"))
+	target, err := neturl.Parse(st.server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 7)
-	srv := httptest.NewServer(proxy)
-	defer srv.Close()
-	tbPacked := uploadTree(t, packed, "azblob://bkt/py-packed/"+azure)
-	faulty := "azblob://bkt/py-packed/?protocol=http&localemu=true&domain=" + strings.TrimPrefix(srv.URL, "http://")
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+	url := st.through("py-packed", strings.TrimPrefix(front.URL, "http://"))
 	proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
-	out2, err := pythonReader(packed, faulty, t.TempDir(), tbPacked/3)
+	faulted, err := pythonReader(packed, url, t.TempDir(), tbPacked/3)
 	proxy.SetRates(faultproxy.Rates{})
 	if err != nil {
-		t.Fatalf("the Python reader on Azure under faults: %v\n%s", err, out2)
+		t.Fatalf("the Python reader under faults: %v\n%s", err, faulted)
 	}
 	if n := proxy.Counts.Status503.Load() + proxy.Counts.Reset.Load() + proxy.Counts.CutBody.Load(); n == 0 {
 		t.Fatal("no fault was injected into the Python reader's requests")
 	}
-	t.Logf("under faults (%s): %s", proxy.Counts.String(), strings.TrimSpace(out2))
-	// The PyTorch wrapper, 0 and 2 forked DataLoader workers sharing one
-	// cache folder: each process makes its own client.
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
-		testutil.Missing(t, "python3-torch not installed (make deps)")
+	t.Logf("under faults (%s): %s", proxy.Counts.String(), strings.TrimSpace(faulted))
+}
+
+// pyOutputs writes the flat and packed outputs the Python store tests read.
+func pyOutputs(t *testing.T, seed uint64) (flat, packed string) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: seed})
+	flat = run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
+	packed = run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
+	return flat, packed
+}
+
+// TestRemotePythonAzure: the NumPy loader reads azblob:// through
+// Microsoft's client (azure-storage-blob) from Azurite, opened from the
+// same URL and environment as the CLI: pythonReadsStore's checks, then
+// python/tests/remote_azure.py reads with each kind of credential the CLI
+// takes and checks the errors.
+func TestRemotePythonAzure(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import azure.storage.blob, xxhash").Run(); err != nil {
+		testutil.Missing(t, "python3-azure-storage or python3-xxhash not installed (make deps)")
 	}
-	url = "azblob://bkt/py-torch/" + azure
-	tb = uploadTree(t, flat, url)
-	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_remote.py"), flat, url, t.TempDir(), fmt.Sprint(tb/3))
-	if !strings.Contains(string(out), `"workers_2"`) {
-		t.Fatalf("torch_remote.py: %s", out)
+	flat, packed := pyOutputs(t, 136)
+	params := testutil.Azurite(t, "bkt")
+	server := "http://" + params[strings.Index(params, "domain=")+len("domain="):]
+	pythonReadsStore(t, pyStore{
+		url:    func(name string) string { return "azblob://bkt/" + name + "/" + params },
+		server: server,
+		through: func(name, front string) string {
+			return "azblob://bkt/" + name + "/?protocol=http&localemu=true&domain=" + front
+		},
+	}, flat, packed)
+	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_azure.py"), flat, "azblob://bkt/py-flat/"+params, t.TempDir())
+	if !strings.Contains(string(out), `"connection_string"`) {
+		t.Fatalf("remote_azure.py: %s", out)
 	}
-	t.Logf("torch: %s", out)
+	t.Logf("python credentials: %s", out)
 }
 
 // TestRemotePythonGCS: the NumPy loader reads gs:// (google-auth's session,
 // the GCS XML and JSON APIs) from fake-gcs-server, found as the CLI finds
-// it (STORAGE_EMULATOR_HOST): python/tests/remote_check.py on the flat
-// output (every order, 2 ranks x 2 workers, the cache budget); the packed
-// output under injected faults; the PyTorch wrapper with forked workers;
-// the same batches as from local disk each time.
+// it (STORAGE_EMULATOR_HOST): pythonReadsStore's checks, then the errors
+// (a missing object, the CLI's query parameters).
 func TestRemotePythonGCS(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import google.auth, requests, xxhash").Run(); err != nil {
 		testutil.Missing(t, "python3-google-auth or python3-xxhash not installed (make deps)")
 	}
-	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 137})
-	flat := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 256 << 10, BlockSamples: 250})
-	packed := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"}, Tensors: true, ShardBytes: 128 << 10, BlockSamples: 60})
+	flat, packed := pyOutputs(t, 137)
 	srv := testutil.GCSServer(t, "bkt")
-	tb := uploadTree(t, flat, "gs://bkt/py-flat/")
-	out := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "remote_check.py"), flat, "gs://bkt/py-flat/", t.TempDir(), fmt.Sprint(tb/4))
-	if !strings.Contains(string(out), `"configs": 8`) {
-		t.Fatalf("remote_check.py: %s", out)
-	}
-	t.Logf("python flat: %s", out)
-
-	if err := exec.Command("/usr/bin/python3", "-c", "import torch").Run(); err != nil {
-		testutil.Missing(t, "python3-torch not installed (make deps)")
-	}
-	out = testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "torch_remote.py"), flat, "gs://bkt/py-flat/", t.TempDir(), fmt.Sprint(tb/3))
-	if !strings.Contains(string(out), `"workers_2"`) {
-		t.Fatalf("torch_remote.py: %s", out)
-	}
-	t.Logf("torch: %s", out)
-
-	// Under faults (503s, resets, cut bodies on about 11% of requests) in
-	// front of the server.
-	tbPacked := uploadTree(t, packed, "gs://bkt/py-packed/")
-	target, err := neturl.Parse(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 8)
-	front := httptest.NewServer(proxy)
-	defer front.Close()
-	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(front.URL, "http://"))
-	proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
-	out2, err := pythonReader(packed, "gs://bkt/py-packed/", t.TempDir(), tbPacked/3)
-	proxy.SetRates(faultproxy.Rates{})
-	if err != nil {
-		t.Fatalf("the Python reader on GCS under faults: %v\n%s", err, out2)
-	}
-	if n := proxy.Counts.Status503.Load() + proxy.Counts.Reset.Load() + proxy.Counts.CutBody.Load(); n == 0 {
-		t.Fatal("no fault was injected into the Python reader's requests")
-	}
-	t.Logf("under faults (%s): %s", proxy.Counts.String(), strings.TrimSpace(out2))
-
-	// A missing object and the CLI's query parameters.
-	out = testutil.Python(t, "-c", `
+	pythonReadsStore(t, pyStore{
+		url:    func(name string) string { return "gs://bkt/" + name + "/" },
+		server: srv.URL(),
+		through: func(name, front string) string {
+			t.Setenv("STORAGE_EMULATOR_HOST", front)
+			return "gs://bkt/" + name + "/"
+		},
+	}, flat, packed)
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(srv.URL(), "http://")) // the server again, not the proxy
+	out := testutil.Python(t, "-c", `
 import relayout_loader as rl
 g = rl._GCSObjects("bkt", {}, 4)
 try:
