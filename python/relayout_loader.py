@@ -854,6 +854,24 @@ class RemoteStats(dict):
     downloaded)."""
 
 
+class _PerProcess:
+    """A value made once per process by make(): a forked process (a
+    DataLoader worker) makes its own, since a client's connections are not
+    shared between processes."""
+
+    def __init__(self, make):
+        self._make, self._value, self._pid, self._lock = make, None, None, threading.Lock()
+
+    def get(self):
+        pid = os.getpid()
+        if self._pid != pid and self._value is not None:
+            self._lock = threading.Lock()  # one held at the fork stays held in the child
+        with self._lock:
+            if self._value is None or self._pid != pid:
+                self._value, self._pid = self._make(), pid
+            return self._value
+
+
 class _AzureBlobs:
     """An azblob:// container through Microsoft's client
     (azure-storage-blob: Debian's python3-azure-storage, or pip install
@@ -901,16 +919,13 @@ class _AzureBlobs:
             if not self.account:
                 raise ValueError(f"azblob://{container}: no storage account (set AZURE_STORAGE_ACCOUNT or ?storage_account=)")
             self.service = f"{protocol}://{self.account}.{domain}"
-        self._client, self._http, self._pid = None, None, None
+        self._client, self._http = _PerProcess(self._open), None  # _open sets _http
         self._lock = threading.Lock()
         self._sas, self.signed_reads = None, True  # (token, renew after); off once the store refuses one
 
     def _container(self):
         """This process's container client."""
-        with self._lock:
-            if self._client is None or self._pid != os.getpid():
-                self._client, self._pid = self._open(), os.getpid()
-            return self._client
+        return self._client.get()
 
     def _token(self):
         """A read-only SAS token for the container, or None: the one in
@@ -1048,15 +1063,11 @@ class _GCSObjects:
         anonymous = flag("anonymous")  # checked even where an emulator makes it moot
         self.anonymous = bool(emulator) or anonymous or query.get("access_id") == "-"
         self.bucket, self.max_requests = bucket, max_requests
-        self._session, self._pid = None, None
-        self._lock = threading.Lock()
+        self._session = _PerProcess(self._open)
 
     def _http(self):
         """This process's session."""
-        with self._lock:
-            if self._session is None or self._pid != os.getpid():
-                self._session, self._pid = self._open(), os.getpid()
-            return self._session
+        return self._session.get()
 
     def _open(self):
         import google.auth
