@@ -701,8 +701,9 @@ func TestRemotePython(t *testing.T) {
 	t.Logf("torch: %s; %d GETs", out, s3.gets.Load()-g0)
 }
 
-// TestRemoteDatasetRoot: a dataset root on S3 reads as one dataset in Go
-// and Python, the same batches as the root on local disk.
+// TestRemoteDatasetRoot: a dataset root on S3, GCS (fake-gcs-server) and
+// Azure (Azurite) reads as one dataset in Go and Python, the same batches
+// as the root on local disk.
 func TestRemoteDatasetRoot(t *testing.T) {
 	flat := testutil.Generate(t, gen.Options{Rows: 12_000, Files: 2, Days: 3, Seed: 135})
 	base := t.TempDir()
@@ -713,15 +714,22 @@ func TestRemoteDatasetRoot(t *testing.T) {
 		Tensors: true, ShardBytes: 128 << 10, BlockSamples: 200}, false); err != nil {
 		t.Fatal(err)
 	}
-	s3 := uploadS3(t, root, "dsroot")
-	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the default cache folders, Go's and Python's
+	testutil.GCSServer(t, "bkt")
+	azure := testutil.Azurite(t, "bkt")
+	urls := []string{uploadS3(t, root, "dsroot").url, "gs://bkt/dsroot/", "azblob://bkt/dsroot/" + azure}
+	for _, url := range urls[1:] {
+		uploadTree(t, root, url)
+	}
 	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 2, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 64 << 10, Index: true}
 	want, _ := epochOf(t, root, loader.Options{}, ro)
-	got, st := epochOf(t, s3.url, loader.Options{}, ro)
-	if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") || st.Downloads == 0 {
-		t.Fatalf("the S3 root gave %d batches (%d downloads), the local root %d", len(got), st.Downloads, len(want))
+	for _, url := range urls {
+		t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the default cache folders, Go's and Python's
+		got, st := epochOf(t, url, loader.Options{}, ro)
+		if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") || st.Downloads == 0 {
+			t.Fatalf("the root at %s gave %d batches (%d downloads), the local root %d", url, len(got), st.Downloads, len(want))
+		}
+		goAndPython(t, url, []orderCfg{{Batch: 100, Seed: 4, World: 1, NumWorkers: 1, WindowBytes: 64 << 10}})
 	}
-	goAndPython(t, s3.url, []orderCfg{{Batch: 100, Seed: 4, World: 1, NumWorkers: 1, WindowBytes: 64 << 10}})
 }
 
 // TestRemoteShardPerBlock: an output written with a shard per canonical
