@@ -45,10 +45,10 @@ const DefaultCacheBytes = 8 << 30
 
 // DefaultMaxRequests is how many ranged reads a remote dataset has in
 // flight at most: as many as the S3 client keeps connections to one host
-// (storage.S3Connections), so connections are reused. Ten, the AWS SDK's
+// (storage.StoreConnections), so connections are reused. Ten, the AWS SDK's
 // default pool, made an epoch latency-bound: 2.7 s against 1.0 s with 64
 // from a loopback store answering after 20 ms (docs/benchmarks.md).
-const DefaultMaxRequests = storage.S3Connections
+const DefaultMaxRequests = storage.StoreConnections
 
 // DefaultPrefetchWindows is how many windows ahead a reader downloads.
 const DefaultPrefetchWindows = 2

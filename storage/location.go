@@ -140,9 +140,14 @@ func OpenDir(ctx context.Context, name string, create bool) (Location, error) {
 	} else {
 		bu := *u
 		bu.Path = ""
-		if u.Scheme == "s3" {
+		switch u.Scheme {
+		case "s3":
 			b, err = openS3(ctx, &bu)
-		} else {
+		case "gs":
+			b, err = openGCS(ctx, &bu)
+		case "azblob":
+			b, err = openAzure(ctx, &bu)
+		default:
 			b, err = blob.OpenBucket(ctx, bu.String())
 		}
 		if err != nil {

@@ -16,16 +16,18 @@ import (
 	"gocloud.dev/blob/s3blob"
 )
 
-// S3Connections is how many idle connections an s3:// bucket keeps to its
-// endpoint: as many as relayout sends requests to one store at once (the
-// loader's default MaxRequests). The AWS SDK's client keeps 10, so with more
-// requests in flight every one past the tenth opened a connection (on a real
-// store a TCP and TLS handshake) and closed it after its response.
-const S3Connections = 64
+// StoreConnections is how many idle connections an s3://, gs:// or
+// azblob:// bucket keeps to its endpoint: as many as relayout sends
+// requests to one store at once (the loader's default MaxRequests). The
+// clients' defaults keep fewer (the AWS SDK's and Azure's 10, Go's default
+// transport, which the GCS client uses, 2), so with more requests in flight
+// every one past those opened a connection (on a real store a TCP and TLS
+// handshake) and closed it after its response.
+const StoreConnections = 64
 
 // openS3 opens an s3:// bucket URL (without a path) as gocloud's s3blob URL
 // opener does, with the same query parameters, but with an HTTP client that
-// keeps S3Connections idle connections per host.
+// keeps StoreConnections idle connections per host.
 func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	q := u.Query()
 	// take removes a non-empty parameter from q and returns it (s3blob's
@@ -92,8 +94,8 @@ func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	// environment or shared config is one of its options already).
 	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
 		cfg.HTTPClient = bc.WithTransportOptions(func(t *http.Transport) {
-			t.MaxIdleConnsPerHost = S3Connections
-			t.MaxIdleConns = max(t.MaxIdleConns, S3Connections)
+			t.MaxIdleConnsPerHost = StoreConnections
+			t.MaxIdleConns = max(t.MaxIdleConns, StoreConnections)
 		})
 	}
 	bo.RequestChecksumCalculation = cfg.RequestChecksumCalculation
