@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"sync"
 
 	"cloud.google.com/go/storage"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -22,13 +23,15 @@ import (
 )
 
 // pooledTransport is Go's default transport keeping StoreConnections idle
-// connections per host.
-func pooledTransport() *http.Transport {
+// connections per host, one for the process (as Go's default is): the
+// locations a run opens on one store (inputs, output, work) share its
+// connections.
+var pooledTransport = sync.OnceValue(func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = StoreConnections
 	t.MaxIdleConns = max(t.MaxIdleConns, StoreConnections)
 	return t
-}
+})
 
 // openGCS opens a gs:// bucket URL (without a path) as gocloud's gcsblob
 // URL opener does (the application default credentials; none for an
