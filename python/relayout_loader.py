@@ -793,6 +793,12 @@ class _SignedRefused(IOError):
     with (_Remote._signed_get)."""
 
 
+def _xml_code(r):
+    """The <Code> of an S3 or GCS XML error response, or ""."""
+    body = r.content[:300]
+    return body.split(b"<Code>")[1].split(b"</Code>")[0].decode(errors="replace") if b"<Code>" in body else ""
+
+
 def _ranged_data(r, start, end, refusing, describe):
     """The bytes [start, end) in a signed ranged GET's response r (a 206,
     or a 200 with the whole object where the store ignored the range), or
@@ -1112,9 +1118,7 @@ class _GCSObjects:
         r = self._call(what, url, {} if start is None else {"Range": f"bytes={start}-{end - 1}"})
 
         def describe():
-            body = r.content[:300]
-            code = body.split(b"<Code>")[1].split(b"</Code>")[0].decode(errors="replace") if b"<Code>" in body else ""
-            return f"{what}: HTTP {r.status_code} {code}".rstrip()
+            return f"{what}: HTTP {r.status_code} {_xml_code(r)}".rstrip()
         if start is None:
             if r.status_code != 200:
                 raise (_StoreRefused if _refused(r.status_code) else IOError)(describe())
@@ -1370,12 +1374,8 @@ class _Remote:
             r = self._http.send(req)
             if r.status_code != 403:
                 break
-
-        def describe():
-            body = r.content[:300]
-            code = body.split(b"<Code>")[1].split(b"</Code>")[0].decode(errors="replace") if b"<Code>" in body else ""
-            return f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {code}".rstrip()
-        return _ranged_data(r, start, end, (301, 307, 400, 403), describe)
+        return _ranged_data(r, start, end, (301, 307, 400, 403),
+                            lambda: f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {_xml_code(r)}".rstrip())
 
     def _range_retried(self, key, start, end):
         """Bytes [start, end) of an object, retried on its own."""

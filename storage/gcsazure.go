@@ -61,13 +61,13 @@ func openGCS(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 		anonymous = anonymous || b
 	}
 	var copts []option.ClientOption
-	switch emulator := os.Getenv("STORAGE_EMULATOR_HOST"); {
-	case emulator != "":
-		copts = []option.ClientOption{option.WithoutAuthentication(), option.WithEndpoint("http://" + emulator + "/storage/v1/"),
-			option.WithHTTPClient(&http.Client{Transport: pooledTransport()})}
-	case anonymous:
+	emulator := os.Getenv("STORAGE_EMULATOR_HOST")
+	if emulator != "" || anonymous {
 		copts = []option.ClientOption{option.WithoutAuthentication(), option.WithHTTPClient(&http.Client{Transport: pooledTransport()})}
-	default:
+		if emulator != "" {
+			copts = append(copts, option.WithEndpoint("http://"+emulator+"/storage/v1/"))
+		}
+	} else {
 		creds, err := gcp.DefaultCredentials(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("Google application default credentials: %w", err)
