@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -175,6 +177,7 @@ func TestUnreachableStoreIsTransient(t *testing.T) {
 type delayedS3 struct {
 	inFlight, most atomic.Int64
 	heads          atomic.Int64
+	conns          atomic.Int64 // connections the server accepted
 }
 
 func (d *delayedS3) reset() { d.most.Store(0) }
@@ -187,7 +190,7 @@ func newDelayedS3(t *testing.T, bucket string, delay time.Duration) (*delayedS3,
 	}
 	d := &delayedS3{}
 	inner := gofakes3.New(backend).Server()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		object := strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1
 		if object && r.Method == http.MethodHead {
 			d.heads.Add(1)
@@ -201,6 +204,12 @@ func newDelayedS3(t *testing.T, bucket string, delay time.Duration) (*delayedS3,
 		}
 		inner.ServeHTTP(w, r)
 	}))
+	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			d.conns.Add(1)
+		}
+	}
+	ts.Start()
 	t.Cleanup(ts.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
@@ -329,4 +338,50 @@ func TestObjectStoreReadsOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("small", got, wantRecs)
+}
+
+// TestStoreClientsShared: the locations a process opens on one bucket, with
+// the same parameters, share one client and so its connections. A run over
+// twelve input prefixes and an output on one S3 store opened a client per
+// input URL and one for the output, each with its own connection pool;
+// a second run in the same process (a Go program, a test, a loader making
+// a Dataset per epoch) opened them all again: 16 connections each time,
+// against 11 and then none.
+func TestStoreClientsShared(t *testing.T) {
+	srv, params := newDelayedS3(t, "bkt", 5*time.Millisecond)
+	ctx := context.Background()
+	loc, err := storage.OpenDir(ctx, "s3://bkt/"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 24_000, Files: 12, Seed: 139})
+	var inputs []string
+	for i, f := range testutil.Files(t, in) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := fmt.Sprintf("in/day=%02d/", i)
+		if err := loc.Bucket.WriteAll(ctx, prefix+"part-0.parquet", data, nil); err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, "s3://bkt/"+prefix+params)
+	}
+	local := filepath.Join(t.TempDir(), "local")
+	smallRun(t, in, local, nil)
+	before := srv.conns.Load()
+	for i := range 2 {
+		out := fmt.Sprintf("s3://bkt/out%d/", i)
+		smallRun(t, inputs[0], out+params, func(o *RunOptions) { o.Inputs = inputs; o.HivePartitioning = "off" })
+		got := srv.conns.Load() - before
+		before += got
+		t.Logf("run %d: %d connections opened, at most %d requests at once", i, got, srv.most.Load())
+		sameObjects(t, "s3", readTree(t, local), testutil.BucketTree(t, loc.Bucket, out[len("s3://bkt/"):]))
+		// The first run's count is logged only: with a client per input it
+		// was 16 here against 11, too close to tell apart on a busy machine.
+		if i == 1 && got > 4 {
+			t.Errorf("a second run in the same process opened %d connections, want at most 4: it did not reuse the first's", got)
+		}
+		srv.reset()
+	}
 }

@@ -100,6 +100,75 @@ func DropMemBucket(name string) {
 	}
 }
 
+// buckets holds the process's open remote buckets by bucketKey: every
+// location on one bucket, opened with the same parameters and environment,
+// shares one client, so its connections and its credentials. A run opened
+// a client per input URL (and one for its output), a dataset command one
+// per part, and a Go training loop one per Dataset it made: each with its
+// own connection pool (new TCP and TLS handshakes) and its own credential
+// lookups (an STS call each under Kubernetes' web identity). Buckets are
+// never closed: a batch command's lifetime is the process's.
+var buckets = struct {
+	sync.Mutex
+	m map[string]*blob.Bucket
+}{m: map[string]*blob.Bucket{}}
+
+// credentialEnv are the prefixes of the environment variables that choose
+// a store's endpoint and credentials when the URL does not (the AWS,
+// Google and Azure SDKs' and gocloud's): a bucket opened again after one
+// of them changed gets a client of its own.
+var credentialEnv = []string{"AWS_", "GOOGLE_", "GCE_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_", "HOME="}
+
+// bucketKey is what decides which client a bucket URL (without a path)
+// opens: the URL with its query in a canonical order, and the variables
+// of credentialEnv.
+func bucketKey(bu *url.URL) string {
+	var k strings.Builder
+	k.WriteString(bu.Scheme + "://" + bu.Host + "?" + bu.Query().Encode())
+	env := os.Environ()
+	sort.Strings(env)
+	for _, kv := range env {
+		for _, p := range credentialEnv {
+			if strings.HasPrefix(kv, p) {
+				k.WriteString("\x00" + kv)
+				break
+			}
+		}
+	}
+	return k.String()
+}
+
+// openBucket returns the process's bucket for bu (a URL without a path),
+// opening it the first time. A failed open is not kept.
+func openBucket(ctx context.Context, bu *url.URL) (*blob.Bucket, error) {
+	key := bucketKey(bu)
+	buckets.Lock()
+	defer buckets.Unlock()
+	if b, ok := buckets.m[key]; ok {
+		return b, nil
+	}
+	// The bucket outlives the caller: what it keeps of the context (a
+	// token source's) must not end with the caller's.
+	ctx = context.WithoutCancel(ctx)
+	var b *blob.Bucket
+	var err error
+	switch bu.Scheme {
+	case "s3":
+		b, err = openS3(ctx, bu)
+	case "gs":
+		b, err = openGCS(ctx, bu)
+	case "azblob":
+		b, err = openAzure(ctx, bu)
+	default:
+		b, err = blob.OpenBucket(ctx, bu.String())
+	}
+	if err != nil {
+		return nil, err
+	}
+	buckets.m[key] = b
+	return b, nil
+}
+
 // IsURL reports whether name is a URL with a scheme rather than a local path.
 func IsURL(name string) bool {
 	i := strings.Index(name, "://")
@@ -140,17 +209,7 @@ func OpenDir(ctx context.Context, name string, create bool) (Location, error) {
 	} else {
 		bu := *u
 		bu.Path = ""
-		switch u.Scheme {
-		case "s3":
-			b, err = openS3(ctx, &bu)
-		case "gs":
-			b, err = openGCS(ctx, &bu)
-		case "azblob":
-			b, err = openAzure(ctx, &bu)
-		default:
-			b, err = blob.OpenBucket(ctx, bu.String())
-		}
-		if err != nil {
+		if b, err = openBucket(ctx, &bu); err != nil {
 			return Location{}, errs.Usagef("open bucket %s: %v", bu.String(), err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"gocloud.dev/blob"
 )
 
 // TestOpenS3Parameters: s3:// URLs take the query parameters gocloud's
@@ -78,5 +79,42 @@ func TestOpenS3KeepsCABundle(t *testing.T) {
 	got, err := loc.Bucket.ReadAll(context.Background(), "out/x")
 	if err != nil || string(got) != "hello" {
 		t.Fatalf("read back %q, %v", got, err)
+	}
+}
+
+// TestOpenDirSharesBuckets: OpenDir returns one bucket for every location
+// on a bucket opened with the same parameters (in any order) and the same
+// credential variables, and another when either differs.
+func TestOpenDirSharesBuckets(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	ctx := context.Background()
+	open := func(name string) *blob.Bucket {
+		t.Helper()
+		loc, err := OpenDir(ctx, name, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return loc.Bucket
+	}
+	a := open("s3://shared/in/?region=us-east-1&endpoint=http://127.0.0.1:9&use_path_style=true")
+	if b := open("s3://shared/out/x/?use_path_style=true&endpoint=http://127.0.0.1:9&region=us-east-1"); b != a {
+		t.Error("two prefixes of one bucket, the same parameters in another order: two buckets")
+	}
+	if b := open("s3://shared/?region=us-east-1&endpoint=http://127.0.0.1:10&use_path_style=true"); b == a {
+		t.Error("another endpoint: the same bucket")
+	}
+	if b := open("s3://other/in/?region=us-east-1&endpoint=http://127.0.0.1:9&use_path_style=true"); b == a {
+		t.Error("another bucket: the same bucket")
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "someone-else")
+	if b := open("s3://shared/in/?region=us-east-1&endpoint=http://127.0.0.1:9&use_path_style=true"); b == a {
+		t.Error("other credentials in the environment: the same bucket")
+	}
+	if _, err := OpenDir(ctx, "s3://shared/?colour=blue", false); err == nil {
+		t.Error("an unknown parameter opened")
+	}
+	if _, err := OpenDir(ctx, "s3://shared/?colour=blue", false); err == nil {
+		t.Error("an unknown parameter opened the second time (a failed open was kept)")
 	}
 }
