@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +15,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/relayout/relayout/internal/faultproxy"
 	"github.com/relayout/relayout/internal/gen"
@@ -32,16 +28,15 @@ import (
 // s3Out is an output uploaded to a real S3-protocol server on loopback,
 // behind a fault-injecting proxy, with server-side counts of GET bodies.
 type s3Out struct {
-	url, params string
-	backend     *s3mem.Backend
+	*testutil.S3
+	url         string
 	proxy       *faultproxy.Proxy
 	getBytes    atomic.Int64
 	gets        atomic.Int64 // GET requests for tensors/
 	tensorBytes int64
 	// latency delays every request (nanoseconds, 0: none), as a store far
-	// away does; inFlight and peak count the requests being answered;
-	// conns counts the connections clients opened.
-	latency, inFlight, peak, conns atomic.Int64
+	// away does; inFlight and peak count the requests being answered.
+	latency, inFlight, peak atomic.Int64
 	// refuseSigned answers 403 AccessDenied to presigned requests (a
 	// bucket policy against query-string auth); refused counts them.
 	refuseSigned atomic.Bool
@@ -61,45 +56,32 @@ func (w countWriter) Write(b []byte) (int, error) {
 
 func uploadS3(t *testing.T, local, bucket string) *s3Out {
 	t.Helper()
-	o := &s3Out{backend: s3mem.New()}
-	if err := o.backend.CreateBucket(bucket); err != nil {
-		t.Fatal(err)
-	}
-	inner := gofakes3.New(o.backend).Server()
-	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
-			w = countWriter{w, &o.getBytes}
-			o.gets.Add(1)
-		}
-		n := o.inFlight.Add(1)
-		defer o.inFlight.Add(-1)
-		for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
-		}
-		if d := o.latency.Load(); d > 0 {
-			time.Sleep(time.Duration(d))
-		}
-		if o.refuseSigned.Load() && r.URL.Query().Has("X-Amz-Signature") {
-			o.refused.Add(1)
-			w.WriteHeader(http.StatusForbidden)
-			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>query-string authentication is denied by policy</Message></Error>`)
-			return
-		}
-		inner.ServeHTTP(w, r)
+	o := &s3Out{}
+	o.S3 = testutil.S3Server(t, bucket, func(inner http.Handler) http.Handler {
+		counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tensors/") {
+				w = countWriter{w, &o.getBytes}
+				o.gets.Add(1)
+			}
+			n := o.inFlight.Add(1)
+			defer o.inFlight.Add(-1)
+			for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
+			}
+			if d := o.latency.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			if o.refuseSigned.Load() && r.URL.Query().Has("X-Amz-Signature") {
+				o.refused.Add(1)
+				w.WriteHeader(http.StatusForbidden)
+				io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>query-string authentication is denied by policy</Message></Error>`)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+		o.proxy = faultproxy.New(counted, 7)
+		return o.proxy
 	})
-	o.proxy = faultproxy.New(counted, 7)
-	ts := httptest.NewUnstartedServer(o.proxy)
-	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			o.conns.Add(1)
-		}
-	}
-	ts.Start()
-	t.Cleanup(ts.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	o.params = "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
-	o.url = "s3://" + bucket + "/out/" + o.params
+	o.url = "s3://" + bucket + "/out/" + o.Params
 	o.tensorBytes = uploadTree(t, local, o.url)
 	return o
 }
@@ -348,14 +330,14 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 9, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100, WindowBytes: 1 << 20}
 	want, _ := epochOf(t, local, loader.Options{}, ro)
 	s3.latency.Store(int64(20 * time.Millisecond))
-	c0 := s3.conns.Load()
+	c0 := s3.Conns.Load()
 	cache := t.TempDir()
 	got, _ := epochOf(t, s3.url, loader.Options{CacheDir: cache, CacheBytes: 4 * s3.tensorBytes}, ro)
 	if len(got) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatal("batches from the slow store differ from the local ones")
 	}
 	noLockFiles(t, cache)
-	peak, conns, gets := s3.peak.Load(), s3.conns.Load()-c0, s3.gets.Load()
+	peak, conns, gets := s3.peak.Load(), s3.Conns.Load()-c0, s3.gets.Load()
 	t.Logf("%d GETs for tensors, at most %d requests in flight, %d connections opened (limit %d)", gets, peak, conns, loader.DefaultMaxRequests)
 	if peak < 24 {
 		t.Errorf("at most %d requests in flight against a store of 20 ms: the reader waits a round trip per few requests", peak)
@@ -373,14 +355,14 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 		testutil.Missing(t, "python3-boto3 or python3-xxhash not installed (make deps)")
 	}
 	s3.peak.Store(0)
-	c0, g0 := s3.conns.Load(), s3.gets.Load()
+	c0, g0 := s3.Conns.Load(), s3.gets.Load()
 	pyCache := t.TempDir()
 	args := []string{local, s3.url, pyCache}
 	if n := os.Getenv("RELAYOUT_TEST_PY_MAXREQ"); n != "" {
 		args = append(args, n) // to compare by hand
 	}
 	out := testutil.Python(t, append([]string{filepath.Join(testutil.Root(), "python", "tests", "remote_inflight.py")}, args...)...)
-	peak, conns, gets = s3.peak.Load(), s3.conns.Load()-c0, s3.gets.Load()-g0
+	peak, conns, gets = s3.peak.Load(), s3.Conns.Load()-c0, s3.gets.Load()-g0
 	t.Logf("python: %s: %d GETs for tensors, at most %d requests in flight, %d connections opened", strings.TrimSpace(string(out)), gets, peak, conns)
 	if peak <= 16 { // its pool was 16; GIL-bound, it keeps fewer in flight than Go
 		t.Errorf("python: at most %d requests in flight against a store of 20 ms", peak)
@@ -553,7 +535,7 @@ func TestRemoteFaultsAndDamage(t *testing.T) {
 		at    func(n int) int
 	}{{"shard-00000-0000", func(n int) int { return n / 2 }}, {"shard-00000-0001", func(int) int { return 40 }}} {
 		key := "out/tensors/" + c.shard + ".safetensors"
-		obj, err := s3.backend.GetObject("faults", key, nil)
+		obj, err := s3.Backend.GetObject("faults", key, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

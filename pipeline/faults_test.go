@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http/httptest"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/faultproxy"
@@ -26,18 +23,12 @@ import (
 // proxy and returns the URL parameters that reach it through the proxy.
 func faultyS3(t *testing.T, bucket string, seed uint64) (string, *faultproxy.Proxy) {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket(bucket); err != nil {
-		t.Fatal(err)
-	}
-	px := faultproxy.New(gofakes3.New(backend).Server(), seed)
-	ts := httptest.NewServer(px)
-	t.Cleanup(ts.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	return "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required", px
+	var px *faultproxy.Proxy
+	srv := testutil.S3Server(t, bucket, func(inner http.Handler) http.Handler {
+		px = faultproxy.New(inner, seed)
+		return px
+	})
+	return srv.Params, px
 }
 
 // faultRates are harsh but survivable: the SDK retries requests, relayout

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"gocloud.dev/blob"
 
@@ -70,36 +68,29 @@ func (w countingWriter) Write(b []byte) (int, error) {
 // on the server side: independent of relayout's own counters.
 func s3ServerCounting(t *testing.T, bucket string) (params string, backend *s3mem.Backend, counts *httpCounts) {
 	t.Helper()
-	backend = s3mem.New()
-	if err := backend.CreateBucket(bucket); err != nil {
-		t.Fatal(err)
-	}
 	counts = &httpCounts{}
-	inner := gofakes3.New(backend).Server()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		counts.requests.Add(1)
-		switch r.Method {
-		case http.MethodGet: // object reads, not listings (GET /bucket?...)
-			if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
-				counts.gets.Add(1)
-				w = countingWriter{w, &counts.getBytes}
-			} else {
-				counts.mu.Lock()
-				counts.listed = append(counts.listed, r.URL.Query().Get("prefix"))
-				counts.mu.Unlock()
+	srv := testutil.S3Server(t, bucket, func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			counts.requests.Add(1)
+			switch r.Method {
+			case http.MethodGet: // object reads, not listings (GET /bucket?...)
+				if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
+					counts.gets.Add(1)
+					w = countingWriter{w, &counts.getBytes}
+				} else {
+					counts.mu.Lock()
+					counts.listed = append(counts.listed, r.URL.Query().Get("prefix"))
+					counts.mu.Unlock()
+				}
+			case http.MethodPut, http.MethodPost:
+				counts.puts.Add(1)
+			case http.MethodDelete:
+				counts.deletes.Add(1)
 			}
-		case http.MethodPut, http.MethodPost:
-			counts.puts.Add(1)
-		case http.MethodDelete:
-			counts.deletes.Add(1)
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	return "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required", backend, counts
+			inner.ServeHTTP(w, r)
+		})
+	})
+	return srv.Params, srv.Backend, counts
 }
 
 func upload(t *testing.T, b *blob.Bucket, prefix, dir string) {
@@ -175,46 +166,33 @@ func TestUnreachableStoreIsTransient(t *testing.T) {
 // request (GET, HEAD) for delay, as a store across a network does, and
 // records the most such requests in flight at once since the last reset.
 type delayedS3 struct {
+	*testutil.S3
 	inFlight, most atomic.Int64
 	heads          atomic.Int64
-	conns          atomic.Int64 // connections the server accepted
 }
 
 func (d *delayedS3) reset() { d.most.Store(0) }
 
 func newDelayedS3(t *testing.T, bucket string, delay time.Duration) (*delayedS3, string) {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket(bucket); err != nil {
-		t.Fatal(err)
-	}
 	d := &delayedS3{}
-	inner := gofakes3.New(backend).Server()
-	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		object := strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1
-		if object && r.Method == http.MethodHead {
-			d.heads.Add(1)
-		}
-		if object && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-			n := d.inFlight.Add(1)
-			for m := d.most.Load(); n > m && !d.most.CompareAndSwap(m, n); m = d.most.Load() {
+	d.S3 = testutil.S3Server(t, bucket, func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			object := strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1
+			if object && r.Method == http.MethodHead {
+				d.heads.Add(1)
 			}
-			time.Sleep(delay)
-			defer d.inFlight.Add(-1)
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			d.conns.Add(1)
-		}
-	}
-	ts.Start()
-	t.Cleanup(ts.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	return d, "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+			if object && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+				n := d.inFlight.Add(1)
+				for m := d.most.Load(); n > m && !d.most.CompareAndSwap(m, n); m = d.most.Load() {
+				}
+				time.Sleep(delay)
+				defer d.inFlight.Add(-1)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	})
+	return d, d.Params
 }
 
 // TestObjectStoreReadsOverlap: reads from an object store wait on the
@@ -369,11 +347,11 @@ func TestStoreClientsShared(t *testing.T) {
 	}
 	local := filepath.Join(t.TempDir(), "local")
 	smallRun(t, in, local, nil)
-	before := srv.conns.Load()
+	before := srv.Conns.Load()
 	for i := range 2 {
 		out := fmt.Sprintf("s3://bkt/out%d/", i)
 		smallRun(t, inputs[0], out+params, func(o *RunOptions) { o.Inputs = inputs; o.HivePartitioning = "off" })
-		got := srv.conns.Load() - before
+		got := srv.Conns.Load() - before
 		before += got
 		t.Logf("run %d: %d connections opened, at most %d requests at once", i, got, srv.most.Load())
 		sameObjects(t, "s3", readTree(t, local), testutil.BucketTree(t, loc.Bucket, out[len("s3://bkt/"):]))

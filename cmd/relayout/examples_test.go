@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"gopkg.in/yaml.v3"
 
 	"github.com/relayout/relayout/internal/gen"
@@ -30,18 +27,8 @@ import (
 // environment for relayout processes and the URL parameters that reach it.
 func s3Env(t *testing.T, bucket string) (env []string, params string) {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket(bucket); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(gofakes3.New(backend).Server())
-	t.Cleanup(ts.Close)
-	env = []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=us-east-1"}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	return env, "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true&request_checksum_calculation=when_required&response_checksum_validation=when_required"
+	srv := testutil.S3Server(t, bucket, nil)
+	return srv.Env, srv.Params
 }
 
 // flow is a distributed run as an orchestrator would launch it: the argument
