@@ -350,6 +350,18 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	if conns > 2*int64(loader.DefaultMaxRequests) {
 		t.Errorf("%d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
 	}
+	// A new Dataset on the same store, with an empty cache (a training
+	// loop that opens one an epoch): the first's client and connections.
+	// With a client per Dataset it opened as many as the first epoch.
+	c0 = s3.Conns.Load()
+	if again, _ := epochOf(t, s3.url, loader.Options{CacheDir: t.TempDir(), CacheBytes: 4 * s3.tensorBytes}, ro); strings.Join(again, "\n") != strings.Join(want, "\n") {
+		t.Fatal("a second Dataset's batches differ from the local ones")
+	}
+	if n := s3.Conns.Load() - c0; n > 16 {
+		t.Errorf("a second Dataset on the same store opened %d connections: it did not reuse the first's", n)
+	} else {
+		t.Logf("a second Dataset opened %d connections", n)
+	}
 	// The NumPy loader, with boto3's pool sized to its requests.
 	if err := exec.Command("/usr/bin/python3", "-c", "import boto3, xxhash").Run(); err != nil {
 		testutil.Missing(t, "python3-boto3 or python3-xxhash not installed (make deps)")
@@ -367,8 +379,10 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 	if peak <= 16 { // its pool was 16; GIL-bound, it keeps fewer in flight than Go
 		t.Errorf("python: at most %d requests in flight against a store of 20 ms", peak)
 	}
+	// Three epochs, each a new Dataset downloading everything: one
+	// client's connections (with a client per Dataset, three times one's).
 	if conns > 2*int64(loader.DefaultMaxRequests) {
-		t.Errorf("python: %d connections opened for %d requests at most %d at once: connections are not reused", conns, gets, peak)
+		t.Errorf("python: %d connections opened for %d requests at most %d at once, three Datasets: connections are not reused", conns, gets, peak)
 	}
 	noLockFiles(t, pyCache)
 }

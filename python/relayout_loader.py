@@ -878,6 +878,43 @@ class _PerProcess:
             return self._value
 
 
+_STORES = {}  # _store_key -> (pid, client): a store's client, one per process
+_STORES_LOCK = threading.Lock()
+# Credentials and endpoints the clients take from the environment where the
+# URL does not say (the AWS, Google and Azure libraries'), as the Go
+# reader's bucketKey: a client made after one of them changed is another.
+_STORE_ENV = ("AWS_", "GOOGLE_", "GCE_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_")
+
+
+def _forget_stores():
+    global _STORES_LOCK
+    _STORES.clear()  # a forked child makes its own: a connection is not shared between processes
+    _STORES_LOCK = threading.Lock()  # one held at the fork stays held in the child
+
+
+os.register_at_fork(after_in_child=_forget_stores)
+
+
+def _store_client(scheme, bucket, query, max_requests, make):
+    """make()'s client for a store, made once per process and shared by
+    every Dataset that reads one output on it with the same query, request
+    limit and credential variables: its connections and credentials
+    outlive one Dataset (TorchDataset makes one an epoch in each worker;
+    a boto3 client took 130-250 ms of CPU to make, and each began with new
+    connections and its own credential lookup). A failed make() is not
+    kept."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_STORE_ENV)))
+    key = (scheme, bucket, tuple(sorted(query.items())), max_requests, env)
+    pid = os.getpid()
+    with _STORES_LOCK:
+        hit = _STORES.get(key)
+        if hit is not None and hit[0] == pid:
+            return hit[1]
+        client = make()
+        _STORES[key] = (pid, client)
+        return client
+
+
 class _AzureBlobs:
     """An azblob:// container through Microsoft's client
     (azure-storage-blob: Debian's python3-azure-storage, or pip install
@@ -1186,22 +1223,27 @@ class _Remote:
                 cfg = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required", **kw)
             except TypeError:
                 cfg = Config(**kw)
-            # The responses' timestamps (Last-Modified) stay strings: the
-            # reader never looks at them, and parsing them with dateutil was
-            # a tenth of a GET's CPU, which holds the GIL.
-            import botocore.session
-            session = botocore.session.get_session()
-            session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-            self._s3 = boto3.session.Session(botocore_session=session).client(
-                "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+
+            def make():
+                # The responses' timestamps (Last-Modified) stay strings: the
+                # reader never looks at them, and parsing them with dateutil was
+                # a tenth of a GET's CPU, which holds the GIL.
+                import botocore.session
+                session = botocore.session.get_session()
+                session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
+                return boto3.session.Session(botocore_session=session).client(
+                    "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+            self._s3 = _store_client("s3", self.bucket, q, self.max_requests, make)
             # The client's HTTP session, which presigned reads are sent on
             # (_signed_get); None where botocore keeps it elsewhere.
             self._http = getattr(getattr(self._s3, "_endpoint", None), "http_session", None)
             self._fs = None
         elif u.scheme == "azblob":
-            self._az, self._s3, self._http, self._fs = _AzureBlobs(self.bucket, q, self.max_requests), None, None, None
+            az = _store_client("azblob", self.bucket, q, self.max_requests, lambda: _AzureBlobs(self.bucket, q, self.max_requests))
+            self._az, self._s3, self._http, self._fs = az, None, None, None
         elif u.scheme == "gs":
-            self._az, self._s3, self._http, self._fs = _GCSObjects(self.bucket, q, self.max_requests), None, None, None
+            gcs = _store_client("gs", self.bucket, q, self.max_requests, lambda: _GCSObjects(self.bucket, q, self.max_requests))
+            self._az, self._s3, self._http, self._fs = gcs, None, None, None
         else:
             try:
                 import fsspec
