@@ -883,7 +883,7 @@ _STORES_LOCK = threading.Lock()
 # Credentials and endpoints the clients take from the environment where the
 # URL does not say (the AWS, Google and Azure libraries'), as the Go
 # reader's bucketKey: a client made after one of them changed is another.
-_STORE_ENV = ("AWS_", "GOOGLE_", "GCE_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_")
+_STORE_ENV = ("AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_", "HOME")
 
 
 def _forget_stores():

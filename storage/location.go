@@ -117,7 +117,7 @@ var buckets = struct {
 // a store's endpoint and credentials when the URL does not (the AWS,
 // Google and Azure SDKs' and gocloud's): a bucket opened again after one
 // of them changed gets a client of its own.
-var credentialEnv = []string{"AWS_", "GOOGLE_", "GCE_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_", "HOME="}
+var credentialEnv = []string{"AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_", "HOME="}
 
 // bucketKey is what decides which client a bucket URL (without a path)
 // opens: the URL with its query in a canonical order, and the variables
