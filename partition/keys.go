@@ -15,6 +15,10 @@ const (
 	tagValue = 0x01
 )
 
+// TagNull is the first byte of an encoded null (a slice's part for a null
+// key value); every encoded value sorts after it.
+const TagNull = tagNull
+
 // SupportedKeyType reports whether values of t can be slice or sort keys.
 func SupportedKeyType(t arrow.DataType) error {
 	switch t.ID() {
