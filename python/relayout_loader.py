@@ -878,12 +878,12 @@ class _PerProcess:
             return self._value
 
 
-_STORES = {}  # _store_key -> (pid, client): a store's client, one per process
+_STORES = {}  # (scheme, bucket, query, max_requests, env) -> a store's client, for this process
 _STORES_LOCK = threading.Lock()
 # Credentials and endpoints the clients take from the environment where the
 # URL does not say (the AWS, Google and Azure libraries'), as the Go
 # reader's bucketKey: a client made after one of them changed is another.
-_STORE_ENV = ("AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_", "HOME")
+_STORE_ENV = ("AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR_HOST", "AZURE_", "MSI_", "IDENTITY_")
 
 
 def _forget_stores():
@@ -903,15 +903,12 @@ def _store_client(scheme, bucket, query, max_requests, make):
     a boto3 client took 130-250 ms of CPU to make, and each began with new
     connections and its own credential lookup). A failed make() is not
     kept."""
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_STORE_ENV)))
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_STORE_ENV) or k == "HOME"))
     key = (scheme, bucket, tuple(sorted(query.items())), max_requests, env)
-    pid = os.getpid()
-    with _STORES_LOCK:
-        hit = _STORES.get(key)
-        if hit is not None and hit[0] == pid:
-            return hit[1]
-        client = make()
-        _STORES[key] = (pid, client)
+    with _STORES_LOCK:  # a forked child starts with none (_forget_stores)
+        client = _STORES.get(key)
+        if client is None:
+            client = _STORES[key] = make()
         return client
 
 

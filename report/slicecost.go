@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"context"
 	"math/bits"
 	"sort"
@@ -138,10 +139,10 @@ func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
 // Histogram) are priced one by one.
 func (t *TableCost) readsAll(slices []partition.Slice) ([]int, []int64) {
 	n, b := make([]int, len(slices)), make([]int64, len(slices))
-	first := func(i int) string { return string(slices[i].Parts[0]) }
+	first := func(i int) []byte { return slices[i].Parts[0] }
 	sorted := true
 	for i := range slices {
-		if len(slices[i].Parts) == 0 || i > 0 && first(i-1) > first(i) {
+		if len(slices[i].Parts) == 0 || i > 0 && bytes.Compare(first(i-1), first(i)) > 0 {
 			sorted = false
 			break
 		}
@@ -157,7 +158,7 @@ func (t *TableCost) readsAll(slices []partition.Slice) ([]int, []int64) {
 	}
 	// Empty first parts (which every row group may hold), then nulls,
 	// then values, in the order of their encodings.
-	empty := sort.Search(len(slices), func(i int) bool { return first(i) != "" })
+	empty := sort.Search(len(slices), func(i int) bool { return len(first(i)) > 0 })
 	nulls := empty + sort.Search(len(slices)-empty, func(j int) bool { return slices[empty+j].Parts[0][0] != partition.TagNull })
 	visit := func(rg *rgCost, from, to int) {
 		for i := from; i < to; i++ {
@@ -184,8 +185,8 @@ func (t *TableCost) readsAll(slices []partition.Slice) ([]int, []int64) {
 		}
 		lo, hi := nulls, len(slices)
 		if st.MinMax {
-			lo = nulls + sort.Search(hi-nulls, func(j int) bool { return first(nulls+j) >= string(st.Lo) })
-			hi = lo + sort.Search(hi-lo, func(j int) bool { return first(lo+j) > string(st.Hi) })
+			lo = nulls + sort.Search(hi-nulls, func(j int) bool { return bytes.Compare(first(nulls+j), st.Lo) >= 0 })
+			hi = lo + sort.Search(hi-lo, func(j int) bool { return bytes.Compare(first(lo+j), st.Hi) > 0 })
 		}
 		visit(rg, lo, hi)
 	}

@@ -24,8 +24,9 @@ import (
 
 // pooledTransport is Go's default transport keeping StoreConnections idle
 // connections per host, one for the process (as Go's default is): the
-// locations a run opens on one store (inputs, output, work) share its
-// connections.
+// buckets a process opens on one GCS or Azure endpoint (other buckets or
+// containers, or other credentials, each a client of its own: openBucket)
+// share its connections.
 var pooledTransport = sync.OnceValue(func() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = StoreConnections
