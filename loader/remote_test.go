@@ -385,6 +385,17 @@ func TestRemoteRequestsInFlight(t *testing.T) {
 		t.Errorf("python: %d connections opened for %d requests at most %d at once, three Datasets: connections are not reused", conns, gets, peak)
 	}
 	noLockFiles(t, pyCache)
+	// A Dataset made in one process and used in forked ones (a DataLoader
+	// worker or multiprocessing child given it): each child its own
+	// client, connections and locks. On the parent's pooled connections and
+	// lock files, the two children hung (checked before the fix).
+	c0 = s3.Conns.Load()
+	out = testutil.Python(t, append([]string{filepath.Join(testutil.Root(), "python", "tests", "remote_inflight.py"), "--fork"}, args...)...)
+	conns = s3.Conns.Load() - c0
+	t.Logf("python, forked: %s: %d connections opened", strings.TrimSpace(string(out)), conns)
+	if conns > 3*2*int64(loader.DefaultMaxRequests) { // the parent and two children, a client each
+		t.Errorf("python, forked: %d connections opened by a parent and two children", conns)
+	}
 }
 
 // noLockFiles fails if a cache folder holds lock files other than its two

@@ -31,6 +31,7 @@ import mmap
 import os
 import struct
 import threading
+import weakref
 
 import numpy as np
 
@@ -823,6 +824,48 @@ _FOLDER_LOCKS = {}  # cache folder -> threading.Lock: one thread of a process at
 # A forked child (a DataLoader worker) starts with fresh locks: one another
 # thread held at the fork would never be released in the child.
 os.register_at_fork(after_in_child=_FOLDER_LOCKS.clear)
+_LOCK_FILES = set()  # the lock files open in this process: cache.lock, blocks.lock, an object's lock file
+
+
+def _open_lock_file(path):
+    """path opened for reading and writing (created if missing), as a lock
+    file: _close_lock_file closes it."""
+    f = open(path, "r+b", opener=lambda p, _: os.open(p, os.O_RDWR | os.O_CREAT, 0o644))
+    _LOCK_FILES.add(f)
+    return f
+
+
+def _close_lock_file(f):
+    try:
+        f.close()
+    finally:
+        _LOCK_FILES.discard(f)
+
+
+def _drop_inherited_locks():
+    """In a forked child: let go of the parent's lock files. A flock or OFD
+    lock belongs to the open file description, which the fork shares, so
+    the child's copy of a descriptor kept a lock one of the parent's
+    threads held at the fork (or took afterwards) until the child exited:
+    the child and the parent both waited on it for good (two forked
+    children hung that way, TestRemoteRequestsInFlight). Each inherited
+    descriptor is pointed at /dev/null instead of closed, so that the file
+    objects close it harmlessly (and flush what they held there)."""
+    if not _LOCK_FILES:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for f in list(_LOCK_FILES):
+            try:
+                os.dup2(null, f.fileno())
+            except (OSError, ValueError):  # closed meanwhile
+                pass
+    finally:
+        os.close(null)
+    _LOCK_FILES.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 class _FolderLock:
@@ -834,16 +877,18 @@ class _FolderLock:
         import fcntl
         tlock.acquire()
         try:
-            self.f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+b")
+            self.f = _open_lock_file(path)
             fcntl.flock(self.f, fcntl.LOCK_EX)
         except BaseException:
+            if getattr(self, "f", None) is not None:
+                _close_lock_file(self.f)
             tlock.release()
             raise
         self.tlock = tlock
 
     def close(self):
         try:
-            self.f.close()  # closing the description releases the flock
+            _close_lock_file(self.f)  # closing the description releases the flock
         finally:
             self.tlock.release()
 
@@ -1179,6 +1224,17 @@ class _GCSObjects:
                 return [n for n in out if n and "/" not in n]
 
 
+_REMOTES = weakref.WeakSet()  # every _Remote of the process, for _after_fork
+
+
+def _remotes_after_fork():
+    for rc in list(_REMOTES):
+        rc._after_fork()
+
+
+os.register_at_fork(after_in_child=_remotes_after_fork)
+
+
 class _Remote:
     """A remote output's blocks (or whole shards, for outputs without header
     entries in their manifest), downloaded into cache_dir: each under a
@@ -1199,7 +1255,7 @@ class _Remote:
         u = urllib.parse.urlsplit(url)
         q = dict(urllib.parse.parse_qsl(u.query))
         self.url, self.scheme, self.bucket = url, u.scheme, u.netloc
-        self._az = None
+        self._az, self._s3_open, self._s3_pid, self._s3_pair = None, None, None, (None, None)
         self.prefix = u.path.strip("/") + "/" if u.path.strip("/") else ""
         if u.scheme == "s3":
             try:
@@ -1230,24 +1286,22 @@ class _Remote:
                 session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
                 return boto3.session.Session(botocore_session=session).client(
                     "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
-            self._s3 = _store_client("s3", self.bucket, q, self.max_requests, make)
-            # The client's HTTP session, which presigned reads are sent on
-            # (_signed_get); None where botocore keeps it elsewhere.
-            self._http = getattr(getattr(self._s3, "_endpoint", None), "http_session", None)
+            self._s3_open = lambda: _store_client("s3", self.bucket, q, self.max_requests, make)
+            self._s3_client()  # a missing credential or bad query fails here
             self._fs = None
         elif u.scheme == "azblob":
-            az = _store_client("azblob", self.bucket, q, self.max_requests, lambda: _AzureBlobs(self.bucket, q, self.max_requests))
-            self._az, self._s3, self._http, self._fs = az, None, None, None
+            self._az = _store_client("azblob", self.bucket, q, self.max_requests, lambda: _AzureBlobs(self.bucket, q, self.max_requests))
+            self._fs = None
         elif u.scheme == "gs":
-            gcs = _store_client("gs", self.bucket, q, self.max_requests, lambda: _GCSObjects(self.bucket, q, self.max_requests))
-            self._az, self._s3, self._http, self._fs = gcs, None, None, None
+            self._az = _store_client("gs", self.bucket, q, self.max_requests, lambda: _GCSObjects(self.bucket, q, self.max_requests))
+            self._fs = None
         else:
             try:
                 import fsspec
             except ImportError as e:
                 raise RuntimeError(f"{u.scheme}:// needs fsspec (pip install ./python[fsspec])") from e
             proto = {"gs": "gcs"}.get(u.scheme, u.scheme)
-            self._fs, self._s3, self._http = fsspec.filesystem(proto), None, None
+            self._fs = fsspec.filesystem(proto)
         if cache_dir is None:
             import hashlib
             base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -1262,6 +1316,40 @@ class _Remote:
         self.signed_reads = True  # off once the store refuses a presigned URL (_signed_get)
         self._last_scan = 0.0
         self.stats = RemoteStats(bytes_downloaded=0, downloads=0, retries=0, waited_seconds=0.0, listings=0)
+        _REMOTES.add(self)
+
+    def _after_fork(self):
+        """A forked child's own state: new locks (one a thread of the parent
+        held at the fork is never released in the child), no pins (the
+        parent's reads in flight are not the child's: their files would
+        never be evicted here) and no thread pools. Its store client is
+        its own too (_s3_client)."""
+        self.lock, self._pools_lock, self._signed_lock = threading.Lock(), threading.Lock(), threading.Lock()
+        self.pinned = set()
+        self._pools, self._pools_pid = {}, os.getpid()
+
+    def _s3_client(self):
+        """This process's boto3 client for the store and its HTTP session
+        (which presigned reads are sent on: _signed_get; None where botocore
+        keeps it elsewhere). A Dataset made in one process and used in a
+        forked one (a DataLoader worker given it, a multiprocessing child)
+        takes the child's own client: on the parent's pooled connections,
+        two processes read each other's responses (two forked children hung
+        that way, TestRemoteRequestsInFlight)."""
+        pid = os.getpid()
+        if self._s3_pid != pid:
+            c = self._s3_open()
+            self._s3_pair = (c, getattr(getattr(c, "_endpoint", None), "http_session", None))
+            self._s3_pid = pid
+        return self._s3_pair
+
+    @property
+    def _s3(self):
+        return self._s3_client()[0] if self._s3_open is not None else None
+
+    @property
+    def _http(self):
+        return self._s3_client()[1] if self._s3_open is not None else None
 
     def get(self, rel):
         """The bytes of an object under the output, retried."""
@@ -1329,13 +1417,13 @@ class _Remote:
         if hasattr(fcntl, "F_OFD_SETLKW"):
             import struct
             import xxhash
-            f = open(os.path.join(self.dir, "blocks.lock"), "a+")
+            f = _open_lock_file(os.path.join(self.dir, "blocks.lock"))
             try:
                 for off in sorted({xxhash.xxh64(o["name"].encode()).intdigest() >> 2 for o in objs}):
                     # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks)
                     fcntl.fcntl(f.fileno(), fcntl.F_OFD_SETLKW, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, off, 1, 0))
             except BaseException:
-                f.close()
+                _close_lock_file(f)
                 raise
             return [f]
         return [self._flock(os.path.join(self.dir, n + ".lock")) for n in sorted({o["name"] for o in objs})]
@@ -1344,7 +1432,7 @@ class _Remote:
         """Release what _lock_objs took."""
         for lk in reversed(locks):
             if os.path.basename(lk.name) == "blocks.lock":
-                lk.close()
+                _close_lock_file(lk)
             else:
                 self._unlock_obj(lk)
 
@@ -1559,8 +1647,12 @@ class _Remote:
 
     def _flock(self, path):
         import fcntl
-        f = open(path, "a+")
-        fcntl.flock(f, fcntl.LOCK_EX)
+        f = _open_lock_file(path)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except BaseException:
+            _close_lock_file(f)
+            raise
         return f
 
     @staticmethod
@@ -1575,7 +1667,7 @@ class _Remote:
                 os.remove(f.name)
         except OSError:
             pass
-        f.close()
+        _close_lock_file(f)
 
     def _next_use(self, name):
         u = self.uses.get(name)
