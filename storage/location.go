@@ -110,8 +110,17 @@ func DropMemBucket(name string) {
 // never closed: a batch command's lifetime is the process's.
 var buckets = struct {
 	sync.Mutex
-	m map[string]*blob.Bucket
-}{m: map[string]*blob.Bucket{}}
+	m map[string]*bucketOpen
+}{m: map[string]*bucketOpen{}}
+
+// bucketOpen is one bucket's open, done once: callers that find it under
+// way wait for it, and only for it, so a slow open (a credential lookup
+// that probes a metadata server) delays the locations on that bucket alone.
+type bucketOpen struct {
+	done chan struct{} // closed when b and err are set
+	b    *blob.Bucket
+	err  error
+}
 
 // credentialEnv are the prefixes of the environment variables that choose
 // a store's endpoint and credentials when the URL does not (the AWS,
@@ -139,34 +148,50 @@ func bucketKey(bu *url.URL) string {
 }
 
 // openBucket returns the process's bucket for bu (a URL without a path),
-// opening it the first time. A failed open is not kept.
+// opening it the first time. A failed open is not kept: the callers that
+// waited for it get its error, and the next call opens again. A caller
+// whose ctx ends while another's open is under way stops waiting.
 func openBucket(ctx context.Context, bu *url.URL) (*blob.Bucket, error) {
 	key := bucketKey(bu)
 	buckets.Lock()
-	defer buckets.Unlock()
-	if b, ok := buckets.m[key]; ok {
-		return b, nil
+	if o, ok := buckets.m[key]; ok {
+		buckets.Unlock()
+		select {
+		case <-o.done:
+			return o.b, o.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
+	o := &bucketOpen{done: make(chan struct{})}
+	buckets.m[key] = o
+	buckets.Unlock()
+	o.err = fmt.Errorf("open bucket %s: the open did not finish", bu.Redacted()) // should it panic
+	defer func() {
+		if o.err != nil {
+			buckets.Lock()
+			delete(buckets.m, key)
+			buckets.Unlock()
+		}
+		close(o.done)
+	}()
 	// The bucket outlives the caller: what it keeps of the context (a
 	// token source's) must not end with the caller's.
-	ctx = context.WithoutCancel(ctx)
-	var b *blob.Bucket
-	var err error
+	o.b, o.err = dialBucket(context.WithoutCancel(ctx), bu)
+	return o.b, o.err
+}
+
+// dialBucket opens a client for bu by its scheme.
+func dialBucket(ctx context.Context, bu *url.URL) (*blob.Bucket, error) {
 	switch bu.Scheme {
 	case "s3":
-		b, err = openS3(ctx, bu)
+		return openS3(ctx, bu)
 	case "gs":
-		b, err = openGCS(ctx, bu)
+		return openGCS(ctx, bu)
 	case "azblob":
-		b, err = openAzure(ctx, bu)
-	default:
-		b, err = blob.OpenBucket(ctx, bu.String())
+		return openAzure(ctx, bu)
 	}
-	if err != nil {
-		return nil, err
-	}
-	buckets.m[key] = b
-	return b, nil
+	return blob.OpenBucket(ctx, bu.String())
 }
 
 // IsURL reports whether name is a URL with a scheme rather than a local path.

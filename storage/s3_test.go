@@ -3,16 +3,20 @@ package storage
 import (
 	"context"
 	"encoding/pem"
+	"errors"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
 )
 
 // TestOpenS3Parameters: s3:// URLs take the query parameters gocloud's
@@ -116,5 +120,112 @@ func TestOpenDirSharesBuckets(t *testing.T) {
 	}
 	if _, err := OpenDir(ctx, "s3://shared/?colour=blue", false); err == nil {
 		t.Error("an unknown parameter opened the second time (a failed open was kept)")
+	}
+}
+
+// slowOpener opens slowtest:// buckets: those whose host is in block wait
+// for a value on it (an error to fail with, or nil), as an open waiting on
+// a credential lookup does; it counts its opens by host.
+type slowOpener struct {
+	mu      sync.Mutex
+	opens   map[string]int
+	entered chan string
+	block   map[string]chan error
+}
+
+func (o *slowOpener) OpenBucketURL(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
+	o.mu.Lock()
+	o.opens[u.Host]++
+	ch := o.block[u.Host]
+	o.mu.Unlock()
+	if ch != nil {
+		o.entered <- u.Host
+		if err := <-ch; err != nil {
+			return nil, err
+		}
+	}
+	return memblob.OpenBucket(nil), nil
+}
+
+func (o *slowOpener) count(host string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.opens[host]
+}
+
+// TestOpenBucketWaitsPerBucket: a bucket whose open is slow delays the
+// locations on it alone. Opening every bucket under one process-wide lock,
+// a location on another bucket waited for it too. Callers of the bucket
+// under way wait for that open rather than open again, get its error if it
+// fails (and the next call opens anew), and stop waiting when their
+// context ends.
+func TestOpenBucketWaitsPerBucket(t *testing.T) {
+	op := &slowOpener{opens: map[string]int{}, entered: make(chan string, 4), block: map[string]chan error{"slow": make(chan error)}}
+	blob.DefaultURLMux().RegisterBucket("slowtest", op)
+	ctx := context.Background()
+	type result struct {
+		b   *blob.Bucket
+		err error
+	}
+	open := func(ctx context.Context, name string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			loc, err := OpenDir(ctx, name, false)
+			ch <- result{loc.Bucket, err}
+		}()
+		return ch
+	}
+	wait := func(ch chan result, what string) result {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: still waiting after 30 s", what)
+		}
+		return result{}
+	}
+	first := open(ctx, "slowtest://slow/a/")
+	<-op.entered // its open is under way
+	if r := wait(open(ctx, "slowtest://fast/x/"), "another bucket while one opens"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	second := open(ctx, "slowtest://slow/b/")
+	cctx, cancel := context.WithCancel(ctx)
+	cancelled := open(cctx, "slowtest://slow/c/")
+	cancel()
+	if r := wait(cancelled, "a caller whose context ended"); r.err == nil {
+		t.Error("a caller whose context ended got a bucket")
+	}
+	select {
+	case r := <-second:
+		t.Fatalf("a second caller of the bucket under way returned (%v) before its open finished", r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	op.block["slow"] <- errors.New("no credentials yet")
+	for i, ch := range []chan result{first, second} {
+		if r := wait(ch, "a caller of the failed open"); r.err == nil || !strings.Contains(r.err.Error(), "no credentials yet") {
+			t.Errorf("caller %d of a failed open: %v", i, r.err)
+		}
+	}
+	if n := op.count("slow"); n != 1 {
+		t.Errorf("the bucket under way was opened %d times, want once (callers wait for it)", n)
+	}
+	// The failed open was not kept: the next caller opens again.
+	again := open(ctx, "slowtest://slow/d/")
+	<-op.entered
+	op.block["slow"] <- nil
+	r := wait(again, "an open after a failed one")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := op.count("slow"); n != 2 {
+		t.Errorf("after a failed open, %d opens of the bucket, want 2", n)
+	}
+	if s := wait(open(ctx, "slowtest://slow/e/"), "an open bucket"); s.b != r.b || s.err != nil {
+		t.Errorf("an open bucket was not shared (err %v)", s.err)
+	}
+	if n := op.count("slow"); n != 2 {
+		t.Errorf("an open bucket was opened again (%d opens)", n)
 	}
 }
