@@ -148,7 +148,7 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	if qs != nil {
 		perSliceQ = qs.perSlice
 	}
-	outCost, dataBytes := report.PredictOutput(hist, layout, perSliceQ, est, len(keys.Slice), opts.PageBytes)
+	outCost, dataBytes := report.PredictOutput(hist, layout, perSliceQ, est, len(keys.Slice), len(opts.hiveColumns()), opts.PageBytes)
 	nRG := outCost.NumRowGroups()
 	parquetBytes := int64(dataBytes + float64(len(layout.Files))*(12+est.FooterBase) + float64(nRG)*est.PerRGOverhead)
 	outRows := tbl.Rows

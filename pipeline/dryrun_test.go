@@ -192,8 +192,13 @@ func compareEstimate(t *testing.T, name string, dry, real *report.Report, sizeTo
 }
 
 // duckSliceReads runs SELECT * WHERE <slice> in DuckDB for each slice over
-// the glob and returns the bytes DuckDB read (rchar) for each.
+// the glob (or a read_parquet(...) call, such as duckScan's) and returns
+// the bytes DuckDB read (rchar) for each.
 func duckSliceReads(t *testing.T, glob string, ss []report.Slice) []int64 {
+	from := glob
+	if !strings.HasPrefix(glob, "read_parquet(") {
+		from = fmt.Sprintf("read_parquet('%s')", glob)
+	}
 	t.Helper()
 	sqls := []string{"SET enable_external_file_cache = false"}
 	for _, s := range ss {
@@ -208,7 +213,7 @@ func duckSliceReads(t *testing.T, glob string, ss []report.Slice) []int64 {
 				conds = append(conds, fmt.Sprintf("%q = %v", kv.Name, v))
 			}
 		}
-		sqls = append(sqls, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE t AS SELECT * FROM read_parquet('%s') WHERE %s", glob, strings.Join(conds, " AND ")))
+		sqls = append(sqls, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE t AS SELECT * FROM %s WHERE %s", from, strings.Join(conds, " AND ")))
 	}
 	_, reads := testutil.DuckDB(t, sqls...)
 	if len(reads) != len(sqls) {

@@ -22,11 +22,20 @@ type LeafEst struct {
 // PredictOutput models the output's row groups: rows and slices from the
 // layout (exact), queries from the query counts, column chunk and page
 // sizes from the sample's bytes per row (or per query). It returns the
-// model and the column chunk bytes in all.
-func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQueries []int64, est *SampleEstimate, sliceKeys int, pageBytes int64) (TableCost, float64) {
+// model and the column chunk bytes in all. folderKeys is the leading slice
+// keys that name Hive folders (0: a flat output).
+func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQueries []int64, est *SampleEstimate, sliceKeys, folderKeys int, pageBytes int64) (TableCost, float64) {
 	var tc TableCost
 	for _, f := range layout.Files {
-		tc.footer += int64(est.FooterBase+est.FooterPerRG*float64(len(f.RowGroups))) + 8
+		ft := TableCost{footer: int64(est.FooterBase+est.FooterPerRG*float64(len(f.RowGroups))) + 8, files: 1}
+		// A folder's files hold its slices alone: the first names it.
+		if folderKeys > 0 && len(f.RowGroups) > 0 {
+			if i := hist.Locate(f.RowGroups[0].Start); i < len(hist.Slices) && len(hist.Slices[i].Parts) >= folderKeys {
+				ft.folderKeys = folderKeys
+				ft.folderBytes = map[string]int64{folderKey(hist.Slices[i].Parts[:folderKeys]): ft.footer}
+			}
+		}
+		tc.addFooters(&ft)
 	}
 	// qpos maps an output position in flat rows to one in output rows
 	// (queries when packed): exact at slice boundaries, proportional

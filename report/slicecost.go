@@ -3,6 +3,8 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"maps"
 	"math/bits"
 	"sort"
 
@@ -100,12 +102,63 @@ type rgCost struct {
 
 // TableCost is a table as the model sees it. Footer is what a reader reads
 // of every file before deciding anything: the footers and their 8-byte
-// trailers.
+// trailers. In a Hive-partitioned table (every file under folders named by
+// the same leading slice keys) a reader prunes folders by the slice's
+// values first (DuckDB's hive_partitioning, Spark, pyarrow datasets) and
+// reads the footers of the slice's folder alone (folderBytes holds them by
+// folder), plus the first file's, which gives it the schema (DuckDB reads
+// it to bind the query: 10.8 KB more than the folder's file and footer,
+// measured). Counting every file's footer for every slice priced a slice
+// of a 1,739-folder output at 18 MB, where its folder held 15 KB.
 type TableCost struct {
 	rgs    []rgCost
 	footer int64
+	// files is the files modelled; folderKeys the leading slice keys
+	// every one's folders name (0: none, or files that differ), and
+	// folderBytes their footers by folder (folderKey of its key parts).
+	files       int
+	folderKeys  int
+	folderBytes map[string]int64
+	firstFooter int64 // the first file's
 	// noStats counts row groups with a slice-key column without min/max.
 	noStats int
+}
+
+// folderKey is a folder's map key: its encoded key parts, each
+// length-prefixed.
+func folderKey(parts [][]byte) string {
+	var k []byte
+	for _, p := range parts {
+		k = binary.AppendUvarint(k, uint64(len(p)))
+		k = append(k, p...)
+	}
+	return string(k)
+}
+
+// footerFor is what a reader of the slice with key parts reads of the
+// table's footers: those of its folder where folders name slice keys,
+// else every file's.
+func (t *TableCost) footerFor(parts [][]byte) int64 {
+	if t.folderKeys == 0 || len(parts) < t.folderKeys {
+		return t.footer
+	}
+	return t.firstFooter + t.folderBytes[folderKey(parts[:t.folderKeys])]
+}
+
+// addFooters adds p's files' footers (a model of other files) to t's.
+func (t *TableCost) addFooters(p *TableCost) {
+	switch {
+	case t.files == 0:
+		t.folderKeys, t.folderBytes, t.firstFooter = p.folderKeys, maps.Clone(p.folderBytes), p.footer
+	case t.folderKeys != p.folderKeys:
+		t.folderKeys, t.folderBytes = 0, nil
+	case t.folderKeys > 0:
+		for k, v := range p.folderBytes {
+			t.folderBytes[k] += v
+		}
+	}
+	t.footer += p.footer
+	t.files += p.files
 }
 
 // NumRowGroups returns the row groups modelled.
@@ -114,7 +167,7 @@ func (t *TableCost) NumRowGroups() int { return len(t.rgs) }
 // readsFor returns how many row groups a reader reads (does not skip by
 // statistics) and how many bytes in all for slice `rank` with key parts.
 func (t *TableCost) readsFor(rank int32, parts [][]byte) (int, int64) {
-	n, b := 0, t.footer
+	n, b := 0, t.footerFor(parts)
 	for r := range t.rgs {
 		rg := &t.rgs[r]
 		if !rg.mayContain(parts) {
@@ -154,7 +207,7 @@ func (t *TableCost) readsAll(slices []partition.Slice) ([]int, []int64) {
 		return n, b
 	}
 	for i := range b {
-		b[i] = t.footer
+		b[i] = t.footerFor(slices[i].Parts)
 	}
 	// Empty first parts (which every row group may hold), then nulls,
 	// then values, in the order of their encodings.
@@ -273,8 +326,9 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.Row
 		if err != nil {
 			return tc, err
 		}
-		for _, part := range parts {
-			tc.footer += part.footer
+		for k := range parts {
+			part := &parts[k]
+			tc.addFooters(part)
 			tc.noStats += part.noStats
 			tc.rgs = append(tc.rgs, part.rgs...)
 			if perFile != nil {
@@ -300,6 +354,24 @@ func costOfFile(tbl *source.Table, f *source.File, i int, sliceKeys []string, ve
 	err = f.WithParquet(func(pq *file.Reader) error {
 		md := pq.MetaData()
 		tc.footer += int64(md.Size()) + 8
+		tc.files = 1
+		// The leading slice keys the file's folders name.
+		var folder [][]byte
+		for _, name := range sliceKeys {
+			fi, err := tbl.FieldIndex(name)
+			if err != nil {
+				break
+			}
+			v := f.PartitionValue(fi)
+			if v == nil {
+				break
+			}
+			folder = append(folder, partition.AppendKey(nil, v, 0))
+			v.Release()
+		}
+		if len(folder) > 0 {
+			tc.folderKeys, tc.folderBytes = len(folder), map[string]int64{folderKey(folder): tc.footer}
+		}
 		keyLeaf := map[int]bool{}
 		for _, name := range sliceKeys {
 			if idx := md.Schema.ColumnIndexByName(name); idx >= 0 {
@@ -432,21 +504,21 @@ func CostsBefore(tbl *source.Table, sliceKeys []string, hist *partition.Histogra
 	// File by file: a slice's cost is a sum over row groups, plus every
 	// footer, so the model never holds more than one file's row groups.
 	tc, err := costOfFiles(tbl, sliceKeys, vectors, costScope{end: -1, pages: true}, func(tc *TableCost) {
-		footer := tc.footer
-		tc.footer = 0
+		footer, folders := tc.footer, tc.folderKeys
+		tc.footer, tc.folderKeys = 0, 0 // added once, at the end
 		n, by := tc.readsAll(hist.Slices)
 		for i := range n {
 			b.SliceRowGroups[i] += n[i]
 			b.SliceBytes[i] += by[i]
 		}
-		tc.footer = footer
+		tc.footer, tc.folderKeys = footer, folders
 		b.RowGroups += len(tc.rgs)
 	})
 	if err != nil {
 		return Before{}, err
 	}
-	for i := range b.SliceBytes {
-		b.SliceBytes[i] += tc.footer
+	for i, s := range hist.Slices {
+		b.SliceBytes[i] += tc.footerFor(s.Parts)
 	}
 	b.NoStats = tc.noStats
 	return b, nil
@@ -508,8 +580,8 @@ func CostsBeforeSummed(tbl *source.Table, sliceKeys []string, hist *partition.Hi
 	if err != nil {
 		return Before{}, err
 	}
-	for i := range b.SliceBytes {
-		b.SliceBytes[i] += tc.footer + present[i]
+	for i, s := range hist.Slices {
+		b.SliceBytes[i] += tc.footerFor(s.Parts) + present[i]
 	}
 	b.NoStats = tc.noStats
 	return b, nil
