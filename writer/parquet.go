@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -134,6 +135,7 @@ type openFile struct {
 	key    string
 	cancel context.CancelFunc
 	bw     io.WriteCloser
+	buf    *bufio.Writer // between hw and bw: arrow-go writes a page header, a page, a column chunk's index at a time
 	hw     *hashWriter
 	cw     *pageCRC            // between arrow-go and hw: adds page CRCs (pagecrc.go)
 	groups int                 // row groups started
@@ -154,6 +156,9 @@ func (h *hashWriter) Write(p []byte) (int, error) {
 	h.n += int64(n)
 	return n, err
 }
+
+// fileBuffer is the bytes of a file gathered into one write.
+const fileBuffer = 256 << 10
 
 // FileName returns the relative path of output file i.
 func FileName(i int) string { return fmt.Sprintf("parquet/part-%05d.parquet", i) }
@@ -564,7 +569,11 @@ func (w *Parquet) openFile() error {
 		cancel()
 		return storage.Classify(fmt.Errorf("create %s: %w", w.out.URL(name), err))
 	}
-	hw := &hashWriter{w: bw, h: xxhash.New()}
+	// Writes gathered into fileBuffer-byte calls: to a local file each of
+	// arrow-go's writes was a system call, about 200 per file of 40
+	// columns, a sixth of the CPU of a Hive output of 1,739 small folders.
+	buf := bufio.NewWriterSize(bw, fileBuffer)
+	hw := &hashWriter{w: buf, h: xxhash.New()}
 	cw := newPageCRC(hw)
 	cw.off = w.opts.NoPageCRCs
 	cw.utc = w.utc
@@ -584,7 +593,7 @@ func (w *Parquet) openFile() error {
 			bw.Close()
 			return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
 		}
-		w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, cw: cw, pw: pw}
+		w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, buf: buf, hw: hw, cw: cw, pw: pw}
 		return nil
 	}
 	fw, err := pqarrow.NewFileWriter(w.schema, cw, w.props, w.arrow)
@@ -600,7 +609,7 @@ func (w *Parquet) openFile() error {
 			return err
 		}
 	}
-	w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, hw: hw, cw: cw, fw: fw}
+	w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, buf: buf, hw: hw, cw: cw, fw: fw}
 	return nil
 }
 
@@ -641,7 +650,11 @@ func (w *Parquet) closeFile() error {
 			return w.fail(fmt.Errorf("write %s: the footer with page CRCs does not parse: %w", w.out.URL(name), err))
 		}
 	}
-	if err := f.bw.Close(); err != nil {
+	err = f.buf.Flush()
+	if cerr := f.bw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		f.cancel()
 		w.cur = nil
 		return storage.Classify(fmt.Errorf("write %s: %w", w.out.URL(name), err))
