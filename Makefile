@@ -92,8 +92,10 @@ probe: deps
 test-short:
 	$(GO) test -count=1 -short ./...
 
+# The race detector over the short tests: slow (loader alone took 16 min on
+# 2 cores, 2026-12-06), so past go test's 10-minute default per package.
 race:
-	$(GO) test -count=1 -race -short ./...
+	$(GO) test -count=1 -race -short -timeout 120m ./...
 
 # Builds, generates a sample impression log, shows how scattered its slices
 # are, re-lays it out, verifies it and shows the result; then estimates a
