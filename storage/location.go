@@ -166,7 +166,7 @@ func openBucket(ctx context.Context, bu *url.URL) (*blob.Bucket, error) {
 	o := &bucketOpen{done: make(chan struct{})}
 	buckets.m[key] = o
 	buckets.Unlock()
-	o.err = fmt.Errorf("open bucket %s: the open did not finish", bu.Redacted()) // should it panic
+	o.err = fmt.Errorf("open bucket %s: the open did not finish", bu.Redacted()) // what waiters get if dialBucket panics
 	defer func() {
 		if o.err != nil {
 			buckets.Lock()
