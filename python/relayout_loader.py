@@ -825,21 +825,28 @@ _FOLDER_LOCKS = {}  # cache folder -> threading.Lock: one thread of a process at
 # thread held at the fork would never be released in the child.
 os.register_at_fork(after_in_child=_FOLDER_LOCKS.clear)
 _LOCK_FILES = set()  # the lock files open in this process: cache.lock, blocks.lock, an object's lock file
+# Held around opening a lock file and adding it to _LOCK_FILES (and closing
+# and removing it), and by the fork: a descriptor opened but not yet in the
+# set at the fork escaped _drop_inherited_locks (two children hung that
+# way, under load).
+_LOCK_FILES_GUARD = threading.Lock()
 
 
 def _open_lock_file(path):
     """path opened for reading and writing (created if missing), as a lock
     file: _close_lock_file closes it."""
-    f = open(path, "r+b", opener=lambda p, _: os.open(p, os.O_RDWR | os.O_CREAT, 0o644))
-    _LOCK_FILES.add(f)
+    with _LOCK_FILES_GUARD:
+        f = open(path, "r+b", opener=lambda p, _: os.open(p, os.O_RDWR | os.O_CREAT, 0o644))
+        _LOCK_FILES.add(f)
     return f
 
 
 def _close_lock_file(f):
-    try:
-        f.close()
-    finally:
-        _LOCK_FILES.discard(f)
+    with _LOCK_FILES_GUARD:
+        try:
+            f.close()
+        finally:
+            _LOCK_FILES.discard(f)
 
 
 def _drop_inherited_locks():
@@ -851,6 +858,8 @@ def _drop_inherited_locks():
     children hung that way, TestRemoteRequestsInFlight). Each inherited
     descriptor is pointed at /dev/null instead of closed, so that the file
     objects close it harmlessly (and flush what they held there)."""
+    global _LOCK_FILES_GUARD
+    _LOCK_FILES_GUARD = threading.Lock()  # the parent's, held across the fork
     if not _LOCK_FILES:
         return
     null = os.open(os.devnull, os.O_RDWR)
@@ -865,7 +874,12 @@ def _drop_inherited_locks():
     _LOCK_FILES.clear()
 
 
-os.register_at_fork(after_in_child=_drop_inherited_locks)
+def _guard_release():
+    _LOCK_FILES_GUARD.release()
+
+
+os.register_at_fork(before=lambda: _LOCK_FILES_GUARD.acquire(), after_in_parent=_guard_release,
+                    after_in_child=_drop_inherited_locks)
 
 
 class _FolderLock:
