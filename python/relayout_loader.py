@@ -1269,7 +1269,7 @@ class _Remote:
         u = urllib.parse.urlsplit(url)
         q = dict(urllib.parse.parse_qsl(u.query))
         self.url, self.scheme, self.bucket = url, u.scheme, u.netloc
-        self._az, self._s3_open, self._s3_pid, self._s3_pair = None, None, None, (None, None)
+        self._az, self._s3_pp = None, None
         self.prefix = u.path.strip("/") + "/" if u.path.strip("/") else ""
         if u.scheme == "s3":
             try:
@@ -1300,7 +1300,10 @@ class _Remote:
                 session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
                 return boto3.session.Session(botocore_session=session).client(
                     "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
-            self._s3_open = lambda: _store_client("s3", self.bucket, q, self.max_requests, make)
+            def pair():
+                c = _store_client("s3", self.bucket, q, self.max_requests, make)
+                return c, getattr(getattr(c, "_endpoint", None), "http_session", None)
+            self._s3_pp = _PerProcess(pair)
             self._s3_client()  # a missing credential or bad query fails here
             self._fs = None
         elif u.scheme == "azblob":
@@ -1350,20 +1353,15 @@ class _Remote:
         takes the child's own client: on the parent's pooled connections,
         two processes read each other's responses (two forked children hung
         that way, TestRemoteRequestsInFlight)."""
-        pid = os.getpid()
-        if self._s3_pid != pid:
-            c = self._s3_open()
-            self._s3_pair = (c, getattr(getattr(c, "_endpoint", None), "http_session", None))
-            self._s3_pid = pid
-        return self._s3_pair
+        return self._s3_pp.get()
 
     @property
     def _s3(self):
-        return self._s3_client()[0] if self._s3_open is not None else None
+        return self._s3_client()[0] if self._s3_pp is not None else None
 
     @property
     def _http(self):
-        return self._s3_client()[1] if self._s3_open is not None else None
+        return self._s3_client()[1] if self._s3_pp is not None else None
 
     def get(self, rel):
         """The bytes of an object under the output, retried."""
