@@ -440,7 +440,7 @@ func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait b
 	}
 	defer unlock()
 	for _, o := range run {
-		if rc.present(o) {
+		if rc.present(o) || !wait && !rc.needed(o) {
 			return errRunSplit // the deferred unlocks run first
 		}
 	}

@@ -138,6 +138,12 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 			return nil, nil, fmt.Errorf("%s: %w", loc.URL(manifests.FileName), err)
 		}
 	}
+	rc, err := newRemote(loc, url, opts)
+	return m, rc, err
+}
+
+// newRemote is the cache of the output at loc (url) under opts.
+func newRemote(loc storage.Location, url string, opts Options) (*remote, error) {
 	dir := opts.CacheDir
 	if dir == "" {
 		base, err := os.UserCacheDir()
@@ -147,7 +153,7 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 		dir = filepath.Join(base, "relayout", fmt.Sprintf("%016x", xxhash.Sum64String(loc.Name)))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rc := &remote{loc: loc, url: url, dir: dir, limit: opts.CacheBytes, ahead: opts.PrefetchWindows,
 		uses: map[string][]int{}, mapped: map[string]bool{}, cur: never}
@@ -163,7 +169,7 @@ func openRemote(ctx context.Context, url string, opts Options) (*manifests.Manif
 		rc.ahead = DefaultPrefetchWindows
 	}
 	rc.cond = sync.NewCond(&rc.mu)
-	return m, rc, nil
+	return rc, nil
 }
 
 // cacheObj is what the cache holds as one file: a whole shard, a shard's
@@ -283,6 +289,9 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 	defer unlock()
 	if rc.present(sh) { // another reader downloaded it meanwhile
 		return nil
+	}
+	if !wait && !rc.needed(sh) {
+		return nil // the reader went past it while the prefetch waited for room
 	}
 	tmp, err := rc.reserve(ctx, sh.bytes, pos, wait)
 	if err != nil {
@@ -633,6 +642,16 @@ func (rc *remote) spared(f cacheFile, pos int) bool {
 		return time.Since(f.mod) < staleTmp
 	}
 	return rc.mapped[f.name] || rc.nextUse(f.name) <= pos
+}
+
+// needed reports whether the reader will still open a window that needs
+// o this epoch. A prefetch that waited for room (the reader downloading
+// what it needed meanwhile) skips what is no longer needed: fetched then,
+// it would be a second download of a file the reader has read and evicted.
+func (rc *remote) needed(o cacheObj) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.nextUse(o.name) != never
 }
 
 // finished reports whether the reader has opened a cache file for the

@@ -1597,7 +1597,7 @@ class _Remote:
         prefetch found no room, "split" when a block appeared meanwhile."""
         locks = self._lock_objs(run)
         try:
-            if any(self.present(o) for o in run):
+            if any(self.present(o) or not wait and not self._needed(o) for o in run):
                 return "split"
             tmps = []
             try:
@@ -1684,6 +1684,14 @@ class _Remote:
     def _next_use(self, name):
         u = self.uses.get(name)
         return u[0] if u else _NEVER
+
+    def _needed(self, obj):
+        """Whether the reader will still open a window that needs obj this
+        epoch. A prefetch that waited for room (the reader fetching what it
+        needed meanwhile) skips what is no longer needed: fetched then, it
+        would be a second download of a file read and evicted already."""
+        with self.lock:
+            return self._next_use(obj["name"]) != _NEVER
 
     def _lock_ledger(self):
         """Lock the folder's cache.lock and return it open for its ledger:
@@ -1811,6 +1819,8 @@ class _Remote:
         try:
             if self.present(obj):
                 return True
+            if not wait and not self._needed(obj):
+                return True  # the reader went past it while the prefetch waited for room
             tmp = self._reserve(obj["bytes"], pos, wait)
             if tmp is None:
                 return False

@@ -211,6 +211,34 @@ class LedgerTest(unittest.TestCase):
             lk.close()
 
 
+class PrefetchTest(unittest.TestCase):
+    def test_skips_what_the_reader_passed(self):
+        """A prefetch fetches an object only while the reader will still open
+        a window that needs it; the reader's own fetch is never skipped (the
+        Go loader's TestPrefetchSkipsPassedObjects)."""
+        import tempfile
+        import xxhash
+        store, cache = tempfile.mkdtemp(), tempfile.mkdtemp()
+        data = b"a shard's bytes, whole"
+        with open(os.path.join(store, "s0.safetensors"), "wb") as f:
+            f.write(data)
+        rc = rl._Remote("file://" + store, cache, 1 << 20, 1)
+        h = "%016x" % xxhash.xxh64_intdigest(data)
+        o = {"name": f"{h}-{len(data)}.safetensors", "bytes": len(data), "hash": h, "key": "s0.safetensors",
+             "what": "shard", "ranges": None}
+
+        def step(what, pos, wait, present, downloads):
+            self.assertTrue(rc.ensure(o, pos, wait), what)
+            self.assertEqual((rc.present(o), rc.stats["downloads"]), (present, downloads), what)
+        step("a prefetch of an object no window needs", 0, False, False, 0)
+        rc.uses[o["name"]] = [3]
+        step("a prefetch for window 3", 1, False, True, 1)
+        rc.uses[o["name"]] = []  # window 3, its last use, opened
+        os.remove(rc.path(o))  # and evicted after it
+        step("a late prefetch for window 3, which the reader has passed", 2, False, False, 1)
+        step("the reader's own fetch", 3, True, True, 2)
+
+
 class CheckTensorsTest(unittest.TestCase):
     """check_tensors refuses counts that do not add up before anything is
     sized by them (TestManifestEditSweep does the same for the Go loader
