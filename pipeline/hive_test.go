@@ -594,3 +594,90 @@ func TestHiveReportPrunesFolders(t *testing.T) {
 	}
 	checkAgainstDuckDB(t, "hive", dry, res.Report, in+"/*.parquet", duckScan(o.Output+"/parquet", true), 0.25)
 }
+
+// TestOverwriteHiveOutput: --overwrite of a committed Hive-partitioned
+// output replaces it (before: exit 5, "holds parquet/country=C00/…, which
+// relayout did not write", since only flat names counted as relayout's),
+// whatever the layouts before and after: Hive to Hive with other folders,
+// Hive to flat, flat to Hive. Each result is what a fresh run writes, with
+// nothing of the old layout left; a foreign file inside a Hive folder is
+// still refused and kept. Local disk and S3.
+func TestOverwriteHiveOutput(t *testing.T) {
+	ctx := context.Background()
+	in := testutil.Generate(t, gen.Options{Rows: 12_000, Files: 2, Countries: 4, Days: 3, Seed: 47})
+	params, _ := s3Server(t, "owh")
+	layouts := []RunOptions{
+		{SliceKeys: []string{"country", "date"}, OutputPartitioning: "hive", HiveKeys: 1},
+		{SliceKeys: []string{"country", "date"}, OutputPartitioning: "hive", ForceFolders: true},
+		{SliceKeys: []string{"country"}},
+		{SliceKeys: []string{"date", "country"}, OutputPartitioning: "hive", HiveKeys: 1, Tensors: true},
+	}
+	for _, out := range []string{filepath.Join(t.TempDir(), "out"), "s3://owh/out/" + params} {
+		loc, err := storage.OpenDir(ctx, out, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, l := range layouts {
+			o := l
+			o.Inputs, o.Output, o.Overwrite = []string{in}, out, k > 0
+			if _, err := Run(ctx, o); err != nil {
+				t.Fatalf("%s, layout %d over layout %d: %v", out, k, k-1, err)
+			}
+			fresh := o
+			fresh.Output, fresh.Overwrite = filepath.Join(t.TempDir(), "fresh"), false
+			if _, err := Run(ctx, fresh); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := os.ReadFile(filepath.Join(fresh.Output, "manifest.json"))
+			got, err := storage.Get(ctx, loc, "manifest.json")
+			if err != nil || string(normaliseInputs(got)) != string(normaliseInputs(want)) {
+				t.Fatalf("%s, layout %d: the overwritten output's manifest differs from a fresh run's (%v)", out, k, err)
+			}
+			for _, p := range []string{"parquet/", "tensors/", "_relayout/"} {
+				keys, err := storage.ListKeys(ctx, loc, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wantKeys []string // the work prefix: nothing left
+				if p != "_relayout/" {
+					wantKeys = treeKeys(t, fresh.Output, p)
+				}
+				sort.Strings(keys)
+				if strings.Join(keys, ",") != strings.Join(wantKeys, ",") {
+					t.Fatalf("%s, layout %d: %s holds %d files, a fresh run's %d: %v", out, k, p, len(keys), len(wantKeys), keys)
+				}
+			}
+			if res, err := verify.Output(ctx, out, true, 2); err != nil || !res.OK || len(res.Warnings) > 0 {
+				t.Fatalf("%s, layout %d: %+v %v", out, k, res, err)
+			}
+		}
+		// A file relayout did not write, inside a Hive folder.
+		if err := loc.Bucket.WriteAll(ctx, loc.Key("parquet/date=2026-10-01/notes.txt"), []byte("not relayout's"), nil); err != nil {
+			t.Fatal(err)
+		}
+		o := layouts[0]
+		o.Inputs, o.Output, o.Overwrite = []string{in}, out, true
+		_, err = Run(ctx, o)
+		if !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "notes.txt") {
+			t.Fatalf("%s: a foreign file in a Hive folder: %v (class %v), want exit 5 naming it", out, err, errs.ClassOf(err))
+		}
+		if ok, _ := loc.Bucket.Exists(ctx, loc.Key("parquet/date=2026-10-01/notes.txt")); !ok {
+			t.Fatalf("%s: a foreign file was deleted", out)
+		}
+	}
+}
+
+// treeKeys lists the files under dir/prefix as keys relative to dir.
+func treeKeys(t *testing.T, dir, prefix string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(filepath.Join(dir, prefix), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}

@@ -22,9 +22,15 @@ import (
 var leaseTTL = storage.DefaultLeaseTTL
 
 // ownedName matches the names relayout writes under an output's data
-// prefixes: Parquet parts, tensor shards, and the temporary files of
-// storage.Put and of gocloud's fileblob beside them.
-var ownedName = regexp.MustCompile(`^(parquet/part-\d{5,}\.parquet|tensors/shard-\d{5,}(-\d{4,})?\.safetensors)(\.[0-9a-f]+\.tmp)?$|^(parquet|tensors)/\..*\.tmp$`)
+// prefixes: Parquet parts (flat, or in Hive folders "k1=v1/k2=v2/", whose
+// segments hive.Path escapes so that they hold no "/" and one "="), tensor
+// shards, and the temporary files of storage.Put and of gocloud's fileblob
+// beside them.
+var ownedName = regexp.MustCompile(`^(parquet/` + hiveFolders + `part-\d{5,}\.parquet|tensors/shard-\d{5,}(-\d{4,})?\.safetensors)(\.[0-9a-f]+\.tmp)?$|^(parquet/` + hiveFolders + `|tensors/)\.[^/]*\.tmp$`)
+
+// hiveFolders matches any number of Hive folder segments, each ending in
+// "/".
+const hiveFolders = `([^/=]+=[^/=]*/)*`
 
 // claimOutput makes out this run's: it refuses an output that overlaps an
 // input (exit 2), takes the output's lease (exit 4 while another live run
