@@ -600,8 +600,9 @@ func TestHiveReportPrunesFolders(t *testing.T) {
 // relayout did not write", since only flat names counted as relayout's),
 // whatever the layouts before and after: Hive to Hive with other folders,
 // Hive to flat, flat to Hive. Each result is what a fresh run writes, with
-// nothing of the old layout left; a foreign file inside a Hive folder is
-// still refused and kept. Local disk and S3.
+// nothing of the old layout left (on local disk no empty folder either: the
+// old layout's stayed, empty, beside the new one); a foreign file inside a
+// Hive folder is still refused and kept. Local disk and S3.
 func TestOverwriteHiveOutput(t *testing.T) {
 	ctx := context.Background()
 	in := testutil.Generate(t, gen.Options{Rows: 12_000, Files: 2, Countries: 4, Days: 3, Seed: 47})
@@ -647,6 +648,11 @@ func TestOverwriteHiveOutput(t *testing.T) {
 					t.Fatalf("%s, layout %d: %s holds %d files, a fresh run's %d: %v", out, k, p, len(keys), len(wantKeys), keys)
 				}
 			}
+			if loc.Local != "" { // and no folder of the old layout left empty
+				if got, want := treeDirs(t, out, "parquet"), treeDirs(t, fresh.Output, "parquet"); strings.Join(got, ",") != strings.Join(want, ",") {
+					t.Fatalf("%s, layout %d: folders %v, a fresh run's %v", out, k, got, want)
+				}
+			}
 			if res, err := verify.Output(ctx, out, true, 2); err != nil || !res.OK || len(res.Warnings) > 0 {
 				t.Fatalf("%s, layout %d: %+v %v", out, k, res, err)
 			}
@@ -673,6 +679,21 @@ func treeKeys(t *testing.T, dir, prefix string) []string {
 	var out []string
 	filepath.WalkDir(filepath.Join(dir, prefix), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+// treeDirs lists the folders under dir/prefix, relative to dir.
+func treeDirs(t *testing.T, dir, prefix string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(filepath.Join(dir, prefix), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
 			rel, _ := filepath.Rel(dir, p)
 			out = append(out, filepath.ToSlash(rel))
 		}
