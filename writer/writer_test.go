@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -241,5 +242,84 @@ func TestTeeWritesParquetAndShards(t *testing.T) {
 	}
 	if len(got.Shards) < 2 || rowsInShards != 10 {
 		t.Fatalf("%d shards with %d rows; want several (64-byte target) with 10", len(got.Shards), rowsInShards)
+	}
+}
+
+// TestHiveRefusesRowsOffTheirFolder: a file in a Hive folder takes only
+// rows whose folder columns hold the folder's values; a row that differs
+// in a string, a date or an integer column is refused, naming the column
+// and both values, whichever row it is (the check's fast path compares
+// raw values).
+func TestHiveRefusesRowsOffTheirFolder(t *testing.T) {
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "k", Type: arrow.BinaryTypes.String},
+		{Name: "d", Type: arrow.FixedWidthTypes.Date32},
+		{Name: "n", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "v", Type: arrow.PrimitiveTypes.Int64},
+	}, nil)
+	record := func(k []string, d []arrow.Date32, n []int64) arrow.RecordBatch {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+		defer b.Release()
+		b.Field(0).(*array.StringBuilder).AppendValues(k, nil)
+		b.Field(1).(*array.Date32Builder).AppendValues(d, nil)
+		b.Field(2).(*array.Int64Builder).AppendValues(n, nil)
+		b.Field(3).(*array.Int64Builder).AppendValues([]int64{1, 2, 3, 4}, nil)
+		return b.NewRecordBatch()
+	}
+	ks, ds, ns := []string{"a", "a", "a", "a"}, []arrow.Date32{20000, 20000, 20000, 20000}, []int64{7, 7, 7, 7}
+	for _, c := range []struct {
+		name string
+		rec  arrow.RecordBatch
+		want string // "" : accepted
+	}{
+		{"one folder", record(ks, ds, ns), ""},
+		{"a string off", record([]string{"a", "a", "a", "b"}, ds, ns), "k=b"},
+		{"a date off", record(ks, []arrow.Date32{20000, 20000, 20001, 20000}, ns), "d=2024-10-05"},
+		{"an integer off", record(ks, ds, []int64{7, 8, 7, 7}), "n=8"},
+	} {
+		out, _ := outDir(t)
+		w, err := NewParquet(context.Background(), out, sc, []FileLayout{{RowGroups: []int64{4}}}, ParquetOptions{HiveColumns: []string{"k", "d", "n"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.Write(c.rec)
+		c.rec.Release()
+		if c.want == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if _, err := w.Finish(); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "holds "+c.want) {
+			t.Fatalf("%s: %v, want a refusal naming %s", c.name, err, c.want)
+		}
+		w.Abort()
+	}
+	// A later batch whose rows all agree with each other, not with the
+	// folder its file's first row named.
+	for col, later := range map[string]arrow.RecordBatch{
+		"k=b":          record([]string{"b", "b", "b", "b"}, ds, ns),
+		"d=2024-10-05": record(ks, []arrow.Date32{20001, 20001, 20001, 20001}, ns),
+		"n=8":          record(ks, ds, []int64{8, 8, 8, 8}),
+	} {
+		out, _ := outDir(t)
+		w, err := NewParquet(context.Background(), out, sc, []FileLayout{{RowGroups: []int64{8}}}, ParquetOptions{HiveColumns: []string{"k", "d", "n"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := record(ks, ds, ns)
+		if err := w.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		first.Release()
+		err = w.Write(later)
+		later.Release()
+		if err == nil || !strings.Contains(err.Error(), "holds "+col) {
+			t.Fatalf("a later batch of %s: %v", col, err)
+		}
+		w.Abort()
 	}
 }
