@@ -440,8 +440,15 @@ func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait b
 	}
 	defer unlock()
 	for _, o := range run {
-		if rc.present(o) || !wait && !rc.needed(o) {
+		if rc.present(o) {
 			return errRunSplit // the deferred unlocks run first
+		}
+		if !wait {
+			next := rc.nextUseOf(o)
+			if next == never {
+				return errRunSplit // one by one: ensure skips what is not needed
+			}
+			pos = max(pos, next) // evicting nothing needed before any of them
 		}
 	}
 	tmps := make([]string, 0, len(run))

@@ -12,13 +12,14 @@ import (
 	"github.com/relayout/relayout/storage"
 )
 
-// TestPrefetchSkipsPassedObjects: a prefetch fetches an object only while
-// the reader will still open a window that needs it. A prefetch that waited
-// for room while the reader fetched, read and evicted the object itself
-// used to download it a second time, for nothing (CI: 30 GETs for 29
-// shards, reproduced about once in 100 epochs on one core beside two busy
-// processes). The reader's own fetch (wait) is never skipped.
-func TestPrefetchSkipsPassedObjects(t *testing.T) {
+// TestLatePrefetch: a prefetch fetches an object only while the reader
+// will still open a window that needs it, and evicts nothing needed before
+// that window. A prefetch that waited for room while the reader fetched,
+// read and evicted the object itself used to download it a second time,
+// for nothing (CI: 30 GETs for 29 shards, reproduced about once in 100
+// epochs on one core beside two busy processes). The reader's own fetch
+// (wait) is never skipped.
+func TestLatePrefetch(t *testing.T) {
 	store, cache := t.TempDir(), t.TempDir()
 	data := []byte("a shard's bytes, whole")
 	if err := os.WriteFile(filepath.Join(store, "s0.safetensors"), data, 0o644); err != nil {
@@ -54,4 +55,27 @@ func TestPrefetchSkipsPassedObjects(t *testing.T) {
 	}
 	step("a late prefetch for window 3, which the reader has passed", 2, false, false, 1)
 	step("the reader's own fetch", 3, true, true, 2)
+
+	// A late prefetch evicts nothing needed before what it fetches: the
+	// cache holds one object, o, needed at window 5; p, needed at window
+	// 7, is fetched by a prefetch that planned for window 2 (the reader
+	// went on meanwhile). Before, it evicted o (needed after window 2)
+	// for p (needed later still), and o was downloaded again.
+	rc.setMapped(o, false)
+	rc.planUse(o, 5)
+	data2 := []byte("another shard's bytes")
+	if err := os.WriteFile(filepath.Join(store, "s1.safetensors"), data2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h2 := fmt.Sprintf("%016x", xxhash.Sum64(data2))
+	p := cacheObj{name: fmt.Sprintf("%s-%d.safetensors", h2, len(data2)), bytes: int64(len(data2)), hash: h2, key: "s1.safetensors", what: "shard"}
+	rc.planUse(p, 7)
+	rc.limit = o.bytes + ledgerSlack + 4 // o, not both
+	rc.lastScan.Store(0)                 // list the folder: its true usage
+	if err := rc.ensure(ctx, p, 2, false); err != errNoRoom {
+		t.Fatalf("a late prefetch of an object needed at window 7, the cache full of one needed at 5: %v, want errNoRoom", err)
+	}
+	if !rc.present(o) || rc.present(p) {
+		t.Fatalf("o present %v, p present %v: the prefetch evicted o, needed sooner than p", rc.present(o), rc.present(p))
+	}
 }

@@ -290,8 +290,14 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 	if rc.present(sh) { // another reader downloaded it meanwhile
 		return nil
 	}
-	if !wait && !rc.needed(sh) {
-		return nil // the reader went past it while the prefetch waited for room
+	if !wait {
+		next := rc.nextUseOf(sh)
+		if next == never {
+			return nil // the reader went past it while the prefetch waited for room
+		}
+		// Evict nothing needed before it: a prefetch that waited may
+		// find the reader past the windows it was fetching for.
+		pos = max(pos, next)
 	}
 	tmp, err := rc.reserve(ctx, sh.bytes, pos, wait)
 	if err != nil {
@@ -644,14 +650,14 @@ func (rc *remote) spared(f cacheFile, pos int) bool {
 	return rc.mapped[f.name] || rc.nextUse(f.name) <= pos
 }
 
-// needed reports whether the reader will still open a window that needs
-// o this epoch. A prefetch that waited for room (the reader downloading
+// nextUseOf is the next window the reader will open that needs o (never:
+// none this epoch). A prefetch that waited for room (the reader fetching
 // what it needed meanwhile) skips what is no longer needed: fetched then,
 // it would be a second download of a file the reader has read and evicted.
-func (rc *remote) needed(o cacheObj) bool {
+func (rc *remote) nextUseOf(o cacheObj) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return rc.nextUse(o.name) != never
+	return rc.nextUse(o.name)
 }
 
 // finished reports whether the reader has opened a cache file for the

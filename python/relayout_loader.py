@@ -1597,8 +1597,13 @@ class _Remote:
         prefetch found no room, "split" when a block appeared meanwhile."""
         locks = self._lock_objs(run)
         try:
-            if any(self.present(o) or not wait and not self._needed(o) for o in run):
+            if any(self.present(o) for o in run):
                 return "split"
+            if not wait:
+                nexts = [self._next_use_of(o) for o in run]
+                if _NEVER in nexts:
+                    return "split"  # one by one: ensure skips what is not needed
+                pos = max([pos] + nexts)  # evicting nothing needed before any of them
             tmps = []
             try:
                 for o in run:
@@ -1685,13 +1690,15 @@ class _Remote:
         u = self.uses.get(name)
         return u[0] if u else _NEVER
 
-    def _needed(self, obj):
-        """Whether the reader will still open a window that needs obj this
-        epoch. A prefetch that waited for room (the reader fetching what it
-        needed meanwhile) skips what is no longer needed: fetched then, it
-        would be a second download of a file read and evicted already."""
+    def _next_use_of(self, obj):
+        """The next window the reader will open that needs obj (_NEVER: none
+        this epoch). A prefetch that waited for room (the reader fetching
+        what it needed meanwhile) skips what is no longer needed: fetched
+        then, it would be a second download of a file read and evicted
+        already; and it evicts nothing needed before that window (the Go
+        loader's nextUseOf)."""
         with self.lock:
-            return self._next_use(obj["name"]) != _NEVER
+            return self._next_use(obj["name"])
 
     def _lock_ledger(self):
         """Lock the folder's cache.lock and return it open for its ledger:
@@ -1819,8 +1826,11 @@ class _Remote:
         try:
             if self.present(obj):
                 return True
-            if not wait and not self._needed(obj):
-                return True  # the reader went past it while the prefetch waited for room
+            if not wait:
+                nxt = self._next_use_of(obj)
+                if nxt == _NEVER:
+                    return True  # the reader went past it while the prefetch waited for room
+                pos = max(pos, nxt)  # evict nothing needed before it
             tmp = self._reserve(obj["bytes"], pos, wait)
             if tmp is None:
                 return False

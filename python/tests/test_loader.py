@@ -214,8 +214,9 @@ class LedgerTest(unittest.TestCase):
 class PrefetchTest(unittest.TestCase):
     def test_skips_what_the_reader_passed(self):
         """A prefetch fetches an object only while the reader will still open
-        a window that needs it; the reader's own fetch is never skipped (the
-        Go loader's TestPrefetchSkipsPassedObjects)."""
+        a window that needs it, evicting nothing needed before that window;
+        the reader's own fetch is never skipped (the Go loader's
+        TestLatePrefetch)."""
         import tempfile
         import xxhash
         store, cache = tempfile.mkdtemp(), tempfile.mkdtemp()
@@ -237,6 +238,23 @@ class PrefetchTest(unittest.TestCase):
         os.remove(rc.path(o))  # and evicted after it
         step("a late prefetch for window 3, which the reader has passed", 2, False, False, 1)
         step("the reader's own fetch", 3, True, True, 2)
+
+        # A late prefetch evicts nothing needed before what it fetches: the
+        # cache holds o, needed at window 5; p, needed at window 7, is
+        # fetched by a prefetch planned for window 2.
+        rc.pinned.discard(o["name"])
+        rc.uses[o["name"]] = [5]
+        data2 = b"another shard's bytes"
+        with open(os.path.join(store, "s1.safetensors"), "wb") as f:
+            f.write(data2)
+        h2 = "%016x" % xxhash.xxh64_intdigest(data2)
+        p = {"name": f"{h2}-{len(data2)}.safetensors", "bytes": len(data2), "hash": h2, "key": "s1.safetensors",
+             "what": "shard", "ranges": None}
+        rc.uses[p["name"]] = [7]
+        rc.limit = o["bytes"] + rl._LEDGER_SLACK + 4  # o (and the ledger), not both
+        rc._last_scan = 0.0  # list the folder: its true usage
+        self.assertFalse(rc.ensure(p, 2, False), "a late prefetch found room by evicting what is needed sooner")
+        self.assertEqual((rc.present(o), rc.present(p)), (True, False))
 
 
 class CheckTensorsTest(unittest.TestCase):
