@@ -170,7 +170,8 @@ func TestOutputHeldByAnotherRun(t *testing.T) {
 
 // TestStaleLeaseIsTakenOver: a lease whose process is gone (same host) or
 // that was not renewed within its TTL (another host) is taken over, and the
-// debris it marks is removed; a fresh lease from another host is not.
+// debris it marks is removed (flat and in Hive folders, the emptied
+// folders too); a fresh lease from another host is not.
 func TestStaleLeaseIsTakenOver(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 7})
 	ctx := context.Background()
@@ -195,6 +196,13 @@ func TestStaleLeaseIsTakenOver(t *testing.T) {
 			os.MkdirAll(filepath.Join(out, "parquet"), 0o755)
 			debris := filepath.Join(out, "parquet", "part-00007.parquet")
 			os.WriteFile(debris, []byte("a killed run's partial file"), 0o644)
+			// A killed run's file in a Hive folder (--output-partitioning
+			// hive): before, every retry failed with exit 5 ("which
+			// relayout did not write") until someone removed it by hand.
+			hiveDir := filepath.Join(out, "parquet", "country=C00", "date=2026-10-01")
+			os.MkdirAll(hiveDir, 0o755)
+			hiveDebris := filepath.Join(hiveDir, "part-00003.parquet")
+			os.WriteFile(hiveDebris, []byte("a killed Hive run's file"), 0o644)
 			killedPut := filepath.Join(out, ".manifest.json.12345.tmp") // a manifest write killed midway
 			os.WriteFile(killedPut, []byte(`{"format":`), 0o644)
 			c.lease.Format, c.lease.RunID, c.lease.Command, c.lease.Started = storage.LeaseFormat, "old", "run", now
@@ -213,6 +221,13 @@ func TestStaleLeaseIsTakenOver(t *testing.T) {
 			}
 			if c.code != 0 && statErr != nil {
 				t.Fatal("a refused run removed a live run's file")
+			}
+			_, hiveErr := os.Stat(filepath.Join(out, "parquet", "country=C00"))
+			if c.code == 0 && !os.IsNotExist(hiveErr) {
+				t.Fatal("the stale run's Hive file or its emptied folders were left")
+			}
+			if c.code != 0 && hiveErr != nil {
+				t.Fatal("a refused run removed a live run's Hive file")
 			}
 		})
 	}
