@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -701,4 +702,60 @@ func treeDirs(t *testing.T, dir, prefix string) []string {
 	})
 	sort.Strings(out)
 	return out
+}
+
+// TestDistributedHiveMatchesRun: the distributed steps (plan, map, reduce,
+// commit; one worker and three) write a Hive-partitioned output (folders of
+// the leading slice key, tensors beside) byte-identical to relayout run's,
+// manifest included, as they do flat output (TestDistributedMatchesRun);
+// and a second plan with --overwrite and other folders replaces it with
+// what a fresh run writes, leaving no folder of the old layout. No test ran
+// Hive output through the steps before.
+func TestDistributedHiveMatchesRun(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 60_000, Files: 3, Countries: 6, Days: 4, Seed: 48, RowGroupRows: 8 << 10})
+	base := t.TempDir()
+	opts := func(out string, keys ...string) RunOptions {
+		o := distOpts(in, out)
+		o.SliceKeys, o.OutputPartitioning, o.HiveKeys, o.Tensors = keys, "hive", 1, true
+		return o
+	}
+	same := func(what, got, want string) {
+		t.Helper()
+		g, w := readTree(t, got), readTree(t, want)
+		if len(g) != len(w) {
+			t.Fatalf("%s: %d files, run wrote %d (%v)", what, len(g), len(w), keysOf(g))
+		}
+		for k, v := range w {
+			if !bytes.Equal(g[k], v) {
+				t.Fatalf("%s: %s differs from run's", what, k)
+			}
+		}
+		if gd, wd := treeDirs(t, got, "parquet"), treeDirs(t, want, "parquet"); strings.Join(gd, ",") != strings.Join(wd, ",") {
+			t.Fatalf("%s: folders %v, run's %v", what, gd, wd)
+		}
+	}
+	ref := filepath.Join(base, "run")
+	if _, err := Run(context.Background(), opts(ref, "country", "date")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readManifest(t, ref).Files); n < 6 {
+		t.Fatalf("run wrote %d files for 6 folders", n)
+	}
+	for _, workers := range []int{1, 3} {
+		out := filepath.Join(base, fmt.Sprintf("dist-%d", workers))
+		res := runDistributed(t, opts(out, "country", "date"), 1<<20, workers)
+		if res.MapTasks < 2 || res.ReduceTasks < 2 {
+			t.Fatalf("plan: %d map and %d reduce tasks; the test wants several of each", res.MapTasks, res.ReduceTasks)
+		}
+		same(fmt.Sprintf("%d workers", workers), out, ref)
+	}
+	// Overwrite with folders of another key.
+	ref2 := filepath.Join(base, "run2")
+	if _, err := Run(context.Background(), opts(ref2, "date", "country")); err != nil {
+		t.Fatal(err)
+	}
+	o := opts(filepath.Join(base, "dist-1"), "date", "country")
+	o.Overwrite = true
+	runDistributed(t, o, 1<<20, 1)
+	same("overwritten by date", o.Output, ref2)
 }
