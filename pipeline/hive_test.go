@@ -642,7 +642,9 @@ func TestOverwriteHiveOutput(t *testing.T) {
 				}
 				var wantKeys []string // the work prefix: nothing left
 				if p != "_relayout/" {
-					wantKeys = treeKeys(t, fresh.Output, p)
+					for _, rel := range treeFiles(t, filepath.Join(fresh.Output, p)) {
+						wantKeys = append(wantKeys, p+filepath.ToSlash(rel))
+					}
 				}
 				sort.Strings(keys)
 				if strings.Join(keys, ",") != strings.Join(wantKeys, ",") {
@@ -672,21 +674,6 @@ func TestOverwriteHiveOutput(t *testing.T) {
 			t.Fatalf("%s: a foreign file was deleted", out)
 		}
 	}
-}
-
-// treeKeys lists the files under dir/prefix as keys relative to dir.
-func treeKeys(t *testing.T, dir, prefix string) []string {
-	t.Helper()
-	var out []string
-	filepath.WalkDir(filepath.Join(dir, prefix), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel, _ := filepath.Rel(dir, p)
-			out = append(out, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	sort.Strings(out)
-	return out
 }
 
 // treeDirs lists the folders under dir/prefix, relative to dir.
