@@ -954,6 +954,24 @@ def _forget_stores():
 os.register_at_fork(after_in_child=_forget_stores)
 
 
+def _url_bool(query, key):
+    """A URL's boolean parameter, spelled as Go's strconv.ParseBool takes it
+    (the CLI's parser); absent is False, anything else an error."""
+    v = query.get(key)
+    if v is None or v == "":
+        return False
+    if v in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if v in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise ValueError(f"invalid value for {key!r}: {v!r}")
+
+
+def _request_payer(request, **kwargs):
+    """botocore's before-sign hook for requester-pays buckets."""
+    request.headers["x-amz-request-payer"] = "requester"
+
+
 def _store_client(scheme, bucket, query, max_requests, make):
     """make()'s client for a store, made once per process and shared by
     every Dataset that reads one output on it with the same query, request
@@ -1270,6 +1288,7 @@ class _Remote:
         q = dict(urllib.parse.parse_qsl(u.query))
         self.url, self.scheme, self.bucket = url, u.scheme, u.netloc
         self._az, self._s3_pp = None, None
+        self.requester_pays = False
         self.prefix = u.path.strip("/") + "/" if u.path.strip("/") else ""
         if u.scheme == "s3":
             try:
@@ -1277,6 +1296,10 @@ class _Remote:
                 from botocore.config import Config
             except ImportError as e:
                 raise RuntimeError("s3:// needs boto3 (pip install ./python[s3], or apt-get install python3-boto3)") from e
+            # requester_pays=true (as the CLI takes it): every request, and
+            # every presigned URL, says the reader pays (a requester-pays
+            # bucket answers 403 otherwise).
+            self.requester_pays = _url_bool(q, "requester_pays")
             endpoint = q.get("endpoint")
             if endpoint and "://" not in endpoint:
                 endpoint = ("http://" if q.get("disable_https") == "true" else "https://") + endpoint
@@ -1298,8 +1321,11 @@ class _Remote:
                 import botocore.session
                 session = botocore.session.get_session()
                 session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-                return boto3.session.Session(botocore_session=session).client(
+                client = boto3.session.Session(botocore_session=session).client(
                     "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+                if self.requester_pays:
+                    client.meta.events.register("before-sign.s3", _request_payer)
+                return client
             def pair():
                 c = _store_client("s3", self.bucket, q, self.max_requests, make)
                 return c, getattr(getattr(c, "_endpoint", None), "http_session", None)
@@ -1486,8 +1512,10 @@ class _Remote:
         with self._signed_lock:
             u = self._signed.get(key)
             if u is None or renew or u[1] < now:
-                url = self._s3.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": key},
-                                                      ExpiresIn=_PRESIGN_SECONDS)
+                params = {"Bucket": self.bucket, "Key": key}
+                if self.requester_pays:
+                    params["RequestPayer"] = "requester"
+                url = self._s3.generate_presigned_url("get_object", Params=params, ExpiresIn=_PRESIGN_SECONDS)
                 u = self._signed[key] = (url, now + _PRESIGN_SECONDS / 2)
             return u[0]
 

@@ -11,6 +11,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	gcaws "gocloud.dev/aws"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/s3blob"
@@ -27,7 +28,9 @@ const StoreConnections = 64
 
 // openS3 opens an s3:// bucket URL (without a path) as gocloud's s3blob URL
 // opener does, with the same query parameters, but with an HTTP client that
-// keeps StoreConnections idle connections per host.
+// keeps StoreConnections idle connections per host, and one more parameter:
+// requester_pays=true sends x-amz-request-payer: requester with every
+// request, which a requester-pays bucket requires.
 func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	q := u.Query()
 	// take removes a non-empty parameter from q and returns it (s3blob's
@@ -84,6 +87,20 @@ func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 				return nil, err
 			}
 			so = append(so, func(o *s3.Options) { o.UsePathStyle = b })
+		}
+	}
+	if v, ok := take("requester_pays"); ok {
+		b, err := bool1("requester_pays", v)
+		if err != nil {
+			return nil, err
+		}
+		if b {
+			// A requester-pays bucket (public datasets often are) answers
+			// 403 to every request without this header: the reader agrees
+			// to pay for the requests and the bytes.
+			so = append(so, func(o *s3.Options) {
+				o.APIOptions = append(o.APIOptions, smithyhttp.AddHeaderValue("x-amz-request-payer", "requester"))
+			})
 		}
 	}
 	cfg, err := gcaws.V2ConfigFromURLParams(ctx, q)

@@ -33,6 +33,8 @@ func TestOpenS3Parameters(t *testing.T) {
 		{"region=us-east-1&ssetype=rot13", `"rot13" is not a valid value for "ssetype"`},
 		{"region=us-east-1&use_path_style=maybe", `invalid value for "use_path_style"`},
 		{"region=us-east-1&disable_https=2x", `invalid value for "disable_https"`},
+		{"region=us-east-1&requester_pays=true", ""},
+		{"region=us-east-1&requester_pays=maybe", `invalid value for "requester_pays"`},
 		{"region=us-east-1&colour=blue", "colour"},
 	} {
 		u, err := url.Parse("s3://bucket?" + c.query)
