@@ -14,9 +14,12 @@ type LeafEst struct {
 	// dict is the dictionary pages' bytes, dictValues their entries,
 	// values the column's values; fixed is the bytes every row group pays
 	// whatever its rows: the dictionary, when it holds under a tenth as
-	// many entries as the values (few distinct values).
-	Dict, Fixed        float64
-	DictValues, Values int64
+	// many entries as the values (few distinct values), or, for a sample
+	// of many row groups (Hive folders), the intercept of its row groups'
+	// bytes against their rows. fixedAll is what the sample's row groups
+	// paid of it in all (Fixed once, or Fixed per row group).
+	Dict, Fixed, FixedAll float64
+	DictValues, Values    int64
 }
 
 // PredictOutput models the output's row groups: rows and slices from the
@@ -59,7 +62,7 @@ func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQ
 	rate := func(l LeafEst, comp bool) float64 {
 		v := l.Uncomp
 		if comp {
-			v = l.Comp - l.Fixed
+			v = l.Comp - l.FixedAll
 		}
 		if l.Query && est.Queries > 0 {
 			return v / float64(est.Queries)
