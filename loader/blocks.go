@@ -443,12 +443,11 @@ func (rc *remote) ensureRun(ctx context.Context, run []cacheObj, pos int, wait b
 		if rc.present(o) {
 			return errRunSplit // the deferred unlocks run first
 		}
-		if !wait {
-			next := rc.nextUseOf(o)
-			if next == never {
-				return errRunSplit // one by one: ensure skips what is not needed
-			}
-			pos = max(pos, next) // evicting nothing needed before any of them
+	}
+	if !wait {
+		var needed bool
+		if pos, needed = rc.prefetchPos(pos, run...); !needed {
+			return errRunSplit // one by one: ensure skips what is not needed
 		}
 	}
 	tmps := make([]string, 0, len(run))

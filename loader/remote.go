@@ -291,13 +291,10 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 		return nil
 	}
 	if !wait {
-		next := rc.nextUseOf(sh)
-		if next == never {
+		var needed bool
+		if pos, needed = rc.prefetchPos(pos, sh); !needed {
 			return nil // the reader went past it while the prefetch waited for room
 		}
-		// Evict nothing needed before it: a prefetch that waited may
-		// find the reader past the windows it was fetching for.
-		pos = max(pos, next)
 	}
 	tmp, err := rc.reserve(ctx, sh.bytes, pos, wait)
 	if err != nil {
@@ -650,14 +647,23 @@ func (rc *remote) spared(f cacheFile, pos int) bool {
 	return rc.mapped[f.name] || rc.nextUse(f.name) <= pos
 }
 
-// nextUseOf is the next window the reader will open that needs o (never:
-// none this epoch). A prefetch that waited for room (the reader fetching
-// what it needed meanwhile) skips what is no longer needed: fetched then,
-// it would be a second download of a file the reader has read and evicted.
-func (rc *remote) nextUseOf(o cacheObj) int {
+// prefetchPos is the window position a prefetch of objs reserves for: pos,
+// or the latest of their next uses if later (a prefetch that waited for
+// room may find the reader past the windows it planned for; it must evict
+// nothing needed before what it fetches). needed is false when the reader
+// will open no window that needs one of them this epoch: fetched then, it
+// would be a second download of a file the reader has read and evicted.
+func (rc *remote) prefetchPos(pos int, objs ...cacheObj) (_ int, needed bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return rc.nextUse(o.name)
+	for _, o := range objs {
+		next := rc.nextUse(o.name)
+		if next == never {
+			return pos, false
+		}
+		pos = max(pos, next)
+	}
+	return pos, true
 }
 
 // finished reports whether the reader has opened a cache file for the

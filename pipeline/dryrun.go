@@ -464,7 +464,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 	}
 	var rgs int
 	var overhead float64
-	var rgRows []float64    // the sample's row groups' rows (queries when packed: query leaves)
+	var rgRows []float64    // the sample's row groups' rows (output rows: queries when packed)
 	var rgBytes [][]float64 // per leaf, each row group's compressed bytes
 	if len(objs) > 0 {
 		otbl, err := source.Open(ctx, objs, nil)
@@ -527,13 +527,14 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 			overhead += float64(f.Obj.Size-data) - 12 - base
 		}
 	}
+	est.RowGroups = rgs
 	if rgs > 0 {
 		est.PerRGOverhead = overhead / float64(rgs)
 	}
 	for i := range est.Leaves {
 		l := &est.Leaves[i]
 		if rgs == 1 && l.Dict > 0 && l.DictValues*10 < l.Values {
-			l.Fixed, l.FixedAll = l.Dict, l.Dict
+			l.Fixed = l.Dict
 		}
 		if rgs >= minFitRowGroups && i < len(rgBytes) && len(rgBytes[i]) == len(rgRows) && !l.Query {
 			// A sample of many small row groups (a Hive output's folders,
@@ -543,7 +544,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 			// The 1,200-folder output of the 1M-row log was estimated at
 			// 143 MiB where 66 MiB were written.
 			if a, _, ok := fitLine(rgRows, rgBytes[i]); ok {
-				l.Fixed, l.FixedAll = a, a*float64(rgs)
+				l.Fixed = a
 			}
 		}
 	}

@@ -112,7 +112,7 @@ func claimOutput(ctx context.Context, out storage.Location, inputs []string, ove
 		}
 	}
 	if len(debris) > 0 {
-		removeEmptyFolders(out, "parquet/")
+		storage.RemoveEmptyDirs(out, "parquet/") // an old Hive layout's emptied folders
 	}
 	if out.Local != "" { // storage.Put's temporary files of a killed write at the root
 		for _, name := range []string{manifests.FileName, report.FileName} { // not the lease's: a racing run may be writing it
@@ -240,7 +240,9 @@ func swapStaged(ctx context.Context, out, stage storage.Location, m *manifests.M
 				}
 			}
 		}
-		removeEmptyFolders(out, "parquet/")
+		// On local disk the old layout's Hive folders, emptied, would
+		// stay beside the new one (another layout: other keys, or flat).
+		storage.RemoveEmptyDirs(out, "parquet/")
 	}
 	var names []string
 	for _, f := range m.Files {
@@ -267,32 +269,6 @@ func swapStaged(ctx context.Context, out, stage storage.Location, m *manifests.M
 		os.Remove(filepath.Join(out.Local, filepath.FromSlash(strings.TrimSuffix(plan.WorkPrefix, "/"))))
 	}
 	return nil
-}
-
-// removeEmptyFolders removes, on a local output, the Hive folders (k=v)
-// under prefix that its old files' removal left empty: fileblob deletes
-// files, not folders, and an overwrite with another layout (other keys, or
-// flat) left the old layout's folders behind, empty, beside the new one.
-// Folders with anything in them, and folders of other names, stay.
-func removeEmptyFolders(out storage.Location, prefix string) {
-	if out.Local == "" {
-		return // object stores have no folders
-	}
-	var prune func(dir string)
-	prune = func(dir string) {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return
-		}
-		for _, e := range ents {
-			if e.IsDir() && strings.Contains(e.Name(), "=") {
-				sub := filepath.Join(dir, e.Name())
-				prune(sub)
-				os.Remove(sub) // fails, as it should, when not empty
-			}
-		}
-	}
-	prune(filepath.Join(out.Local, filepath.FromSlash(prefix)))
 }
 
 // moveObject moves rel from one location to another in the same bucket.

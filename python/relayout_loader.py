@@ -954,17 +954,14 @@ def _forget_stores():
 os.register_at_fork(after_in_child=_forget_stores)
 
 
-def _url_bool(query, key):
-    """A URL's boolean parameter, spelled as Go's strconv.ParseBool takes it
-    (the CLI's parser); absent is False, anything else an error."""
-    v = query.get(key)
-    if v is None or v == "":
-        return False
-    if v in ("1", "t", "T", "true", "TRUE", "True"):
-        return True
-    if v in ("0", "f", "F", "false", "FALSE", "False"):
-        return False
-    raise ValueError(f"invalid value for {key!r}: {v!r}")
+def _url_bool(query, key, what, default="false"):
+    """A URL's boolean query parameter (default when absent), spelled as
+    the CLI takes it (Go's strconv.ParseBool, any case); empty is False,
+    anything else a ValueError naming what (the store URL)."""
+    v = query.get(key, default).strip().lower()
+    if v not in ("1", "t", "true", "0", "f", "false", ""):
+        raise ValueError(f"{what}: {key}={v!r} is not a boolean")
+    return v in ("1", "t", "true")
 
 
 def _request_payer(request, **kwargs):
@@ -1018,10 +1015,7 @@ class _AzureBlobs:
             raise ValueError(f"azblob://{container}: unknown query parameter {unknown[0]!r} (the CLI's are {', '.join(self._PARAMS)})")
 
         def flag(name, var):
-            v = query.get(name, env(var, "false")).strip().lower()
-            if v not in ("1", "t", "true", "0", "f", "false", ""):
-                raise ValueError(f"azblob://{container}: {name}={v!r} is not a boolean")
-            return v in ("1", "t", "true")
+            return _url_bool(query, name, f"azblob://{container}", env(var, "false"))
         self.container, self.max_requests = container, max_requests
         self.account = query.get("storage_account") or env("AZURE_STORAGE_ACCOUNT", "")
         domain = query.get("domain") or env("AZURE_STORAGE_DOMAIN") or "blob.core.windows.net"
@@ -1166,10 +1160,7 @@ class _GCSObjects:
             raise ValueError(f"gs://{bucket}: unknown query parameter {unknown[0]!r} (the CLI's are {', '.join(self._PARAMS)})")
 
         def flag(name):
-            v = query.get(name, "false").strip().lower()
-            if v not in ("1", "t", "true", "0", "f", "false"):
-                raise ValueError(f"gs://{bucket}: {name}={v!r} is not a boolean")
-            return v in ("1", "t", "true")
+            return _url_bool(query, name, f"gs://{bucket}")
         if flag("zonal"):
             raise ValueError(f"gs://{bucket}: zonal=true reads over gRPC, which the Python reader does not speak")
         emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
@@ -1299,7 +1290,7 @@ class _Remote:
             # requester_pays=true (as the CLI takes it): every request, and
             # every presigned URL, says the reader pays (a requester-pays
             # bucket answers 403 otherwise).
-            self.requester_pays = _url_bool(q, "requester_pays")
+            self.requester_pays = _url_bool(q, "requester_pays", f"s3://{self.bucket}")
             endpoint = q.get("endpoint")
             if endpoint and "://" not in endpoint:
                 endpoint = ("http://" if q.get("disable_https") == "true" else "https://") + endpoint
@@ -1628,10 +1619,9 @@ class _Remote:
             if any(self.present(o) for o in run):
                 return "split"
             if not wait:
-                nexts = [self._next_use_of(o) for o in run]
-                if _NEVER in nexts:
+                pos = self._prefetch_pos(pos, run)
+                if pos is None:
                     return "split"  # one by one: ensure skips what is not needed
-                pos = max([pos] + nexts)  # evicting nothing needed before any of them
             tmps = []
             try:
                 for o in run:
@@ -1718,15 +1708,21 @@ class _Remote:
         u = self.uses.get(name)
         return u[0] if u else _NEVER
 
-    def _next_use_of(self, obj):
-        """The next window the reader will open that needs obj (_NEVER: none
-        this epoch). A prefetch that waited for room (the reader fetching
-        what it needed meanwhile) skips what is no longer needed: fetched
-        then, it would be a second download of a file read and evicted
-        already; and it evicts nothing needed before that window (the Go
-        loader's nextUseOf)."""
+    def _prefetch_pos(self, pos, objs):
+        """The window position a prefetch of objs reserves for: pos, or the
+        latest of their next uses if later (a prefetch that waited for room
+        may find the reader past the windows it planned for, and must evict
+        nothing needed before what it fetches); None when the reader opens
+        no window that needs one of them this epoch (fetched then, it would
+        be a second download of a file read and evicted already). The Go
+        loader's prefetchPos."""
         with self.lock:
-            return self._next_use(obj["name"])
+            for o in objs:
+                nxt = self._next_use(o["name"])
+                if nxt == _NEVER:
+                    return None
+                pos = max(pos, nxt)
+        return pos
 
     def _lock_ledger(self):
         """Lock the folder's cache.lock and return it open for its ledger:
@@ -1855,10 +1851,9 @@ class _Remote:
             if self.present(obj):
                 return True
             if not wait:
-                nxt = self._next_use_of(obj)
-                if nxt == _NEVER:
+                pos = self._prefetch_pos(pos, [obj])
+                if pos is None:
                     return True  # the reader went past it while the prefetch waited for room
-                pos = max(pos, nxt)  # evict nothing needed before it
             tmp = self._reserve(obj["bytes"], pos, wait)
             if tmp is None:
                 return False

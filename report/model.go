@@ -16,10 +16,10 @@ type LeafEst struct {
 	// whatever its rows: the dictionary, when it holds under a tenth as
 	// many entries as the values (few distinct values), or, for a sample
 	// of many row groups (Hive folders), the intercept of its row groups'
-	// bytes against their rows. fixedAll is what the sample's row groups
-	// paid of it in all (Fixed once, or Fixed per row group).
-	Dict, Fixed, FixedAll float64
-	DictValues, Values    int64
+	// bytes against their rows. The sample paid it once per row group
+	// (SampleEstimate.RowGroups).
+	Dict, Fixed        float64
+	DictValues, Values int64
 }
 
 // PredictOutput models the output's row groups: rows and slices from the
@@ -62,7 +62,7 @@ func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQ
 	rate := func(l LeafEst, comp bool) float64 {
 		v := l.Uncomp
 		if comp {
-			v = l.Comp - l.FixedAll
+			v = l.Comp - l.Fixed*float64(max(est.RowGroups, 1))
 		}
 		if l.Query && est.Queries > 0 {
 			return v / float64(est.Queries)
@@ -127,6 +127,8 @@ func PredictOutput(hist *partition.Histogram, layout partition.Layout, perSliceQ
 // SampleEstimate is the real pipeline's output for the sample.
 type SampleEstimate struct {
 	Rows, Queries int64
+	// RowGroups is the sample output's row groups.
+	RowGroups int
 	// leaves are the output's leaf columns with their sample bytes.
 	Leaves []LeafEst
 	// footerBase is a footer without row groups; footerPerRG what each row

@@ -43,10 +43,18 @@ func RemovePrefix(ctx context.Context, out Location, rel string) error {
 			return Classify(fmt.Errorf("remove %s: %w", out.URL(k), err))
 		}
 	}
-	if out.Local != "" { // fileblob leaves the emptied folders
+	RemoveEmptyDirs(out, rel)
+	return nil
+}
+
+// RemoveEmptyDirs removes, on a local location, the folder rel and the
+// folders under it that are empty (fileblob deletes files, not the folders
+// they emptied; an object store has no folders). Folders with anything in
+// them stay.
+func RemoveEmptyDirs(out Location, rel string) {
+	if out.Local != "" {
 		removeEmptyDirs(filepath.Join(out.Local, filepath.FromSlash(out.Key(rel))))
 	}
-	return nil
 }
 
 // removeEmptyDirs removes dir and the folders under it that are empty.
