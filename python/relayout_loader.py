@@ -1291,15 +1291,22 @@ class _Remote:
             # every presigned URL, says the reader pays (a requester-pays
             # bucket answers 403 otherwise).
             self.requester_pays = _url_bool(q, "requester_pays", f"s3://{self.bucket}")
+            # Booleans as the CLI parses them (any case, 1/t/true): a URL
+            # spelled use_path_style=1 addressed the bucket by host name
+            # here and by path in the CLI.
+            store = f"s3://{self.bucket}"
+            path_style = _url_bool(q, "use_path_style", store)
+            if "s3ForcePathStyle" in q:  # the CLI's older name, which wins there too
+                path_style = _url_bool(q, "s3ForcePathStyle", store)
             endpoint = q.get("endpoint")
             if endpoint and "://" not in endpoint:
-                endpoint = ("http://" if q.get("disable_https") == "true" else "https://") + endpoint
+                endpoint = ("http://" if _url_bool(q, "disable_https", store) else "https://") + endpoint
             # SigV4 for presigned URLs too (_signed_get): botocore presigns
             # with SigV2 in some regions otherwise, which buckets made since
             # 2020 refuse.
             kw = dict(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=self.max_requests,
                       signature_version="s3v4",
-                      s3={"addressing_style": "path" if q.get("use_path_style") == "true" else "auto"})
+                      s3={"addressing_style": "path" if path_style else "auto"})
             try:  # newer botocore checksums every request unless told; older ones know neither option
                 cfg = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required", **kw)
             except TypeError:

@@ -257,6 +257,43 @@ class PrefetchTest(unittest.TestCase):
         self.assertEqual((rc.present(o), rc.present(p)), (True, False))
 
 
+class S3URLTest(unittest.TestCase):
+    def test_booleans_as_the_cli_takes_them(self):
+        """use_path_style, s3ForcePathStyle and disable_https are read as the
+        CLI reads them (Go's strconv.ParseBool, any case): 1 and True
+        address the bucket by path, as the CLI does (only the literal
+        "true" did before); a value that is no boolean is an error naming
+        it. Making the client opens no connection."""
+        import importlib.util
+        import tempfile
+        if importlib.util.find_spec("boto3") is None:
+            if os.environ.get("RELAYOUT_REQUIRE_PEERS"):
+                self.fail("boto3 is missing (python3-boto3)")
+            self.skipTest("needs boto3 (python3-boto3)")
+        cache = tempfile.mkdtemp()
+
+        def client(query):
+            rc = rl._Remote("s3://bkt/out/?region=us-east-1&" + query, cache, 1 << 20, 1)
+            return rc._s3_client()[0]
+
+        for q, style, scheme in [
+            ("endpoint=store.invalid:9000&use_path_style=true", "path", "https"),
+            ("endpoint=store.invalid:9000&use_path_style=1&disable_https=True", "path", "http"),
+            ("endpoint=store.invalid:9000&use_path_style=T&disable_https=1", "path", "http"),
+            ("endpoint=store.invalid:9000&s3ForcePathStyle=TRUE", "path", "https"),
+            ("endpoint=store.invalid:9000&use_path_style=true&s3ForcePathStyle=false", "auto", "https"),
+            ("endpoint=store.invalid:9000&use_path_style=0&disable_https=false", "auto", "https"),
+            ("endpoint=store.invalid:9000", "auto", "https"),
+        ]:
+            c = client(q)
+            self.assertEqual(c.meta.config.s3["addressing_style"], style, q)
+            self.assertTrue(c.meta.endpoint_url.startswith(scheme + "://store.invalid"), (q, c.meta.endpoint_url))
+        for q, key in [("use_path_style=yes", "use_path_style"), ("disable_https=on&endpoint=h:1", "disable_https"),
+                       ("s3ForcePathStyle=2", "s3ForcePathStyle")]:
+            with self.assertRaisesRegex(ValueError, key):
+                client(q)
+
+
 class CheckTensorsTest(unittest.TestCase):
     """check_tensors refuses counts that do not add up before anything is
     sized by them (TestManifestEditSweep does the same for the Go loader
