@@ -262,6 +262,9 @@ type partitionReader struct {
 	keys plan.Keys
 	task int
 	prof *tensors.Profile // the map tasks' merged profile: every input row
+	// parallel, when set, replaces --parallel for this partition's writer
+	// (run writing several small partitions at once).
+	parallel int
 }
 
 // openPartition checks that the plan's units fit this task's memory
@@ -428,8 +431,12 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	}
 	task, tbl, keys := pr.task, pr.tbl, pr.keys
 	pp := lp.Partitions[task]
+	parallel := lp.opts.Parallel
+	if pr.parallel > 0 {
+		parallel = pr.parallel
+	}
 	wopts := writer.ParquetOptions{
-		Sample: sample, Parallel: lp.opts.Parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
+		Sample: sample, Parallel: parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
 		SortingColumns: append(append([]string{}, lp.opts.SliceKeys...), lp.opts.SortKeys...),
 		Metadata:       [][2]string{{"relayout.version", version.Version}, {"relayout.config_hash", lp.ConfigHash}},
 		CreatedBy:      "relayout version " + version.Version,
@@ -481,7 +488,7 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	}
 	var fp fingerprint.Sum
 	if err := pr.Each(ctx, func(src *partition.UnitRows, un partition.Unit) error {
-		return partition.WriteUnit(ctx, tbl.Schema, src, un, max(lp.opts.Parallel-1, 1), &fp, progressSink{sink, lp.opts.Progress})
+		return partition.WriteUnit(ctx, tbl.Schema, src, un, max(parallel-1, 1), &fp, progressSink{sink, lp.opts.Progress})
 	}); err != nil {
 		sink.Abort()
 		return nil, err

@@ -145,6 +145,10 @@ type RunOptions struct {
 	// overstate them), so its row groups hold as many rows as the run's.
 	sample   bool
 	sampleOf *plan.Sizes
+	// onPartition, when set (tests), is told of each partition run writes
+	// as it starts: its index, how many are being written (it included),
+	// their rows, and the rows several may hold together.
+	onPartition func(j, writing int, rows, limit int64)
 	// hive is the resolved partitioning of the input (hive.Partitioning's
 	// Spec), set when the inputs are opened; it is part of the config.
 	hive string

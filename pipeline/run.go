@@ -325,21 +325,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 	// 4. Reduce: each partition's files and shards, in order.
 	opts.Progress.Start("write", tbl.Rows)
-	var reduces []*TaskManifest
-	files := 0
-	for j, pp := range p.Partitions {
-		pr := reader(j)
-		if p.Packing != nil && len(pp.Files) == 0 {
-			pr = nil // a query covers the whole range: no file
-		}
-		d, err := lp.writePartition(ctx, pr, det, ks.Sample)
-		if err != nil {
-			return nil, err
-		}
-		reduces = append(reduces, d)
-		if files += len(d.Files); opts.FailAfterFiles > 0 && files >= opts.FailAfterFiles && j < len(p.Partitions)-1 {
-			return nil, errs.TransientErr(fmt.Errorf("injected failure after %d files", files))
-		}
+	reduces, err := lp.writePartitions(ctx, reader, sorted != nil, det, ks.Sample)
+	if err != nil {
+		return nil, err
 	}
 	opts.Progress.Finish()
 	rep.AddStage("write", t1)
@@ -449,3 +437,113 @@ func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.S
 // most 64 MiB (the default 2 GiB limit's floor; 16 MiB at --memory-limit
 // 128MiB). See internal/gcfloor.
 func gcFloor(limit int64) int64 { return min(limit/8, 64<<20) }
+
+// smallShare: a small partition holds at most 1/(smallShare x --parallel)
+// of a row group (writePartitions).
+const smallShare = 4
+
+// writePartitions writes the plan's partitions (a file each) in order and
+// returns their task manifests in order.
+//
+// Small partitions are written several at once. A Hive output of many
+// folders is a partition per folder, each a small file whose writing is
+// mostly per-file costs (opening the blob, setting up column writers,
+// compressing small pages, the footer); written one at a time, such a run
+// kept about one core busy. A partition is small when its rows are at most
+// a quarter of a row group's (the writer memory the plan budgets; when the
+// run spills, of a unit's if fewer, as its rows are read back into memory)
+// divided by --parallel. At most --parallel of them run at once, their
+// rows together within a quarter of that row group, each writer on one
+// goroutine (and one gathering). A larger partition waits for those in
+// flight and runs alone on every goroutine, as before (measured:
+// partitions of 150,000 rows, a sixth of the 1M-row log each, wrote no
+// faster two at a time, with 40 MB more peak RSS).
+//
+// Each partition's files depend only on its rows, so the output is the
+// same bytes whatever runs at once. Results are taken in partition order:
+// the first error in that order is the one returned (the partitions still
+// in flight are cancelled and abort their sinks), and --fail-after-files
+// counts files in that order.
+func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *partitionReader, inMemory bool, det dedupe.Detection, sample arrow.RecordBatch) ([]*TaskManifest, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	k := max(lp.opts.Parallel, 1)
+	most := lp.Layout.TargetRows
+	if !inMemory {
+		most = min(most, lp.UnitRows) // a spilled partition's units are read into memory
+	}
+	small := func(pp plan.Partition) bool {
+		return k > 1 && pp.Rows <= most/int64(smallShare*k)
+	}
+	type result struct {
+		j    int
+		rows int64
+		d    *TaskManifest
+		err  error
+		done chan struct{}
+	}
+	var (
+		window  []*result // started, not yet taken, in order
+		rows    int64     // theirs
+		reduces []*TaskManifest
+		files   int
+	)
+	n := len(lp.Partitions)
+	take := func() error { // the oldest in flight
+		r := window[0]
+		window = window[1:]
+		<-r.done
+		rows -= r.rows
+		if r.err != nil {
+			return r.err
+		}
+		reduces = append(reduces, r.d)
+		if files += len(r.d.Files); lp.opts.FailAfterFiles > 0 && files >= lp.opts.FailAfterFiles && r.j < n-1 {
+			return errs.TransientErr(fmt.Errorf("injected failure after %d files", files))
+		}
+		return nil
+	}
+	fail := func(err error) ([]*TaskManifest, error) {
+		cancel()
+		for _, r := range window {
+			<-r.done // each aborts its own sink
+		}
+		return nil, err
+	}
+	for j, pp := range lp.Partitions {
+		var pr *partitionReader
+		if lp.Packing == nil || len(pp.Files) > 0 {
+			pr = reader(j) // else a query covers the whole range: no file
+		}
+		alone := pr == nil || !small(pp)
+		for len(window) > 0 && (alone || len(window) >= k) {
+			if err := take(); err != nil {
+				return fail(err)
+			}
+		}
+		r := &result{j: j, rows: pp.Rows, done: make(chan struct{})}
+		window = append(window, r)
+		if rows += pp.Rows; lp.opts.onPartition != nil {
+			lp.opts.onPartition(j, len(window), rows, most/smallShare)
+		}
+		if alone {
+			r.d, r.err = lp.writePartition(ctx, pr, det, sample)
+			close(r.done)
+			if err := take(); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		pr.parallel, pr.Parallel = 1, 1
+		go func() {
+			defer close(r.done)
+			r.d, r.err = lp.writePartition(ctx, pr, det, sample)
+		}()
+	}
+	for len(window) > 0 {
+		if err := take(); err != nil {
+			return fail(err)
+		}
+	}
+	return reduces, nil
+}

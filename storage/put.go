@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"gocloud.dev/blob"
@@ -299,6 +300,16 @@ func Retry(ctx context.Context, fn func() error) error {
 	return err
 }
 
+// copyBufs are HashObject's read buffers. Through io.Copy a blob.Reader
+// copied itself with a new 1 MiB buffer per object, allocated and cleared
+// for each of a Hive output's small files (0.17 CPU-s of a run writing
+// 1,200 files of 55 KB).
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// readerOnly hides a reader's WriteTo, so io.CopyBuffer uses the buffer
+// it is given.
+type readerOnly struct{ io.Reader }
+
 // HashObject streams the object rel under loc through a new hash (from
 // newHash) and returns its length; a body cut short is retried from the
 // start.
@@ -316,7 +327,10 @@ func HashObject[H interface {
 			return Classify(fmt.Errorf("read %s: %w", loc.URL(rel), err))
 		}
 		defer rd.Close()
-		if n, err = io.Copy(h, rd); err != nil {
+		buf := copyBufs.Get().(*[]byte)
+		n, err = io.CopyBuffer(h, readerOnly{rd}, *buf)
+		copyBufs.Put(buf)
+		if err != nil {
 			return errs.TransientErr(fmt.Errorf("read %s: %w", loc.URL(rel), err))
 		}
 		if size := rd.Size(); size >= 0 && n != size {
