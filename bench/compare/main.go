@@ -82,7 +82,7 @@ func median(ms []measure) measure {
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY
 // names (compare, pack, dryrun, dist, keypass, scaleout, tensors, remote,
-// dataset, scale, smallfiles, s3input, memcap).
+// dataset, scale, smallfiles, hiveout, s3input, memcap).
 func run(section string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || only == section
@@ -348,6 +348,10 @@ func main() {
 	// 8. The memory ceiling, free and in a memory cgroup (memcap.go).
 	if run("smallfiles") && os.Getenv("BENCH_SKIP_SMALLFILES") == "" {
 		smallFilesBench(dir, reps, res)
+	}
+
+	if run("hiveout") && os.Getenv("BENCH_SKIP_HIVEOUT") == "" {
+		hiveOutBench(dir, in, reps, res)
 	}
 
 	if run("s3input") && os.Getenv("BENCH_SKIP_S3INPUT") == "" {

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// hiveOutBench measures Hive-partitioned outputs of the bench input:
+// `relayout run --output-partitioning hive` with folders of country and
+// date (1,200 small files, --force-folders) and of country alone (40),
+// against the flat run and DuckDB's partitioned COPY of the same sorted
+// rows (PARTITION_BY, zstd), in a rotating order, medians of reps.
+// (nodejs-polars 0.25 writes no partitioned Parquet.)
+func hiveOutBench(dir, in string, reps int, res map[string]any) {
+	type job struct {
+		name string
+		args []string // relayout's, or DuckDB's PARTITION_BY columns
+		duck bool
+	}
+	jobs := []job{
+		{"relayout flat", nil, false},
+		{"relayout hive country/date", []string{"--output-partitioning", "hive", "--force-folders"}, false},
+		{"relayout hive country", []string{"--output-partitioning", "hive", "--hive-keys", "1"}, false},
+		{"duckdb country/date", []string{"country", "date"}, true},
+		{"duckdb country", []string{"country"}, true},
+	}
+	ms := make([][]measure, len(jobs))
+	outs := make([]string, len(jobs))
+	var cmds []func()
+	for i, j := range jobs {
+		outs[i] = filepath.Join(dir, "hiveout-"+strings.NewReplacer(" ", "-", "/", "-").Replace(j.name))
+		cmds = append(cmds, func() {
+			var m measure
+			if j.duck {
+				os.RemoveAll(outs[i])
+				m, _ = timed("node", "tools/node/duckdb.mjs", "--threads", "2",
+					fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (%s))",
+						in, outs[i], strings.Join(j.args, ", ")))
+			} else {
+				m, _ = timed("bin/relayout", append([]string{"run", "--quiet", "--overwrite", "--input", in, "--output", outs[i], "--slice-keys", "country,date"}, j.args...)...)
+			}
+			ms[i] = append(ms[i], m)
+		})
+	}
+	rotated(reps, cmds...)
+	fmt.Printf("\n== Hive-partitioned output of %s: relayout vs its flat run and DuckDB's PARTITION_BY COPY (zstd), median of %d\n", filepath.Base(in), reps)
+	fmt.Printf("%-28s %8s %8s %12s %12s %10s\n", "", "files", "seconds", "CPU seconds", "peak RSS MB", "output MB")
+	out := map[string]any{}
+	for i, j := range jobs {
+		m := median(ms[i])
+		files, bytes := treeParquet(outs[i])
+		fmt.Printf("%-28s %8d %8.2f %12.2f %12.0f %10.1f\n", j.name, files, m.Seconds, m.CPU, float64(m.RSS)/1e6, float64(bytes)/1e6)
+		out[j.name] = map[string]any{"files": files, "bytes": bytes, "run": m}
+	}
+	res["hive_output"] = out
+}
+
+// treeParquet counts the Parquet files under dir and their bytes.
+func treeParquet(dir string) (files int, bytes int64) {
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() && strings.HasSuffix(p, ".parquet") {
+			files++
+			bytes += fi.Size()
+		}
+		return nil
+	})
+	return files, bytes
+}
