@@ -237,7 +237,8 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 			work *= rebinWork
 		}
 	}
-	res.Seconds = work/(parallelEfficiency*float64(min(opts.Parallel, 8))) + float64(rep.Output.ParquetFiles)*secondsPerFile
+	cores := float64(min(opts.Parallel, 8))
+	res.Seconds = work/(parallelEfficiency*cores) + float64(rep.Output.ParquetFiles)*secondsPerFile*(fileSerial+(1-fileSerial)/cores)
 	rep.Resources = res
 	rep.Units = len(mp.Units)
 
@@ -286,11 +287,15 @@ const (
 	spillWork               = 1.45
 	rebinWork               = 1.15 // the second pass of a two-pass shuffle: 15-16% of the run at 4x and 16x
 	parallelEfficiency      = 0.9
-	// secondsPerFile is what each output file adds, whatever its rows (its
-	// writers, footer, page index, manifest entry and check), at any
-	// --parallel: a Hive output of 1,739 folders from 20,000 rows took
-	// 8.2-8.5 s at --parallel 1 and 2, against 0.05 s for the rows.
+	// secondsPerFile is what each output file adds at --parallel 1,
+	// whatever its rows (its writers, footer, page index, manifest entry
+	// and check): a Hive output of 1,739 folders from 20,000 rows took
+	// 8.2-8.5 s, against 0.05 s for the rows. fileSerial is the share of it
+	// that more goroutines do not shorten, now that small files are
+	// written several at once (pipeline.writePartitions): 1,742 folders
+	// took 6.3-6.4 s at --parallel 1 and 4.1 s at 2 (2026-12-06).
 	secondsPerFile = 4.5e-3
+	fileSerial     = 0.3
 )
 
 // queryScan is the exact query counts.
