@@ -95,6 +95,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			gc = gcfloor.Start(30, gcFloor(opts.MemoryLimit))
 			defer gc.Stop()
 		}
+		// Idle zstd encoders (about 2.5 MiB each) kept through the
+		// collections this limit makes frequent: one per 256 MiB of it, up
+		// to one per goroutine (none at 128 MiB, where their memory is
+		// the unit's).
+		defer writer.KeepIdleEncoders(writer.KeepIdleEncoders(min(max(opts.Parallel, 1), int(opts.MemoryLimit/(256<<20)))))
 	}
 	tbl, keys, in, counts, err := openTable(ctx, &opts)
 	if err != nil {

@@ -1,7 +1,6 @@
 package writer
 
 import (
-	"runtime"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/parquet/compress"
@@ -25,39 +24,71 @@ type smallWindowZstd struct {
 	compress.Codec // arrow-go's codec: decoding, streams, bounds
 }
 
-// zstdFree keeps idle encoders per level (zstd.EncoderLevel -> chan):
-// not a sync.Pool, which the collector empties every other cycle. A run
-// near its --memory-limit collects often, so pooled encoders kept being
-// dropped and made again, each with fresh hash tables whose first touches
-// were page faults: zstd took 1.74 CPU-s of a spilling 1,200-file Hive
-// run against 1.0 in memory (that run: 9.5-10.2 s before, 8.1-9.2 s
-// after).
-var zstdFree sync.Map
+// Idle encoders, per level. Up to KeepIdleEncoders of them are kept in a
+// free list; the rest go to a sync.Pool, which the collector empties every
+// other cycle. A run near its --memory-limit collects often, and pooled
+// encoders kept being dropped and made again, each with fresh hash tables
+// whose first touches were page faults: zstd took 1.74 CPU-s of a spilling
+// 1,200-file Hive run at --memory-limit 1GiB against 1.0 in memory (that
+// run: 9.5-10.2 s before, 8.1-9.2 s with them kept). An idle encoder holds
+// about 2.5 MiB (after 1 MiB pages, at the default level), so a run keeps
+// them only where its limit has room (pipeline.Run: one per 256 MiB).
+var (
+	idleMu    sync.Mutex
+	idleKeep  int
+	idle      = map[zstd.EncoderLevel][]*zstd.Encoder{}
+	zstdPools sync.Map // zstd.EncoderLevel -> *sync.Pool
+)
 
-// zstdKept bounds the idle encoders kept per level: one per core, as many
-// as compress at once. Twice that added 12 MB to the peak RSS of a flat
-// run at --memory-limit 128MiB; one per core adds about 2 MB.
-var zstdKept = runtime.GOMAXPROCS(0)
+// KeepIdleEncoders sets how many idle zstd encoders per level are kept
+// through garbage collections (0, the default: none, all pooled) and
+// returns the previous setting. Those beyond n are released.
+func KeepIdleEncoders(n int) int {
+	idleMu.Lock()
+	defer idleMu.Unlock()
+	prev := idleKeep
+	idleKeep = max(n, 0)
+	for l, list := range idle {
+		if len(list) > idleKeep {
+			clear(list[idleKeep:])
+			idle[l] = list[:idleKeep]
+		}
+	}
+	return prev
+}
+
+func pool(level zstd.EncoderLevel) *sync.Pool {
+	p, _ := zstdPools.LoadOrStore(level, &sync.Pool{New: func() any {
+		enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
+			zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
+			zstd.WithLowerEncoderMem(true))
+		return enc
+	}})
+	return p.(*sync.Pool)
+}
 
 func encoder(level zstd.EncoderLevel) *zstd.Encoder {
-	c, _ := zstdFree.LoadOrStore(level, make(chan *zstd.Encoder, zstdKept))
-	select {
-	case enc := <-c.(chan *zstd.Encoder):
+	idleMu.Lock()
+	if list := idle[level]; len(list) > 0 {
+		enc := list[len(list)-1]
+		list[len(list)-1] = nil
+		idle[level] = list[:len(list)-1]
+		idleMu.Unlock()
 		return enc
-	default:
 	}
-	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
-		zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
-		zstd.WithLowerEncoderMem(true))
-	return enc
+	idleMu.Unlock()
+	return pool(level).Get().(*zstd.Encoder)
 }
 
 func release(level zstd.EncoderLevel, enc *zstd.Encoder) {
-	c, _ := zstdFree.Load(level)
-	select {
-	case c.(chan *zstd.Encoder) <- enc:
-	default: // enough kept
+	idleMu.Lock()
+	if len(idle[level]) < idleKeep {
+		idle[level] = append(idle[level], enc)
+		idleMu.Unlock()
+		return
 	}
+	idleMu.Unlock()
+	pool(level).Put(enc)
 }
 
 func (z smallWindowZstd) Encode(dst, src []byte) []byte {

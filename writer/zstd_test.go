@@ -8,37 +8,41 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// TestIdleEncodersOutliveCollections: released zstd encoders are used
-// again after garbage collections (a sync.Pool dropped them every other
-// cycle, and a run near its memory limit collects often: each new encoder
-// paid for fresh hash tables), at most zstdKept of them per level are
-// kept, and an encoder used again compresses as a new one does.
+// TestIdleEncodersOutliveCollections: with KeepIdleEncoders(n), n released
+// zstd encoders per level are used again after garbage collections (a
+// sync.Pool drops them every other cycle, and a run near its memory limit
+// collects often: each new encoder paid for fresh hash tables), no more
+// than n are kept, lowering n releases the rest, and an encoder used again
+// compresses as a new one does.
 func TestIdleEncodersOutliveCollections(t *testing.T) {
 	const level = zstd.SpeedBestCompression // a level nothing else in the package uses
-	held := make([]*zstd.Encoder, zstdKept+3)
-	for i := range held {
-		held[i] = encoder(level)
-	}
-	for _, e := range held {
-		release(level, e)
-	}
-	runtime.GC()
-	runtime.GC()
-	runtime.GC()
-	seen := map[*zstd.Encoder]bool{}
-	for _, e := range held {
-		seen[e] = true
-	}
-	again := make([]*zstd.Encoder, zstdKept+1)
-	reused := 0
-	for i := range again {
-		again[i] = encoder(level)
-		if seen[again[i]] {
-			reused++
+	const keep = 3
+	prev := KeepIdleEncoders(keep)
+	defer KeepIdleEncoders(prev)
+	cycle := func(n int) (reused int, again []*zstd.Encoder) {
+		held := make([]*zstd.Encoder, n)
+		seen := map[*zstd.Encoder]bool{}
+		for i := range held {
+			held[i] = encoder(level)
+			seen[held[i]] = true
 		}
+		for _, e := range held {
+			release(level, e)
+		}
+		runtime.GC()
+		runtime.GC()
+		runtime.GC()
+		again = make([]*zstd.Encoder, n)
+		for i := range again {
+			if again[i] = encoder(level); seen[again[i]] {
+				reused++
+			}
+		}
+		return reused, again
 	}
-	if reused != zstdKept {
-		t.Fatalf("after three collections %d of %d idle encoders were used again, want %d (kept per level)", reused, len(held), zstdKept)
+	reused, again := cycle(keep + 2)
+	if reused != keep {
+		t.Fatalf("after three collections %d of %d idle encoders were used again, want %d (kept)", reused, keep+2, keep)
 	}
 	src := bytes.Repeat([]byte("a page of column values, "), 400)
 	fresh, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
@@ -50,5 +54,16 @@ func TestIdleEncodersOutliveCollections(t *testing.T) {
 			t.Fatal("an encoder used again compressed otherwise than a new one")
 		}
 		release(level, e)
+	}
+	KeepIdleEncoders(1)
+	idleMu.Lock()
+	n := len(idle[level])
+	idleMu.Unlock()
+	if n != 1 {
+		t.Fatalf("KeepIdleEncoders(1) left %d idle encoders kept", n)
+	}
+	KeepIdleEncoders(0)
+	if reused, _ := cycle(2); reused != 0 {
+		t.Fatalf("with none kept, %d encoders outlived three collections (a sync.Pool's)", reused)
 	}
 }
