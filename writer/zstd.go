@@ -58,6 +58,9 @@ func KeepIdleEncoders(n int) int {
 }
 
 func pool(level zstd.EncoderLevel) *sync.Pool {
+	if p, ok := zstdPools.Load(level); ok {
+		return p.(*sync.Pool)
+	}
 	p, _ := zstdPools.LoadOrStore(level, &sync.Pool{New: func() any {
 		enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
 			zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
