@@ -259,9 +259,6 @@ func mergeRanges(ranges [][2]int64) (reqs [][2]int64, at []int64) {
 	return reqs, at
 }
 
-// copyBufs are the buffers downloads copy through.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-
 func (rc *remote) path(o cacheObj) string { return filepath.Join(rc.dir, o.name) }
 
 func (rc *remote) present(o cacheObj) bool {
@@ -347,11 +344,9 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 			return storage.Classify(fmt.Errorf("read %s: %w", url, err))
 		}
 		defer rd.Close()
-		// Not rd's WriteTo: it allocates (and clears) a large buffer per
-		// call, which a block's many small ranges pay for over and over.
-		buf := copyBufs.Get().(*[]byte)
-		defer copyBufs.Put(buf)
-		got, err := io.CopyBuffer(w, struct{ io.Reader }{rd}, *buf)
+		// Not rd's WriteTo, which allocates a large buffer per call: a
+		// block's many small ranges would pay for it over and over.
+		got, err := storage.Copy(w, rd)
 		if err != nil {
 			return errs.TransientErr(fmt.Errorf("read %s: %w", url, err))
 		}

@@ -431,7 +431,8 @@ type Reader struct {
 	// and each partition is a range of it.
 	Start, Rows int64
 	Sorted      *UnitRows
-	// Parallel is how many map tasks' segments of a unit are read at once.
+	// Parallel is how many map tasks' segments of a unit are read at once
+	// (and, in pipeline, how many goroutines write the partition).
 	Parallel int
 }
 

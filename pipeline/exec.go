@@ -262,9 +262,6 @@ type partitionReader struct {
 	keys plan.Keys
 	task int
 	prof *tensors.Profile // the map tasks' merged profile: every input row
-	// parallel, when set, replaces --parallel for this partition's writer
-	// (run writing several small partitions at once).
-	parallel int
 }
 
 // openPartition checks that the plan's units fit this task's memory
@@ -431,10 +428,7 @@ func (lp *loadedPlan) writePartition(ctx context.Context, pr *partitionReader, d
 	}
 	task, tbl, keys := pr.task, pr.tbl, pr.keys
 	pp := lp.Partitions[task]
-	parallel := lp.opts.Parallel
-	if pr.parallel > 0 {
-		parallel = pr.parallel
-	}
+	parallel := pr.Parallel // --parallel, or 1 for one of several small partitions at once (writePartitions)
 	wopts := writer.ParquetOptions{
 		Sample: sample, Parallel: parallel, ZstdLevel: lp.opts.ZstdLevel, PageBytes: lp.opts.PageBytes,
 		SortingColumns: append(append([]string{}, lp.opts.SliceKeys...), lp.opts.SortKeys...),

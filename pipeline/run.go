@@ -482,14 +482,12 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 	}
 	type result struct {
 		j    int
-		rows int64
 		d    *TaskManifest
 		err  error
 		done chan struct{}
 	}
 	var (
 		window  []*result // started, not yet taken, in order
-		rows    int64     // theirs
 		reduces []*TaskManifest
 		files   int
 	)
@@ -498,7 +496,6 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 		r := window[0]
 		window = window[1:]
 		<-r.done
-		rows -= r.rows
 		if r.err != nil {
 			return r.err
 		}
@@ -526,9 +523,13 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 				return fail(err)
 			}
 		}
-		r := &result{j: j, rows: pp.Rows, done: make(chan struct{})}
+		r := &result{j: j, done: make(chan struct{})}
 		window = append(window, r)
-		if rows += pp.Rows; lp.opts.onPartition != nil {
+		if lp.opts.onPartition != nil {
+			var rows int64
+			for _, w := range window {
+				rows += lp.Partitions[w.j].Rows
+			}
 			lp.opts.onPartition(j, len(window), rows, most/smallShare)
 		}
 		if alone {
@@ -539,7 +540,7 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 			}
 			continue
 		}
-		pr.parallel, pr.Parallel = 1, 1
+		pr.Parallel = 1 // its segment reads and its writer
 		go func() {
 			defer close(r.done)
 			r.d, r.err = lp.writePartition(ctx, pr, det, sample)

@@ -1290,11 +1290,11 @@ class _Remote:
             # requester_pays=true (as the CLI takes it): every request, and
             # every presigned URL, says the reader pays (a requester-pays
             # bucket answers 403 otherwise).
-            self.requester_pays = _url_bool(q, "requester_pays", f"s3://{self.bucket}")
+            store = f"s3://{self.bucket}"
+            self.requester_pays = _url_bool(q, "requester_pays", store)
             # Booleans as the CLI parses them (any case, 1/t/true): a URL
             # spelled use_path_style=1 addressed the bucket by host name
             # here and by path in the CLI.
-            store = f"s3://{self.bucket}"
             path_style = _url_bool(q, "use_path_style", store)
             if "s3ForcePathStyle" in q:  # the CLI's older name, which wins there too
                 path_style = _url_bool(q, "s3ForcePathStyle", store)

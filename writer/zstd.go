@@ -2,9 +2,12 @@ package writer
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/relayout/relayout/internal/par"
 )
 
 // arrow-go's zstd codec pools encoders with zstd's default window (8 MiB at
@@ -24,8 +27,8 @@ type smallWindowZstd struct {
 	compress.Codec // arrow-go's codec: decoding, streams, bounds
 }
 
-// Idle encoders, per level. Up to KeepIdleEncoders of them are kept in a
-// free list; the rest go to a sync.Pool, which the collector empties every
+// Idle encoders, per level. Up to KeepIdleEncoders of them are kept on a
+// par.FreeList; the rest go to a sync.Pool, which the collector empties every
 // other cycle. A run near its --memory-limit collects often, and pooled
 // encoders kept being dropped and made again, each with fresh hash tables
 // whose first touches were page faults: zstd took 1.74 CPU-s of a spilling
@@ -34,27 +37,21 @@ type smallWindowZstd struct {
 // about 2.5 MiB (after 1 MiB pages, at the default level), so a run keeps
 // them only where its limit has room (pipeline.Run: one per 256 MiB).
 var (
-	idleMu    sync.Mutex
-	idleKeep  int
-	idle      = map[zstd.EncoderLevel][]*zstd.Encoder{}
-	zstdPools sync.Map // zstd.EncoderLevel -> *sync.Pool
+	idleKeep  atomic.Int64
+	idle      [zstd.SpeedBestCompression + 1]par.FreeList[*zstd.Encoder] // by level
+	zstdPools sync.Map                                                   // zstd.EncoderLevel -> *sync.Pool
 )
 
 // KeepIdleEncoders sets how many idle zstd encoders per level are kept
 // through garbage collections (0, the default: none, all pooled) and
 // returns the previous setting. Those beyond n are released.
 func KeepIdleEncoders(n int) int {
-	idleMu.Lock()
-	defer idleMu.Unlock()
-	prev := idleKeep
-	idleKeep = max(n, 0)
-	for l, list := range idle {
-		if len(list) > idleKeep {
-			clear(list[idleKeep:])
-			idle[l] = list[:idleKeep]
-		}
+	n = max(n, 0)
+	prev := idleKeep.Swap(int64(n))
+	for i := range idle {
+		idle[i].Trim(n)
 	}
-	return prev
+	return int(prev)
 }
 
 func pool(level zstd.EncoderLevel) *sync.Pool {
@@ -71,26 +68,18 @@ func pool(level zstd.EncoderLevel) *sync.Pool {
 }
 
 func encoder(level zstd.EncoderLevel) *zstd.Encoder {
-	idleMu.Lock()
-	if list := idle[level]; len(list) > 0 {
-		enc := list[len(list)-1]
-		list[len(list)-1] = nil
-		idle[level] = list[:len(list)-1]
-		idleMu.Unlock()
-		return enc
+	if int(level) < len(idle) {
+		if enc, ok := idle[level].Get(); ok {
+			return enc
+		}
 	}
-	idleMu.Unlock()
 	return pool(level).Get().(*zstd.Encoder)
 }
 
 func release(level zstd.EncoderLevel, enc *zstd.Encoder) {
-	idleMu.Lock()
-	if len(idle[level]) < idleKeep {
-		idle[level] = append(idle[level], enc)
-		idleMu.Unlock()
+	if int(level) < len(idle) && idle[level].PutUpTo(enc, int(idleKeep.Load())) {
 		return
 	}
-	idleMu.Unlock()
 	pool(level).Put(enc)
 }
 

@@ -29,6 +29,29 @@ func (l *FreeList[T]) Put(v T) {
 	l.mu.Unlock()
 }
 
+// PutUpTo keeps v for a later Get when fewer than n values are kept, and
+// reports whether it did (a list bounded by its caller: the values beyond
+// go elsewhere or to the collector).
+func (l *FreeList[T]) PutUpTo(v T, n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) >= n {
+		return false
+	}
+	l.free = append(l.free, v)
+	return true
+}
+
+// Trim drops the kept values beyond the first n.
+func (l *FreeList[T]) Trim(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n = max(n, 0); len(l.free) > n {
+		clear(l.free[n:])
+		l.free = l.free[:n]
+	}
+}
+
 // Clear drops every kept value.
 func (l *FreeList[T]) Clear() {
 	l.mu.Lock()
