@@ -173,28 +173,40 @@ func rowString(rec arrow.RecordBatch, i int) string {
 // TestProbeDecidesAsTheFullScan: whatever the number of rows probed one by
 // one before a column is hashed whole (none, some, all), and however the
 // rows are batched (in key order, or out of order with ord naming the key
-// order, as a sorted unit hands them over), detection finds the same
-// columns and the same conflicts. It failed when the full scan restarted
-// without the probe's last hash, and when it read the rows without ord.
+// order, as a sorted unit hands them over; or among many other rows that ord
+// does not name, as a unit of several partitions hands one over),
+// detection finds the same columns and the same conflicts. It failed when
+// the full scan restarted without the probe's last hash, and when it read
+// the rows without ord.
 func TestProbeDecidesAsTheFullScan(t *testing.T) {
 	defer func(p int) { probeRows = p }(probeRows)
 	rec := rows(300, true)
 	defer rec.Release()
+	others := rows(2000, false) // other partitions' rows, more than 4x
+	defer others.Release()
 	type result struct {
 		constant  []bool
 		conflicts []string
 	}
-	detect := func(parts []arrow.RecordBatch, shuffled bool) result {
+	detect := func(parts []arrow.RecordBatch, shuffled, among bool) result {
 		d := NewDetector(flat, []int{2})
 		if shuffled {
 			// The batches out of order, and ord naming the rows in
 			// key order across them, as a sorted unit hands them over.
 			perm := rand.New(rand.NewPCG(7, 7)).Perm(len(parts))
-			held := make([]arrow.RecordBatch, len(parts))
+			held := make([]arrow.RecordBatch, 0, len(parts)+2)
 			at := make([]int64, len(parts)) // where part k starts in held
 			var n int64
+			if among { // rows ord does not name, before and between
+				held = []arrow.RecordBatch{others.NewSlice(0, 5000)}
+				n = 5000
+			}
 			for pos, k := range perm {
-				held[pos] = parts[k]
+				if among && pos == len(perm)/2 {
+					held = append(held, others.NewSlice(5000, others.NumRows()))
+					n += others.NumRows() - 5000
+				}
+				held = append(held, parts[k])
 				at[k] = n
 				n += parts[k].NumRows()
 			}
@@ -226,7 +238,7 @@ func TestProbeDecidesAsTheFullScan(t *testing.T) {
 	for _, probe := range []int{0, 1, 2, 7, 256, 1 << 30} {
 		probeRows = probe
 		for seed, parts := range [][]arrow.RecordBatch{{rec}, split(rec, 4), split(rec, 5), split(rec, 6)} {
-			got := detect(parts, seed == 3)
+			got := detect(parts, seed >= 2, seed == 2)
 			if want == nil {
 				want = &got
 				if want.constant[3] || !want.constant[0] || !want.constant[4] || want.constant[1] {

@@ -134,6 +134,24 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 			lastHash[c] = prev
 			return nil
 		}
+		if ord != nil && int64(n) < starts[len(recs)]/4 {
+			// A few of the batches' rows (a partition of a unit that
+			// holds others): hash those, not whole columns.
+			for j := m; j < n; j++ {
+				rec, ri := at(ord[j], &kp)
+				v, err := fingerprint.ValueHash(rec.Column(c), ri)
+				if err != nil {
+					return err
+				}
+				if same[j] && v != prev {
+					first[c].j = j
+					return nil
+				}
+				prev = v
+			}
+			lastHash[c] = prev
+			return nil
+		}
 		h := make([]uint64, starts[len(recs)])
 		for i, r := range recs {
 			if err := fingerprint.ValueHashesTo(r.Column(c), h[starts[i]:starts[i+1]]); err != nil {

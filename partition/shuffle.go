@@ -426,11 +426,16 @@ type Reader struct {
 	Units               []Unit            // the partition's units, in order
 	IDs                 []int             // their indices in the plan
 	Segs                map[int][]Segment // unit index -> map segments, in map order
-	// Start and Rows are the partition's output rows. Sorted, when set,
-	// replaces reading: run's in-memory path sorts the whole table once,
-	// and each partition is a range of it.
+	// Start and Rows are the partition's output rows; a unit may hold
+	// other partitions' rows too (run joins small partitions), and only
+	// the partition's are handed on. Sorted, when set, replaces reading:
+	// it holds the output rows from SortedStart on, sorted (run's
+	// in-memory path sorts the whole table once; a unit of several
+	// partitions is read once for all of them), and the partition is a
+	// range of it.
 	Start, Rows int64
 	Sorted      *UnitRows
+	SortedStart int64
 	// Parallel is how many map tasks' segments of a unit are read at once
 	// (and, in pipeline, how many goroutines write the partition).
 	Parallel int
@@ -442,52 +447,69 @@ func (pr *Reader) Each(ctx context.Context, fn func(src *UnitRows, un Unit) erro
 		if pr.Rows == 0 {
 			return nil
 		}
-		view := pr.Sorted.View(pr.Sorted.Ord[pr.Start : pr.Start+pr.Rows])
+		from := pr.Start - pr.SortedStart
+		view := pr.Sorted.View(pr.Sorted.Ord[from : from+pr.Rows])
 		un := Unit{Start: pr.Start, Rows: pr.Rows}
 		for _, u := range pr.Units {
-			un.Chunks = append(un.Chunks, u.Chunks...)
+			un.Chunks = append(un.Chunks, ChunksIn(u.Chunks, pr.Start, pr.Start+pr.Rows)...)
 		}
 		return fn(view, un)
 	}
 	for k, un := range pr.Units {
-		var recs []arrow.RecordBatch
-		release := func() {
-			for _, r := range recs {
-				r.Release()
-			}
-		}
-		segs := pr.Segs[pr.IDs[k]]
-		got := make([][]arrow.RecordBatch, len(segs))
-		err := par.ForEach(ctx, len(segs), pr.Parallel, func(i int) error {
-			var err error
-			got[i], err = ReadSegment(ctx, pr.Work, segs[i], pr.Schema)
-			return err
-		})
-		for _, g := range got { // in map order, which is input order
-			recs = append(recs, g...)
-		}
-		if err != nil {
-			release()
-			return err
-		}
-		ord, err := Sort(pr.Hist, recs, pr.SliceCols, pr.SortCols, pr.Parallel)
-		if err == nil && int64(len(ord)) != un.Rows {
-			err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.IDs[k], len(ord), un.Rows)
-		}
-		if err != nil {
-			release()
-			return err
-		}
-		src, err := NewUnitRows(pr.Schema, recs)
+		src, err := pr.Load(ctx, k)
 		if err != nil {
 			return err
 		}
-		src.Ord = ord
-		err = fn(src, un)
+		lo, hi := max(pr.Start, un.Start), min(pr.Start+pr.Rows, un.Start+un.Rows)
+		if lo == un.Start && hi == un.Start+un.Rows {
+			err = fn(src, un)
+		} else { // the partition's rows of a unit it shares
+			err = fn(src.View(src.Ord[lo-un.Start:hi-un.Start]), Unit{Start: lo, Rows: hi - lo, Chunks: ChunksIn(un.Chunks, lo, hi)})
+		}
 		src.Release()
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Load reads unit k (of Units) from its map segments and sorts it. The
+// caller releases it.
+func (pr *Reader) Load(ctx context.Context, k int) (*UnitRows, error) {
+	un := pr.Units[k]
+	var recs []arrow.RecordBatch
+	release := func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}
+	segs := pr.Segs[pr.IDs[k]]
+	got := make([][]arrow.RecordBatch, len(segs))
+	err := par.ForEach(ctx, len(segs), pr.Parallel, func(i int) error {
+		var err error
+		got[i], err = ReadSegment(ctx, pr.Work, segs[i], pr.Schema)
+		return err
+	})
+	for _, g := range got { // in map order, which is input order
+		recs = append(recs, g...)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	ord, err := Sort(pr.Hist, recs, pr.SliceCols, pr.SortCols, pr.Parallel)
+	if err == nil && int64(len(ord)) != un.Rows {
+		err = fmt.Errorf("internal: unit %d holds %d rows from the map tasks, the plan says %d", pr.IDs[k], len(ord), un.Rows)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	src, err := NewUnitRows(pr.Schema, recs)
+	if err != nil {
+		return nil, err
+	}
+	src.Ord = ord
+	return src, nil
 }

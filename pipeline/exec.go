@@ -262,6 +262,9 @@ type partitionReader struct {
 	keys plan.Keys
 	task int
 	prof *tensors.Profile // the map tasks' merged profile: every input row
+	// shared is the unit that holds this partition's rows with other
+	// partitions' (run joins small ones), or -1.
+	shared int
 }
 
 // openPartition checks that the plan's units fit this task's memory
@@ -323,11 +326,14 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 	pp := lp.Partitions[task]
 	r := &partition.Reader{Work: lp.work, Hist: lp.hist, Schema: tbl.Schema, SliceCols: keys.Slice, SortCols: keys.Sort,
 		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}, Parallel: lp.opts.Parallel}
-	pr := &partitionReader{Reader: r, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile()}
-	units, part := lp.Units()
-	for u, j := range part {
-		if j == task {
+	pr := &partitionReader{Reader: r, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile(), shared: -1}
+	units, _ := lp.Units()
+	for u := range units {
+		if first, end := lp.UnitPartitions(u); first <= task && task < end {
 			r.Units, r.IDs = append(r.Units, units[u]), append(r.IDs, u)
+			if end-first > 1 {
+				pr.shared = u
+			}
 		}
 	}
 	segs := lp.binned // a two-pass shuffle's units are in its second pass
@@ -338,7 +344,7 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 		}
 	}
 	for _, mp := range segs { // in map order
-		if mp.Partition == task {
+		if slices.Contains(r.IDs, mp.Unit) {
 			r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
 		}
 	}

@@ -136,7 +136,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	// In-process map tasks: one per core, over consecutive row groups.
 	mapBytes := max(inBytes/int64(max(opts.Parallel, 1)), 1)
-	p, err := plan.Build(ctx, tbl, keys, ks, opts.layout(tr), opts.resources(), opts.Inputs, mapBytes)
+	// Run reads a unit once for every partition it holds, so small
+	// partitions (a Hive output's folders) share units: a spilling run of
+	// 1,200 folders would otherwise route rows to 1,200 units.
+	joined := opts.resources()
+	joined.JoinPartitions = true
+	p, err := plan.Build(ctx, tbl, keys, ks, opts.layout(tr), joined, opts.Inputs, mapBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -313,16 +318,24 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 				det = dedupe.DetectionOf(d)
 			}
 		}
+		var unit sharedUnit
 		for j := range p.Partitions {
 			if sorted != nil {
 				break
 			}
-			d, _, err := reader(j).detect(ctx)
+			pr := reader(j)
+			if err := unit.use(ctx, pr); err != nil {
+				unit.release()
+				return nil, err
+			}
+			d, _, err := pr.detect(ctx)
 			if err != nil {
+				unit.release()
 				return nil, err
 			}
 			det.Merge(d)
 		}
+		unit.release()
 		det = withProbe(det, p.Packing.Probe)
 		rep.AddStage("detect", t1)
 		t1 = time.Now()
@@ -512,16 +525,21 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 		}
 		return nil, err
 	}
+	var unit sharedUnit // read once for the partitions in flight that share it
+	defer unit.release()
 	for j, pp := range lp.Partitions {
 		var pr *partitionReader
 		if lp.Packing == nil || len(pp.Files) > 0 {
 			pr = reader(j) // else a query covers the whole range: no file
 		}
 		alone := pr == nil || !small(pp)
-		for len(window) > 0 && (alone || len(window) >= k) {
+		for len(window) > 0 && (alone || len(window) >= k || !unit.holds(pr)) {
 			if err := take(); err != nil {
 				return fail(err)
 			}
+		}
+		if err := unit.use(ctx, pr); err != nil {
+			return fail(err)
 		}
 		r := &result{j: j, done: make(chan struct{})}
 		window = append(window, r)
@@ -552,4 +570,44 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 		}
 	}
 	return reduces, nil
+}
+
+// sharedUnit is the unit of several partitions (plan.Resources.JoinPartitions)
+// that run has read and sorted: once, for all of them.
+type sharedUnit struct {
+	id   int
+	rows *partition.UnitRows
+}
+
+// holds reports whether pr needs nothing read, or only the unit held: a
+// partition of another unit may not start before those using it are done.
+func (s *sharedUnit) holds(pr *partitionReader) bool {
+	return s.rows == nil || pr != nil && pr.Sorted == nil && pr.shared == s.id
+}
+
+// use hands pr its rows when they are in a shared unit: the one held, or
+// (releasing that) the one read now. Nothing else may use the one held.
+func (s *sharedUnit) use(ctx context.Context, pr *partitionReader) error {
+	if pr == nil || pr.Sorted != nil || pr.shared < 0 {
+		s.release()
+		return nil
+	}
+	if s.rows == nil || s.id != pr.shared {
+		s.release()
+		rows, err := pr.Load(ctx, 0) // its one unit
+		if err != nil {
+			return err
+		}
+		s.id, s.rows = pr.shared, rows
+	}
+	pr.Sorted, pr.SortedStart = s.rows, pr.Units[0].Start
+	return nil
+}
+
+// release releases the unit held, if any.
+func (s *sharedUnit) release() {
+	if s.rows != nil {
+		s.rows.Release()
+		s.rows = nil
+	}
 }

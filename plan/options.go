@@ -73,6 +73,11 @@ type Resources struct {
 	// FitFileBytes lets the plan lower Options.FileBytes (the user did not
 	// set it) until a file's footer metadata fits its share of MemoryLimit.
 	FitFileBytes bool
+	// JoinPartitions lets a unit hold several consecutive partitions of at
+	// most a unit's rows (run, which reads each unit once for all its
+	// partitions); a distributed plan's reduce task reads only its own
+	// partition's units.
+	JoinPartitions bool
 }
 
 // RuntimeReserve is the memory budgeted for the Go runtime and the

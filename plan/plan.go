@@ -82,7 +82,8 @@ type Plan struct {
 	ChunkRows int64   `json:"chunk_rows"`
 	// UnitRows caps the rows a map task routes to one object and a
 	// reduce task sorts at once: the plan's --memory-limit sizes it as run
-	// sizes its units. Units never span partitions.
+	// sizes its units. A plan's units never span partitions (a reduce
+	// task reads only its own); run's may (Resources.JoinPartitions).
 	UnitRows int64 `json:"unit_rows"`
 	// MemoryLimit is the budget UnitRows was sized for: detect and reduce
 	// tasks need at least as much.
@@ -99,6 +100,10 @@ type Plan struct {
 
 	unitsOf  []partition.Unit // units(), once computed
 	unitPart []int
+	unitEnd  []int
+	// join lets a unit hold several small partitions (run's
+	// Resources.JoinPartitions); not in plan.json.
+	join bool
 	// Cuts routes the rows of slices split over units, in plans with sort
 	// keys (packed plans sort by query key): slice rank -> the sort key and
 	// input position of the row at each unit start inside it. Without sort
@@ -211,7 +216,10 @@ func planPacking(ctx context.Context, p *Plan, tbl *source.Table, hist *partitio
 
 // Units returns the plan's units in output order, with each one's
 // partition: the writer's chunks (cut at the partitions' starts), grouped
-// per partition by UnitRows. Run groups its chunks the same way.
+// per partition by UnitRows. Run groups its chunks the same way, except
+// that with JoinPartitions consecutive partitions of at most UnitRows rows
+// share a unit of at most UnitRows rows (the unit's partition is then its
+// first; UnitPartitions gives them all).
 func (p *Plan) Units() ([]partition.Unit, []int) {
 	if p.unitsOf != nil {
 		return p.unitsOf, p.unitPart
@@ -222,19 +230,39 @@ func (p *Plan) Units() ([]partition.Unit, []int) {
 	}
 	chunks := partition.CutChunks(partition.Chunks(p.Layout, p.ChunkRows), starts)
 	var units []partition.Unit
-	var part []int
+	var part, end []int
+	joinable := false // the last unit may take the next partition
 	for j, pp := range p.Partitions {
 		in := partition.ChunksIn(chunks, pp.Start, pp.Start+pp.Rows)
 		if len(in) == 0 {
 			continue
 		}
+		if p.join && pp.Rows <= p.UnitRows {
+			if n := len(units) - 1; joinable && units[n].Rows+pp.Rows <= p.UnitRows {
+				units[n].Rows += pp.Rows
+				units[n].Chunks = append(units[n].Chunks, in...)
+				end[n] = j + 1
+				continue
+			}
+			units = append(units, partition.Unit{Start: pp.Start, Rows: pp.Rows, Chunks: slices.Clone(in)})
+			part, end, joinable = append(part, j), append(end, j+1), true
+			continue
+		}
 		for _, u := range partition.GroupUnits(in, p.UnitRows) {
 			units = append(units, u)
-			part = append(part, j)
+			part, end = append(part, j), append(end, j+1)
 		}
+		joinable = false
 	}
-	p.unitsOf, p.unitPart = units, part
+	p.unitsOf, p.unitPart, p.unitEnd = units, part, end
 	return units, part
+}
+
+// UnitPartitions returns the partitions [first, end) whose rows unit u
+// holds: one, unless run joined small partitions (Resources.JoinPartitions).
+func (p *Plan) UnitPartitions(u int) (first, end int) {
+	p.Units()
+	return p.unitPart[u], p.unitEnd[u]
 }
 
 // planUnits is one unit per output file, cut into the writer's chunks.
@@ -451,7 +479,7 @@ func (kp *KeyPass) Release() {
 func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Options, r Resources, inputs []string, mapBytes int64) (*Plan, error) {
 	hist, ex, before, layout, mp, in := kp.Hist, kp.Extra, kp.Before, kp.Layout, kp.Memory, kp.Sizes
 	p := &Plan{Header: NewHeader(Format, o, tbl, inputs), Rows: tbl.Rows, RowBytes: in.RowBytes, ChunkRows: mp.ChunkRows,
-		UnitRows: mp.UnitRows, MemoryLimit: r.MemoryLimit, Layout: layout}
+		UnitRows: mp.UnitRows, MemoryLimit: r.MemoryLimit, Layout: layout, join: r.JoinPartitions}
 	for i, s := range hist.Slices {
 		p.Slices = append(p.Slices, Slice{Parts: s.Parts, Values: s.Values, Rows: s.Rows, Start: s.Start, InputRowGroups: s.InputRowGroups,
 			ReadBytesBefore: before.SliceBytes[i], RowGroupsBefore: before.SliceRowGroups[i]})

@@ -11,7 +11,8 @@ import (
 // `relayout run --output-partitioning hive` with folders of country and
 // date (1,200 small files, --force-folders) and of country alone (40),
 // against the flat run and DuckDB's partitioned COPY of the same sorted
-// rows (PARTITION_BY, zstd), in a rotating order, medians of reps.
+// rows (PARTITION_BY, zstd), in a rotating order, medians of reps; and
+// the country/date job within 1 GiB (both) and 128 MiB (relayout).
 // (nodejs-polars 0.25 writes no partitioned Parquet.)
 func hiveOutBench(dir, in string, reps int, res map[string]any) {
 	type job struct {
@@ -25,6 +26,11 @@ func hiveOutBench(dir, in string, reps int, res map[string]any) {
 		{"relayout hive country", []string{"--output-partitioning", "hive", "--hive-keys", "1"}, false},
 		{"duckdb country/date", []string{"country", "date"}, true},
 		{"duckdb country", []string{"country"}, true},
+		// Within a pod's memory: relayout spills (the folders share
+		// units), DuckDB is given the same limit.
+		{"relayout hive c/d 1GiB", []string{"--output-partitioning", "hive", "--force-folders", "--memory-limit", "1GiB"}, false},
+		{"duckdb country/date 1GiB", []string{"country", "date"}, true},
+		{"relayout hive c/d 128MiB", []string{"--output-partitioning", "hive", "--force-folders", "--memory-limit", "128MiB"}, false},
 	}
 	ms := make([][]measure, len(jobs))
 	outs := make([]string, len(jobs))
@@ -35,9 +41,13 @@ func hiveOutBench(dir, in string, reps int, res map[string]any) {
 			var m measure
 			if j.duck {
 				os.RemoveAll(outs[i])
-				m, _ = timed("node", "tools/node/duckdb.mjs", "--threads", "2",
+				args := []string{"tools/node/duckdb.mjs", "--threads", "2"}
+				if strings.HasSuffix(j.name, " 1GiB") {
+					args = append(args, "--memory-limit", "1GiB")
+				}
+				m, _ = timed("node", append(args,
 					fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (%s))",
-						in, outs[i], strings.Join(j.args, ", ")))
+						in, outs[i], strings.Join(j.args, ", ")))...)
 			} else {
 				m, _ = timed("bin/relayout", append([]string{"run", "--quiet", "--overwrite", "--input", in, "--output", outs[i], "--slice-keys", "country,date"}, j.args...)...)
 			}
