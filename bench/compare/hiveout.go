@@ -34,6 +34,7 @@ func hiveOutBench(dir, in string, reps int, res map[string]any) {
 	}
 	ms := make([][]measure, len(jobs))
 	outs := make([]string, len(jobs))
+	failed := make([]string, len(jobs))
 	var cmds []func()
 	for i, j := range jobs {
 		outs[i] = filepath.Join(dir, "hiveout-"+strings.NewReplacer(" ", "-", "/", "-").Replace(j.name))
@@ -45,9 +46,15 @@ func hiveOutBench(dir, in string, reps int, res map[string]any) {
 				if strings.HasSuffix(j.name, " 1GiB") {
 					args = append(args, "--memory-limit", "1GiB")
 				}
-				m, _ = timed("node", append(args,
+				var err error
+				var stderr string
+				m, _, stderr, err = tryTimed("node", append(args,
 					fmt.Sprintf("COPY (SELECT * FROM read_parquet('%s/*.parquet') ORDER BY country, date) TO '%s' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (%s))",
 						in, outs[i], strings.Join(j.args, ", ")))...)
+				if err != nil { // DuckDB out of memory at 1 GiB: reported, not timed
+					failed[i] = firstLine(stderr, "Error")
+					return
+				}
 			} else {
 				m, _ = timed("bin/relayout", append([]string{"run", "--quiet", "--overwrite", "--input", in, "--output", outs[i], "--slice-keys", "country,date"}, j.args...)...)
 			}
@@ -59,6 +66,11 @@ func hiveOutBench(dir, in string, reps int, res map[string]any) {
 	fmt.Printf("%-28s %8s %8s %12s %12s %10s\n", "", "files", "seconds", "CPU seconds", "peak RSS MB", "output MB")
 	out := map[string]any{}
 	for i, j := range jobs {
+		if failed[i] != "" {
+			fmt.Printf("%-28s failed: %s\n", j.name, failed[i])
+			out[j.name] = map[string]any{"failed": failed[i]}
+			continue
+		}
 		m := median(ms[i])
 		files, bytes := treeParquet(outs[i])
 		fmt.Printf("%-28s %8d %8.2f %12.2f %12.0f %10.1f\n", j.name, files, m.Seconds, m.CPU, float64(m.RSS)/1e6, float64(bytes)/1e6)
@@ -77,4 +89,15 @@ func treeParquet(dir string) (files int, bytes int64) {
 		return nil
 	})
 	return files, bytes
+}
+
+// firstLine is the first line of text holding word, or its first line.
+func firstLine(text, word string) string {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	for _, l := range lines {
+		if strings.Contains(l, word) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return lines[0]
 }

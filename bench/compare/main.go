@@ -33,15 +33,25 @@ var (
 
 // timed runs a command under /usr/bin/time -v.
 func timed(name string, args ...string) (measure, string) {
+	m, so, se, err := tryTimed(name, args...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s %v: %v\n%s\n", name, args, err, se)
+		os.Exit(1)
+	}
+	return m, so
+}
+
+// tryTimed is timed for a command that may fail (a peer out of memory):
+// the error and its stderr are returned.
+func tryTimed(name string, args ...string) (m measure, stdout, stderr string, err error) {
 	cmd := exec.Command("/usr/bin/time", append([]string{"-v", name}, args...)...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "%s %v: %v\n%s\n", name, args, err, se.String())
-		os.Exit(1)
+		return measure{}, so.String(), se.String(), err
 	}
-	m := measure{Seconds: time.Since(t0).Seconds()}
+	m = measure{Seconds: time.Since(t0).Seconds()}
 	if g := rssRe.FindStringSubmatch(se.String()); g != nil {
 		kb, _ := strconv.ParseInt(g[1], 10, 64)
 		m.RSS = kb * 1024
@@ -52,7 +62,7 @@ func timed(name string, args ...string) (measure, string) {
 			m.CPU += v
 		}
 	}
-	return m, so.String()
+	return m, so.String(), se.String(), nil
 }
 
 // rotated runs each of the commands reps times, rep i starting with
