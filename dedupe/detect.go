@@ -114,8 +114,13 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 		// An item-level column usually differs inside one of the first
 		// queries: look at the first rows alone before hashing the whole
 		// column. The probe decides exactly what the full scan would
-		// (the same first row, the same last hash).
+		// (the same first row, the same last hash). When ord names a few
+		// of the batches' rows (a partition of a unit that holds others),
+		// all are looked at alone: whole columns would hash the others'.
 		m := min(n, probeRows)
+		if ord != nil && int64(n) < starts[len(recs)]/4 {
+			m = n
+		}
 		prev := d.lastHash[c]
 		var kp int
 		for j := 0; j < m; j++ {
@@ -131,24 +136,6 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 			prev = v
 		}
 		if m == n {
-			lastHash[c] = prev
-			return nil
-		}
-		if ord != nil && int64(n) < starts[len(recs)]/4 {
-			// A few of the batches' rows (a partition of a unit that
-			// holds others): hash those, not whole columns.
-			for j := m; j < n; j++ {
-				rec, ri := at(ord[j], &kp)
-				v, err := fingerprint.ValueHash(rec.Column(c), ri)
-				if err != nil {
-					return err
-				}
-				if same[j] && v != prev {
-					first[c].j = j
-					return nil
-				}
-				prev = v
-			}
 			lastHash[c] = prev
 			return nil
 		}

@@ -13,9 +13,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/testutil"
 )
 
 // writeWithArrowSchema writes a two-column file whose footer stores
@@ -82,5 +84,54 @@ func TestDamagedArrowSchemaIsBadInput(t *testing.T) {
 	_, err := readSum(t, p)
 	if errs.ClassOf(err) != errs.BadInput || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "ARROW:schema") {
 		t.Fatalf("%v (class %v), want bad input naming %s and its ARROW:schema", err, errs.ClassOf(err), p)
+	}
+}
+
+// TestArrowSchemaIsPqarrows: the schema openFile takes from a file's
+// manifest (arrowSchema) is the one pqarrow.FileReader.Schema returns,
+// fields and metadata, for every readable Parquet file of the shared test
+// data (apache/parquet-testing and DuckDB's files: nested, decimal, map,
+// dictionary, time and timestamp types, with and without ARROW:schema) and
+// one with a stored Arrow schema.
+func TestArrowSchemaIsPqarrows(t *testing.T) {
+	md := arrow.NewMetadata([]string{"origin"}, []string{"test"})
+	stored := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+	}, &md)
+	paths := []string{writeWithArrowSchema(t, base64.StdEncoding.EncodeToString(flight.SerializeSchema(stored, memory.DefaultAllocator)))}
+	for _, dir := range []string{"parquet-testing/data", "duckdb-parquet-testing"} {
+		filepath.Walk(filepath.Join(testutil.DataDir(t), dir), func(p string, fi os.FileInfo, err error) error {
+			if err == nil && !fi.IsDir() && strings.HasSuffix(p, ".parquet") {
+				paths = append(paths, p)
+			}
+			return nil
+		})
+	}
+	compared := 0
+	for _, p := range paths {
+		func() {
+			defer func() { recover() }() // a damaged test file: not this test's
+			pq, err := file.OpenParquetFile(p, false)
+			if err != nil {
+				return
+			}
+			defer pq.Close()
+			fr, err := pqarrow.NewFileReader(pq, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+			if err != nil {
+				return
+			}
+			want, err := fr.Schema()
+			if err != nil {
+				return
+			}
+			if got := arrowSchema(fr.Manifest); !got.Equal(want) || !got.Metadata().Equal(want.Metadata()) {
+				t.Errorf("%s: schema\n%v\nwant\n%v", p, got, want)
+			}
+			compared++
+		}()
+	}
+	if compared < 100 {
+		t.Fatalf("compared %d files' schemas; the shared test data has hundreds", compared)
 	}
 }
