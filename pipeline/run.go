@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -14,6 +13,7 @@ import (
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gcfloor"
+	"github.com/relayout/relayout/internal/memlimit"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -89,8 +89,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	// 36 -> 21 s and ~290 -> 145 s; peak RSS +3 MiB at 1x).
 	var gc *gcfloor.Tuner // the GOGC and floor, unless GOGC is set
 	if !opts.sample {
-		prevLimit := debug.SetMemoryLimit(max(opts.MemoryLimit-plan.RuntimeReserve, opts.MemoryLimit/2))
-		defer debug.SetMemoryLimit(prevLimit)
+		// The binary's resident pages vary by build and page cache (29 to
+		// 41 MiB of the 48 the reserve leaves at 128 MiB): the soft
+		// limit follows them (internal/memlimit).
+		ml := memlimit.Start(opts.MemoryLimit, max(opts.MemoryLimit-plan.RuntimeReserve, opts.MemoryLimit/2), fileMargin, 100*time.Millisecond)
+		defer ml.Stop()
 		if os.Getenv("GOGC") == "" {
 			gc = gcfloor.Start(30, gcFloor(opts.MemoryLimit))
 			defer gc.Stop()
@@ -355,10 +358,16 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var costs *report.OutputCosts // the report's models of the files, made while the check has each open
 	if opts.Check != CheckNone {
 		t2 := time.Now()
 		opts.Progress.Start("check", m.Totals.Rows)
-		vr, err := verify.Manifest(ctx, claim.target, m, opts.Check == CheckFull, opts.Parallel, opts.Progress)
+		var each func(int, *source.Table)
+		if !opts.sample {
+			costs = report.NewOutputCosts(ks.Hist, m, opts.SliceKeys)
+			each = costs.File
+		}
+		vr, err := verify.ManifestEach(ctx, claim.target, m, opts.Check == CheckFull, opts.Parallel, opts.Progress, each)
 		opts.Progress.Finish()
 		if err != nil {
 			return nil, err
@@ -383,7 +392,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	}
 	rep.Cost.BytesRead, rep.Cost.Requests = counts.Bytes.Load(), counts.Requests.Load()
 	t3 := time.Now()
-	if err := report.FillRun(ctx, rep, tbl, out, m, ks.Hist, ks.Before, queries, shards, ks.Layout, maxItems, opts.SliceKeys, opts.ReportSlices); err != nil {
+	if err := report.FillRunWith(ctx, rep, tbl, out, m, ks.Hist, ks.Before, queries, shards, ks.Layout, maxItems, opts.SliceKeys, opts.ReportSlices, costs); err != nil {
 		log.Warn("could not complete the report", "err", err)
 	}
 	rep.AddStage("report", t3)
@@ -449,6 +458,13 @@ func buildManifest(tbl *source.Table, schema *arrow.Schema, slices []partition.S
 	m.SetFiles(files, spans)
 	return m
 }
+
+// fileMargin is what a run holds beyond Go's soft limit and the binary's
+// resident pages (memlimit.Start): the runtime's own mappings and the
+// collector's lag under a competing load (measured at 128 MiB beside two
+// spinning processes: up to 7 MiB over the sampled anonymous and file-backed
+// memory).
+const fileMargin = 12 << 20
 
 // gcFloor is the heap growth below which a run does not collect, until a
 // spilling run sets GOGC 50 without one: an eighth of the memory limit, at

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/relayout/relayout/manifests"
@@ -125,8 +126,15 @@ func WarningsOf(f WarnFacts) []Warning {
 // transfer and warnings.
 func FillRun(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
 	hist *partition.Histogram, before Before, queries []int64, shards []writer.Shard, layout partition.Layout, maxItems int64, sliceKeys []string, listSlices int) error {
-	after := TableCost{}
-	if len(m.Files) > 0 {
+	return FillRunWith(ctx, rep, tbl, out, m, hist, before, queries, shards, layout, maxItems, sliceKeys, listSlices, nil)
+}
+
+// FillRunWith is FillRun with the output's files modelled already (oc,
+// from the run's check; nil or incomplete: the files are opened again).
+func FillRunWith(ctx context.Context, rep *Report, tbl *source.Table, out storage.Location, m *manifests.Manifest,
+	hist *partition.Histogram, before Before, queries []int64, shards []writer.Shard, layout partition.Layout, maxItems int64, sliceKeys []string, listSlices int, oc *OutputCosts) error {
+	after, modelled := oc.table()
+	if len(m.Files) > 0 && !modelled {
 		otbl, err := source.OpenOutput(ctx, out, m, nil, nil)
 		if err != nil {
 			return err
@@ -161,6 +169,51 @@ func FillRun(ctx context.Context, rep *Report, tbl *source.Table, out storage.Lo
 	rep.Warnings = WarningsOf(WarnFacts{SliceKeys: sliceKeys, Before: before, Hist: hist, Layout: layout,
 		OutRowBytes: outRowBytes, Packing: rep.Packing, MaxItems: maxItems, SampleQueries: -1})
 	return nil
+}
+
+// OutputCosts models a written output's files one at a time while
+// something else has each open (the run's check, verify.ManifestEach), so
+// that FillRunWith need not open and parse every footer again: a Hive
+// output of 1,200 folders spent 0.4 s of 5 on that.
+type OutputCosts struct {
+	sliceKeys []string
+	vectors   []*partition.RowGroupSlices
+	base      []int // each file's first row group in the output
+	rowGroups int
+	parts     []TableCost
+	done      []bool
+}
+
+// NewOutputCosts returns the models to fill for m's files.
+func NewOutputCosts(hist *partition.Histogram, m *manifests.Manifest, sliceKeys []string) *OutputCosts {
+	oc := &OutputCosts{sliceKeys: sliceKeys, vectors: outputVectors(hist, m), parts: make([]TableCost, len(m.Files)), done: make([]bool, len(m.Files))}
+	for _, f := range m.Files {
+		oc.base = append(oc.base, oc.rowGroups)
+		oc.rowGroups += len(f.RowGroups)
+	}
+	return oc
+}
+
+// File models file fi from tbl, a table of that file alone. Files may be
+// modelled at once, from several goroutines; one that fails is left to
+// FillRunWith to open again.
+func (oc *OutputCosts) File(fi int, tbl *source.Table) {
+	part, err := costOfFile(tbl, tbl.Files[0], oc.base[fi], oc.sliceKeys, oc.vectors, costScope{end: -1, pages: true}, oc.rowGroups)
+	if err == nil {
+		oc.parts[fi], oc.done[fi] = part, true
+	}
+}
+
+// table is the output's model, the files' in order, and whether every
+// file was modelled.
+func (oc *OutputCosts) table() (tc TableCost, ok bool) {
+	if oc == nil || len(oc.parts) == 0 || slices.Contains(oc.done, false) {
+		return tc, false
+	}
+	for k := range oc.parts {
+		tc.addFile(&oc.parts[k])
+	}
+	return tc, true
 }
 
 // outputVectors says where each slice's rows lie in the written row groups,

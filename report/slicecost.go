@@ -327,10 +327,7 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.Row
 			return tc, err
 		}
 		for k := range parts {
-			part := &parts[k]
-			tc.addFooters(part)
-			tc.noStats += part.noStats
-			tc.rgs = append(tc.rgs, part.rgs...)
+			tc.addFile(&parts[k])
 			if perFile != nil {
 				perFile(&tc)
 				tc.rgs = tc.rgs[:0]
@@ -338,6 +335,13 @@ func costOfFiles(tbl *source.Table, sliceKeys []string, vectors []*partition.Row
 		}
 	}
 	return tc, nil
+}
+
+// addFile adds the model of the next file.
+func (tc *TableCost) addFile(part *TableCost) {
+	tc.addFooters(part)
+	tc.noStats += part.noStats
+	tc.rgs = append(tc.rgs, part.rgs...)
 }
 
 // costWindow and costParallel are how many files costOfFiles reads ahead

@@ -109,7 +109,15 @@ type rgExpect struct {
 // does (a run checks its output so before it commits m). prog, which may
 // be nil, receives the rows checked.
 func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress) (*Result, error) {
-	return manifest(ctx, out, m, deep, parallel, prog, Prior{}, false)
+	return manifest(ctx, out, m, deep, parallel, prog, Prior{}, false, nil)
+}
+
+// ManifestEach is Manifest that also hands each file it read and found
+// sound to each, as a table of that file alone, before closing it: what
+// else needs the written files' footers (the run's report) reads them
+// once. each is called from several goroutines, once per file.
+func ManifestEach(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, each func(fi int, tbl *source.Table)) (*Result, error) {
+	return manifest(ctx, out, m, deep, parallel, prog, Prior{}, false, each)
 }
 
 // Part checks the files of one partition (a reduce task's) against the
@@ -117,7 +125,7 @@ func Manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 // what only a whole output's manifest holds: the packing's column lists
 // and item counts, and the tensor section.
 func Part(ctx context.Context, out storage.Location, m *manifests.Manifest, parallel int) (*Result, error) {
-	return manifest(ctx, out, m, false, parallel, nil, Prior{}, true)
+	return manifest(ctx, out, m, false, parallel, nil, Prior{}, true, nil)
 }
 
 // Prior is what earlier checks found (their Result.Checked, or Shards'
@@ -138,10 +146,10 @@ func ManifestChecked(ctx context.Context, out storage.Location, m *manifests.Man
 	if prior.Files != nil && len(prior.Files) != len(m.Files) {
 		return &Result{Files: len(m.Files), Problem: fmt.Sprintf("%d checked files for the manifest's %d", len(prior.Files), len(m.Files))}, nil
 	}
-	return manifest(ctx, out, m, false, parallel, nil, prior, false)
+	return manifest(ctx, out, m, false, parallel, nil, prior, false, nil)
 }
 
-func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, prior Prior, part bool) (*Result, error) {
+func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, deep bool, parallel int, prog Progress, prior Prior, part bool, each func(int, *source.Table)) (*Result, error) {
 	checked := prior.Files
 	if prog == nil {
 		prog = nopProgress{}
@@ -243,7 +251,7 @@ func manifest(ctx context.Context, out storage.Location, m *manifests.Manifest, 
 			// read it again.
 		}
 		var etag string
-		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog, &etag, part, items)
+		r.problem, r.fp, r.first, r.last, r.err = verifyFile(ctx, out, m, i, expect[i], deep, colWorkers, prog, &etag, part, items, each)
 		res.Checked[i] = Checked{Path: m.Files[i].Path, ETag: etag, First: r.first, Last: r.last}
 		return nil
 	})
@@ -430,7 +438,7 @@ func statObject(ctx context.Context, out storage.Location, path string, size int
 
 // verifyFile checks file fi against the manifest; etag receives the
 // object's ETag as it was when the check began.
-func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string, part bool, items []int64) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
+func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string, part bool, items []int64, each func(int, *source.Table)) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
 	mf := m.Files[fi]
 	url := out.URL(mf.Path)
 	if *etag, problem, err = statObject(ctx, out, mf.Path, mf.Bytes); problem != "" || err != nil {
@@ -534,6 +542,9 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 			first = r.first
 		}
 		prev = r.last
+	}
+	if each != nil {
+		each(fi, tbl)
 	}
 	return "", fp, first, prev, nil
 }
