@@ -90,8 +90,8 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	var gc *gcfloor.Tuner // the GOGC and floor, unless GOGC is set
 	if !opts.sample {
 		// The binary's resident pages vary by build and page cache (29 to
-		// 41 MiB of the 48 the reserve leaves at 128 MiB): the soft
-		// limit follows them (internal/memlimit).
+		// 44 MiB at 128 MiB, where the reserve leaves 48 for them and the
+		// runtime): the soft limit follows them (internal/memlimit).
 		ml := memlimit.Start(opts.MemoryLimit, max(opts.MemoryLimit-plan.RuntimeReserve, opts.MemoryLimit/2), fileMargin, 100*time.Millisecond)
 		defer ml.Stop()
 		if os.Getenv("GOGC") == "" {

@@ -6,7 +6,7 @@
 // and read-only data mapped from the page cache. How much of those is
 // resident depends on how the kernel holds the binary in its page cache:
 // the same code built six times peaked at 106 to 117 MB at --memory-limit
-// 128MiB, the file-backed part 29 to 41 MiB (large folios mapped whole,
+// 128MiB, the file-backed part 29 to 44 MiB (measured in
 // docs/benchmarks.md), and one such build under load reached the limit. A
 // fixed reserve for it is too small for some builds, so a Keeper reads the
 // process's file-backed resident memory (RssFile in /proc/self/status)
