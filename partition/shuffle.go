@@ -426,13 +426,11 @@ type Reader struct {
 	Units               []Unit            // the partition's units, in order
 	IDs                 []int             // their indices in the plan
 	Segs                map[int][]Segment // unit index -> map segments, in map order
-	// Start and Rows are the partition's output rows; a unit may hold
-	// other partitions' rows too (run joins small partitions), and only
-	// the partition's are handed on. Sorted, when set, replaces reading:
-	// it holds the output rows from SortedStart on, sorted (run's
-	// in-memory path sorts the whole table once; a unit of several
-	// partitions is read once for all of them), and the partition is a
-	// range of it.
+	// Start and Rows are the partition's output rows. Sorted, when set,
+	// replaces reading: it holds the output rows from SortedStart on,
+	// sorted (run's in-memory path sorts the whole table once; a unit of
+	// several partitions is read once for all of them), and the partition
+	// is a range of it.
 	Start, Rows int64
 	Sorted      *UnitRows
 	SortedStart int64
@@ -456,16 +454,16 @@ func (pr *Reader) Each(ctx context.Context, fn func(src *UnitRows, un Unit) erro
 		return fn(view, un)
 	}
 	for k, un := range pr.Units {
+		if un.Start < pr.Start || un.Start+un.Rows > pr.Start+pr.Rows {
+			// A unit of several partitions is read once for all of them
+			// and handed over as Sorted (pipeline's run).
+			return fmt.Errorf("internal: unit %d holds rows [%d, +%d) beyond its partition's [%d, +%d)", pr.IDs[k], un.Start, un.Rows, pr.Start, pr.Rows)
+		}
 		src, err := pr.Load(ctx, k)
 		if err != nil {
 			return err
 		}
-		lo, hi := max(pr.Start, un.Start), min(pr.Start+pr.Rows, un.Start+un.Rows)
-		if lo == un.Start && hi == un.Start+un.Rows {
-			err = fn(src, un)
-		} else { // the partition's rows of a unit it shares
-			err = fn(src.View(src.Ord[lo-un.Start:hi-un.Start]), Unit{Start: lo, Rows: hi - lo, Chunks: ChunksIn(un.Chunks, lo, hi)})
-		}
+		err = fn(src, un)
 		src.Release()
 		if err != nil {
 			return err
