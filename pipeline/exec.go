@@ -328,12 +328,11 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}, Parallel: lp.opts.Parallel}
 	pr := &partitionReader{Reader: r, tbl: tbl, keys: keys, task: task, prof: tensors.NewProfile(), shared: -1}
 	units, _ := lp.Units()
-	for u := range units {
-		if first, end := lp.UnitPartitions(u); first <= task && task < end {
-			r.Units, r.IDs = append(r.Units, units[u]), append(r.IDs, u)
-			if end-first > 1 {
-				pr.shared = u
-			}
+	lo, hi := lp.PartitionUnits(task)
+	for u := lo; u < hi; u++ {
+		r.Units, r.IDs = append(r.Units, units[u]), append(r.IDs, u)
+		if first, end := lp.UnitPartitions(u); end-first > 1 {
+			pr.shared = u
 		}
 	}
 	segs := lp.binned // a two-pass shuffle's units are in its second pass
@@ -344,7 +343,7 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 		}
 	}
 	for _, mp := range segs { // in map order
-		if slices.Contains(r.IDs, mp.Unit) {
+		if lo <= mp.Unit && mp.Unit < hi {
 			r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
 		}
 	}

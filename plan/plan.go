@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -263,6 +264,17 @@ func (p *Plan) Units() ([]partition.Unit, []int) {
 func (p *Plan) UnitPartitions(u int) (first, end int) {
 	p.Units()
 	return p.unitPart[u], p.unitEnd[u]
+}
+
+// PartitionUnits returns the units [lo, hi) that hold partition j's rows
+// (units are in partition order: a search, not a pass over every unit for
+// each of many partitions).
+func (p *Plan) PartitionUnits(j int) (lo, hi int) {
+	p.Units()
+	lo = sort.SearchInts(p.unitEnd, j+1) // the first unit ending after j
+	for hi = lo; hi < len(p.unitPart) && p.unitPart[hi] <= j; hi++ {
+	}
+	return lo, hi
 }
 
 // planUnits is one unit per output file, cut into the writer's chunks.

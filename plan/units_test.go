@@ -10,7 +10,8 @@ import (
 // partitions of at most UnitRows rows share units of at most UnitRows rows,
 // whole partitions each; a larger partition has units of its own, as
 // without join; every unit's rows are its chunks' and its partitions' rows,
-// in order with no gap; and UnitPartitions names them.
+// in order with no gap; UnitPartitions names them, and PartitionUnits each
+// partition's units.
 func TestJoinedUnits(t *testing.T) {
 	sizes := []int64{300, 400, 250, 0, 500, 2600, 100, 100, 900, 50}
 	var lay partition.Layout
@@ -64,6 +65,15 @@ func TestJoinedUnits(t *testing.T) {
 		}
 		if next != start {
 			t.Fatalf("units hold %d rows of %d", next, start)
+		}
+		for j := range p.Partitions { // PartitionUnits: the units whose partitions include j
+			lo, hi := p.PartitionUnits(j)
+			for u := range units {
+				first, end := p.UnitPartitions(u)
+				if in := first <= j && j < end; in != (lo <= u && u < hi) {
+					t.Fatalf("partition %d: units [%d, %d), but unit %d holds partitions [%d, %d)", j, lo, hi, u, first, end)
+				}
+			}
 		}
 		return spans
 	}

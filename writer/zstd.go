@@ -58,13 +58,16 @@ func pool(level zstd.EncoderLevel) *sync.Pool {
 	if p, ok := zstdPools.Load(level); ok {
 		return p.(*sync.Pool)
 	}
-	p, _ := zstdPools.LoadOrStore(level, &sync.Pool{New: func() any {
-		enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
-			zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
-			zstd.WithLowerEncoderMem(true))
-		return enc
-	}})
+	p, _ := zstdPools.LoadOrStore(level, &sync.Pool{New: func() any { return newEncoder(level) }})
 	return p.(*sync.Pool)
+}
+
+// newEncoder makes an encoder of the codec's settings.
+func newEncoder(level zstd.EncoderLevel) *zstd.Encoder {
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
+		zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
+		zstd.WithLowerEncoderMem(true))
+	return enc
 }
 
 func encoder(level zstd.EncoderLevel) *zstd.Encoder {

@@ -45,10 +45,7 @@ func TestIdleEncodersOutliveCollections(t *testing.T) {
 		t.Fatalf("after three collections %d of %d idle encoders were used again, want %d (kept)", reused, keep+2, keep)
 	}
 	src := bytes.Repeat([]byte("a page of column values, "), 400)
-	fresh, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
-		zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
-		zstd.WithLowerEncoderMem(true))
-	want := fresh.EncodeAll(src, nil)
+	want := newEncoder(level).EncodeAll(src, nil)
 	for _, e := range again {
 		if got := e.EncodeAll(src, nil); !bytes.Equal(got, want) {
 			t.Fatal("an encoder used again compressed otherwise than a new one")
