@@ -125,6 +125,19 @@ func NewShuffleWriter(work storage.Location, prefix, tmpDir string, lean bool) (
 
 func unitFileName(u int) string { return fmt.Sprintf("u-%05d.arrows", u) }
 
+// shuffleObject is the one object a map attempt writes to an object store
+// (every unit a byte range of it).
+const shuffleObject = "shuffle.arrows"
+
+// SegmentPath is where a shuffle writer under prefix put unit u's
+// segment: in the attempt's one object, or in a file of the unit's own.
+func SegmentPath(prefix string, oneObject bool, u int) string {
+	if oneObject {
+		return prefix + shuffleObject
+	}
+	return prefix + unitFileName(u)
+}
+
 // Write appends rows to unit u's stream: as they are (plain), or encoded
 // by the shuffle codec (lean; shufflecodec.go), where a batch that encodes
 // to another schema than the stream's ends the stream and starts a new one
@@ -273,11 +286,11 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 			if err != nil {
 				return nil, errs.TransientErr(err)
 			}
-			out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: st.Size(), Length: st.Size(), Path: s.prefix + unitFileName(u), XXHash64: us.sum()})
+			out = append(out, Segment{Partition: part[u], Unit: u, Rows: us.rows, Bytes: st.Size(), Length: st.Size(), Path: SegmentPath(s.prefix, false, u), XXHash64: us.sum()})
 		}
 		return out, nil
 	}
-	name := s.prefix + "shuffle.arrows"
+	name := SegmentPath(s.prefix, true, 0)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	bw, err := s.work.Bucket.NewWriter(cctx, s.work.Key(name), nil)
