@@ -53,15 +53,23 @@ import (
 // QueryDigest names a map task's query digests (TaskManifest.Digest): per
 // partition, one 16-byte record per query of the task's rows there (the
 // query key's hash, then the candidate columns' hash, little-endian),
-// sorted by the first.
+// sorted by the first, in Path; and their index in Index, a record per
+// partition (partition.EncodeIndex: the partition's byte range of Path,
+// its count of records as rows, their xxhash64), which a detect task reads
+// by range for its partition. The manifest itself held a count and a hash
+// per partition until 2026-12-06, and every detect task read every map
+// task's: partitions x map tasks x partitions.
 type QueryDigest struct {
-	Path   string   `json:"path,omitempty"` // under the work location
-	Counts []int64  `json:"counts,omitempty"`
-	Sums   []uint64 `json:"xxhash64,omitempty"` // of each partition's records
+	Path       string `json:"path,omitempty"` // under the work location
+	Index      string `json:"index,omitempty"`
+	Partitions int    `json:"partitions,omitempty"` // records in Index
 	// Unusable, when set, says why the digests cannot decide (none were
 	// written): the detect tasks read their rows.
 	Unusable string `json:"unusable,omitempty"`
 }
+
+// digestIndexKind seeds the digest index's checks (partition.IndexSeed).
+const digestIndexKind = "digests"
 
 const digestRecord = 16 // bytes per record
 
@@ -275,7 +283,7 @@ func mergeDigests(have []qrec, add []prec) ([]qrec, bool) {
 
 // finish writes the digests under prefix (the map attempt's) and returns
 // what the map task's manifest records of them.
-func (g *digester) finish(ctx context.Context, work storage.Location, prefix string) (*QueryDigest, error) {
+func (g *digester) finish(ctx context.Context, work storage.Location, prefix string, task int) (*QueryDigest, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.unusable == "" && len(g.pending) > 0 {
@@ -284,18 +292,28 @@ func (g *digester) finish(ctx context.Context, work storage.Location, prefix str
 	if g.unusable != "" {
 		return &QueryDigest{Unusable: g.unusable}, nil
 	}
-	d := &QueryDigest{Path: prefix + "digests.bin", Counts: make([]int64, len(g.parts)), Sums: make([]uint64, len(g.parts))}
+	d := &QueryDigest{Path: prefix + "digests.bin", Index: prefix + "digests.idx", Partitions: len(g.parts)}
 	data := make([]byte, 0, g.held*digestRecord)
+	var ranges []partition.Segment // a partition's records, as an index holds them
 	for p, recs := range g.parts {
 		start := len(data)
 		for _, r := range recs {
 			data = binary.LittleEndian.AppendUint64(data, r.q)
 			data = binary.LittleEndian.AppendUint64(data, r.c)
 		}
-		d.Counts[p] = int64(len(recs))
-		d.Sums[p] = xxhash.Sum64(data[start:])
+		if n := int64(len(data) - start); n > 0 { // a hash of 0 reads as none: 1 for it
+			ranges = append(ranges, partition.Segment{Unit: p, Offset: int64(start), Length: n, Rows: int64(len(recs)), Bytes: n,
+				XXHash64: workFileHash(max(xxhash.Sum64(data[start:]), 1))})
+		}
 	}
-	return d, putObject(ctx, work, d.Path, data)
+	idx, err := partition.EncodeIndex(ranges, len(g.parts), partition.IndexSeed(digestIndexKind, task))
+	if err != nil {
+		return nil, err
+	}
+	if err := putObject(ctx, work, d.Path, data); err != nil {
+		return nil, err
+	}
+	return d, putObject(ctx, work, d.Index, idx)
 }
 
 // detectByDigests decides partition task's detection from the map tasks'
@@ -315,32 +333,35 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 			return det, false, fmt.Sprintf("map task %d wrote no query digests", m), nil
 		case d.Digest.Unusable != "":
 			return det, false, fmt.Sprintf("map task %d: %s", m, d.Digest.Unusable), nil
-		case len(d.Digest.Counts) != len(lp.Partitions) || len(d.Digest.Sums) != len(lp.Partitions):
-			return det, false, "", errs.BadInputf("%s: its query digests list %d partitions, the plan has %d", lp.work.URL(mapDoneName(m)), len(d.Digest.Counts), len(lp.Partitions))
+		case d.Digest.Partitions != len(lp.Partitions):
+			return det, false, "", errs.BadInputf("%s: its query digests list %d partitions, the plan has %d", lp.work.URL(mapDoneName(m)), d.Digest.Partitions, len(lp.Partitions))
 		}
 	}
 	var all []prec
 	for m, d := range maps {
-		// A partition has at most a record per row (the plan's rows):
-		// a count beyond is a damaged manifest, not an allocation.
-		var off int64
-		for p := 0; p <= task; p++ {
-			if c := d.Digest.Counts[p]; c < 0 || c > lp.Partitions[p].Rows {
-				return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests for partition %d, which has %d rows", lp.work.URL(mapDoneName(m)), c, p, lp.Partitions[p].Rows), "run map task "+fmt.Sprint(m)+" again")
-			}
-			if p < task {
-				off += d.Digest.Counts[p] * digestRecord
-			}
-		}
-		n := d.Digest.Counts[task] * digestRecord
-		if n == 0 {
-			continue
-		}
-		data, err := storage.GetRange(ctx, lp.work, d.Digest.Path, off, n)
+		again := "run map task " + fmt.Sprint(m) + " again"
+		rec, err := storage.GetRange(ctx, lp.work, d.Digest.Index, int64(task)*partition.IndexRecord, partition.IndexRecord)
 		if err != nil {
 			return det, false, "", err
 		}
-		if xxhash.Sum64(data) != d.Digest.Sums[task] {
+		ents, err := partition.DecodeIndex(rec, task, partition.IndexSeed(digestIndexKind, m))
+		if err != nil {
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(d.Digest.Index), err), again)
+		}
+		if len(ents) == 0 {
+			continue // no query of this map task's rows in the partition
+		}
+		// A partition has at most a record per row (the plan's rows):
+		// a count beyond is a damaged index, not an allocation.
+		e := ents[0]
+		if c := e.Rows; c > lp.Partitions[task].Rows || e.Length != c*digestRecord {
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(d.Digest.Index), c, e.Length, task, lp.Partitions[task].Rows), again)
+		}
+		data, err := storage.GetRange(ctx, lp.work, d.Digest.Path, e.Offset, e.Length)
+		if err != nil {
+			return det, false, "", err
+		}
+		if workFileHash(max(xxhash.Sum64(data), 1)) != e.XXHash64 {
 			return det, false, "", errs.WithHint(errs.BadInputf("%s: the query digests of partition %d are damaged (xxhash64 differs from map task %d's record)", lp.work.URL(d.Digest.Path), task, m),
 				"run map task "+fmt.Sprint(m)+" again")
 		}

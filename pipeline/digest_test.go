@@ -207,11 +207,17 @@ func TestDetectByDigests(t *testing.T) {
 			m0 = d
 		}
 	}
-	task := slices.IndexFunc(m0.Digest.Counts, func(n int64) bool { return n > 0 })
-	var off int64
-	for _, n := range m0.Digest.Counts[:task] {
-		off += n * digestRecord
+	// The first partition map 0 wrote digests for, and where.
+	idxPath := filepath.Join(dir, "out", filepath.FromSlash(m0.Digest.Index))
+	idx, err := os.ReadFile(idxPath)
+	if err != nil {
+		t.Fatal(err)
 	}
+	ents, err := partition.DecodeIndex(idx, 0, partition.IndexSeed(digestIndexKind, 0))
+	if err != nil || len(ents) == 0 || len(idx) != m0.Digest.Partitions*partition.IndexRecord {
+		t.Fatalf("map 0's digest index (%d bytes for %d partitions): %+v, %v", len(idx), m0.Digest.Partitions, ents, err)
+	}
+	task, off := ents[0].Unit, ents[0].Offset
 	path := filepath.Join(dir, "out", filepath.FromSlash(m0.Digest.Path))
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -233,21 +239,30 @@ func TestDetectByDigests(t *testing.T) {
 	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "digests.bin") || !strings.Contains(err.Error(), "shorter") {
 		t.Fatalf("detect over a truncated digest: %v", err)
 	}
-	// A count the partition cannot hold is refused before any read.
-	donePath := filepath.Join(dir, "out", filepath.FromSlash(mapDoneName(0)))
-	doneData, err := os.ReadFile(donePath)
+	// A count the partition cannot hold is refused before any read, and
+	// so is a damaged record of the index.
+	recs := append([]partition.Segment(nil), partition.Segment{Unit: task, Offset: off, Length: (1 << 40) * digestRecord, Rows: 1 << 40, Bytes: 1, XXHash64: ents[0].XXHash64})
+	for _, e := range ents[1:] {
+		recs = append(recs, partition.Segment{Unit: e.Unit, Offset: e.Offset, Length: e.Length, Rows: e.Rows, Bytes: e.Bytes, XXHash64: e.XXHash64})
+	}
+	big, err := partition.EncodeIndex(recs, m0.Digest.Partitions, partition.IndexSeed(digestIndexKind, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doneData = editJSON(t, doneData, func(d map[string]any) {
-		d["query_digests"].(map[string]any)["counts"].([]any)[task] = 1 << 60
-	})
-	if err := os.WriteFile(donePath, sealed(doneData), 0o644); err != nil {
+	if err := os.WriteFile(idxPath, big, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err = DetectTask(ctx, res.Plan, task, local)
-	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "query digests for partition") {
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "query digests in") || !strings.Contains(err.Error(), "for partition") {
 		t.Fatalf("detect with a count beyond the partition's rows: %v", err)
+	}
+	big[task*partition.IndexRecord+3] ^= 1
+	if err := os.WriteFile(idxPath, big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = DetectTask(ctx, res.Plan, task, local)
+	if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "digests.idx") || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "map task 0") {
+		t.Fatalf("detect with a damaged digest index: %v", err)
 	}
 }
 
@@ -304,12 +319,17 @@ func TestDigesterMerges(t *testing.T) {
 	}
 	g := newDigester([]int{0}, []int{1}, []int{0, 1}, 2, 1<<30)
 	feed(g, n, -1)
-	d, err := g.finish(context.Background(), work, "m/")
+	d, err := g.finish(context.Background(), work, "m/", 0)
 	if err != nil || d.Unusable != "" {
 		t.Fatalf("%+v %v", d, err)
 	}
-	if d.Counts[0] != n/2 || d.Counts[1] != n/2 {
-		t.Fatalf("counts %v; want %d each (one record per query)", d.Counts, n/2)
+	idx, err := os.ReadFile(filepath.Join(work.Local, "m", "digests.idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := partition.DecodeIndex(idx, 0, partition.IndexSeed(digestIndexKind, 0))
+	if err != nil || len(ents) != 2 || ents[0].Rows != n/2 || ents[1].Rows != n/2 {
+		t.Fatalf("index %+v (%v); want %d records for each partition (one per query)", ents, err, n/2)
 	}
 	data, err := os.ReadFile(filepath.Join(work.Local, "m", "digests.bin"))
 	if err != nil || int64(len(data)) != n*digestRecord {
@@ -326,13 +346,13 @@ func TestDigesterMerges(t *testing.T) {
 	for _, bad := range []int64{5, n - 3} { // flushed long before, and in the last flush
 		g := newDigester([]int{0}, []int{1}, []int{0, 1}, 2, 1<<30)
 		feed(g, n, bad)
-		if d, _ := g.finish(context.Background(), work, "m/"); !strings.Contains(d.Unusable, fmt.Sprintf("partition %d", bad%2)) {
+		if d, _ := g.finish(context.Background(), work, "m/", 0); !strings.Contains(d.Unusable, fmt.Sprintf("partition %d", bad%2)) {
 			t.Fatalf("query %d's candidates differ: %+v", bad, d)
 		}
 	}
 	g = newDigester([]int{0}, []int{1}, []int{0, 1}, 2, 1<<20) // a budget of 65,536 records
 	feed(g, n, -1)
-	if d, _ := g.finish(context.Background(), work, "m/"); !strings.Contains(d.Unusable, "--memory-limit") {
+	if d, _ := g.finish(context.Background(), work, "m/", 0); !strings.Contains(d.Unusable, "--memory-limit") {
 		t.Fatalf("over the budget: %+v", d)
 	}
 }

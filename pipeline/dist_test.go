@@ -259,10 +259,10 @@ func TestDistributedOnS3Retries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// On an object store a map attempt writes one shuffle object, every
-	// unit a byte range of it.
+	// unit a byte range of it, and its segment index.
 	objs := testutil.BucketTree(t, loc.Bucket, "relaid/_relayout/map/m-00000/a-"+d.Attempt+"/")
-	if len(objs) != 2 || len(d.Partitions) < 2 || d.Partitions[0].Path != d.Partitions[1].Path || d.Partitions[1].Offset == 0 {
-		t.Fatalf("map attempt wrote %v with segments %+v; want one shuffle object and its task manifest", keysOf(objs), d.Partitions)
+	if len(objs) != 3 || len(d.Partitions) < 2 || d.Partitions[0].Path != d.Partitions[1].Path || d.Partitions[1].Offset == 0 {
+		t.Fatalf("map attempt wrote %v with segments %+v; want one shuffle object, its index and its task manifest", keysOf(objs), d.Partitions)
 	}
 	for j := 0; j < res.ReduceTasks; j++ {
 		if j == 1 {

@@ -21,6 +21,7 @@ import (
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
+	"github.com/relayout/relayout/storage"
 	"github.com/relayout/relayout/tensors"
 	"github.com/relayout/relayout/writer"
 )
@@ -60,7 +61,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		rt.Counter[rk] = v
 	}
 	attempt := newAttempt()
-	prefix := fmt.Sprintf("%smap/m-%05d/a-%s/", plan.WorkPrefix, task, attempt)
+	prefix := mapAttemptPrefix(task, attempt)
 	sw, err := partition.NewShuffleWriter(lp.work, prefix, lp.opts.TmpDir, distributed)
 	if err != nil {
 		return nil, err
@@ -147,8 +148,11 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		return nil, err
 	}
 	d := &TaskManifest{Kind: "map", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: fp.Rows, Hash: fp.String(), Partitions: segs}
+	if d.Index, err = lp.putSegmentIndex(ctx, prefix, task, segs, len(part)); err != nil {
+		return nil, err
+	}
 	if dg != nil {
-		if d.Digest, err = dg.finish(ctx, lp.work, prefix); err != nil {
+		if d.Digest, err = dg.finish(ctx, lp.work, prefix, task); err != nil {
 			return nil, err
 		}
 	}
@@ -156,7 +160,80 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		d.Profile = prof.Lengths()
 	}
 	d.Seconds = time.Since(t0).Seconds()
-	return d, writeDone(ctx, lp.work, prefix+"_task.json", mapDoneName(task), d)
+	// Stored without its segments (the index has them); run keeps them.
+	stored := *d
+	stored.Partitions = nil
+	if err := writeDone(ctx, lp.work, prefix+"_task.json", mapDoneName(task), &stored); err != nil {
+		return nil, err
+	}
+	d.Checksum = stored.Checksum
+	return d, nil
+}
+
+// putSegmentIndex stores a map attempt's segments as its index, a record
+// per unit (units of them), and returns its description.
+func (lp *loadedPlan) putSegmentIndex(ctx context.Context, prefix string, task int, segs []partition.Segment, units int) (*SegmentIndex, error) {
+	ix := &SegmentIndex{Units: units, Segments: len(segs), OneObject: len(segs) > 0 && segs[0].Path == partition.SegmentPath(prefix, true, 0)}
+	for _, s := range segs {
+		if s.Path != partition.SegmentPath(prefix, ix.OneObject, s.Unit) {
+			return nil, fmt.Errorf("internal: map segment of unit %d at %s, not where its index says", s.Unit, s.Path)
+		}
+		ix.Rows += s.Rows
+		ix.Bytes += s.Bytes
+	}
+	data, err := partition.EncodeIndex(segs, units, partition.IndexSeed(segmentIndexKind, task))
+	if err != nil {
+		return nil, err
+	}
+	return ix, putObject(ctx, lp.work, prefix+segmentIndexName, data)
+}
+
+// segmentsOf returns the segments of units [lo, hi) from every map task,
+// in map order (input order): from a manifest in memory (run), or read
+// by range from each map task's segment index, several at once.
+func (lp *loadedPlan) segmentsOf(ctx context.Context, dones []*TaskManifest, lo, hi int) ([]partition.Segment, error) {
+	_, part := lp.Units()
+	per := make([][]partition.Segment, len(dones))
+	err := par.ForEach(ctx, len(dones), min(len(dones), 16), func(m int) error {
+		d := dones[m]
+		if d.Index == nil || d.Partitions != nil {
+			for _, s := range d.Partitions {
+				if lo <= s.Unit && s.Unit < hi {
+					per[m] = append(per[m], s)
+				}
+			}
+			return nil
+		}
+		prefix := mapAttemptPrefix(m, d.Attempt)
+		name := prefix + segmentIndexName
+		hint := fmt.Sprintf("run map task %d again (under this plan)", m)
+		if !validAttempt(d.Attempt) || d.Index.Units != len(part) {
+			return errs.WithHint(errs.BadInputf("%s: attempt %q with an index of %d units; the plan has %d", lp.work.URL(mapDoneName(m)), d.Attempt, d.Index.Units, len(part)), hint)
+		}
+		if hi <= lo {
+			return nil
+		}
+		data, err := storage.GetRange(ctx, lp.work, name, int64(lo)*partition.IndexRecord, int64(hi-lo)*partition.IndexRecord)
+		if err != nil {
+			if errs.Is(err, errs.BadInput) { // missing or cut short
+				err = errs.WithHint(err, hint)
+			}
+			return err
+		}
+		ents, err := partition.DecodeIndex(data, lo, partition.IndexSeed(segmentIndexKind, m))
+		if err != nil {
+			return errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(name), err), hint)
+		}
+		for _, e := range ents {
+			per[m] = append(per[m], partition.Segment{Partition: part[e.Unit], Unit: e.Unit, Offset: e.Offset, Length: e.Length,
+				Rows: e.Rows, Bytes: e.Bytes, Path: partition.SegmentPath(prefix, d.Index.OneObject, e.Unit), XXHash64: e.XXHash64})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(per...), nil
 }
 
 // eachRowGroup reads refs in order and hands each to fn; with ahead, the
@@ -278,7 +355,7 @@ func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) 
 	if err != nil {
 		return nil, err
 	}
-	return lp.openPartitionOf(task, dones, schema)
+	return lp.openPartitionOf(ctx, task, dones, schema)
 }
 
 // checkUnitMemory refuses a detect or reduce task given less memory than
@@ -310,19 +387,22 @@ func (lp *loadedPlan) mapsAndSchema(ctx context.Context) ([]*TaskManifest, *arro
 
 // openPartitionOf is openPartition with the map manifests and the schema
 // read already.
-func (lp *loadedPlan) openPartitionOf(task int, dones []*TaskManifest, schema *arrow.Schema) (*partitionReader, error) {
+func (lp *loadedPlan) openPartitionOf(ctx context.Context, task int, dones []*TaskManifest, schema *arrow.Schema) (*partitionReader, error) {
 	tbl := source.SchemaOnly(schema)
 	keys, err := resolveKeys(tbl, lp.opts)
 	if err != nil {
 		return nil, err
 	}
-	pr := lp.partitionReader(tbl, keys, task, dones)
+	pr, err := lp.partitionReader(ctx, tbl, keys, task, dones)
+	if err != nil {
+		return nil, err
+	}
 	pr.own = true
 	return pr, nil
 }
 
 // partitionReader reads partition task from the map tasks' objects.
-func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task int, dones []*TaskManifest) *partitionReader {
+func (lp *loadedPlan) partitionReader(ctx context.Context, tbl *source.Table, keys plan.Keys, task int, dones []*TaskManifest) (*partitionReader, error) {
 	pp := lp.Partitions[task]
 	r := &partition.Reader{Work: lp.work, Hist: lp.hist, Schema: tbl.Schema, SliceCols: keys.Slice, SortCols: keys.Sort,
 		Start: pp.Start, Rows: pp.Rows, Segs: map[int][]partition.Segment{}, Parallel: lp.opts.Parallel}
@@ -338,8 +418,11 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 	segs := lp.binned // a two-pass shuffle's units are in its second pass
 	for _, d := range dones {
 		pr.prof.Merge(d.Profile)
-		if lp.binned == nil {
-			segs = append(segs, d.Partitions...)
+	}
+	if lp.binned == nil {
+		var err error
+		if segs, err = lp.segmentsOf(ctx, dones, lo, hi); err != nil {
+			return nil, err
 		}
 	}
 	for _, mp := range segs { // in map order
@@ -347,7 +430,7 @@ func (lp *loadedPlan) partitionReader(tbl *source.Table, keys plan.Keys, task in
 			r.Segs[mp.Unit] = append(r.Segs[mp.Unit], mp)
 		}
 	}
-	return pr
+	return pr, nil
 }
 
 // rebin is the second pass of run's two-pass shuffle (partition.Bins): each

@@ -258,6 +258,8 @@ func FuzzPackedDetect(f *testing.F) {
 		f.Fatal(err)
 	}
 	done = bytes.ReplaceAll(done, []byte(filepath.Base(attemptDir)), []byte("a-fuzz"))
+	// Its segments' paths follow from the attempt's name (segmentsOf).
+	done = bytes.ReplaceAll(done, []byte(`"attempt": "`+m0.Attempt+`"`), []byte(`"attempt": "fuzz"`))
 	if err := os.WriteFile(doneFile, done, 0o644); err != nil {
 		f.Fatal(err)
 	}
@@ -277,11 +279,14 @@ func FuzzPackedDetect(f *testing.F) {
 	}
 	f.Add(planData, done)
 	f.Add(planData, done[:len(done)/2])
-	f.Add(planData, digests(func(d map[string]any) { d["counts"].([]any)[0] = -3 }))
-	f.Add(planData, digests(func(d map[string]any) { d["counts"].([]any)[0] = 1 << 62 }))
-	f.Add(planData, digests(func(d map[string]any) { d["counts"] = d["counts"].([]any)[1:] }))
+	f.Add(planData, digests(func(d map[string]any) { d["partitions"] = -3 }))
+	f.Add(planData, digests(func(d map[string]any) { d["partitions"] = 1 << 62 }))
+	f.Add(planData, digests(func(d map[string]any) { d["partitions"] = 1 }))
 	f.Add(planData, digests(func(d map[string]any) { d["path"] = "../../../etc/passwd" }))
-	f.Add(planData, digests(func(d map[string]any) { d["xxhash64"] = []any{} }))
+	f.Add(planData, digests(func(d map[string]any) { d["index"] = "../../../etc/passwd" }))
+	f.Add(planData, digests(func(d map[string]any) { d["index"] = d["path"] }))
+	f.Add(planData, editJSON(f, done, func(d map[string]any) { d["segment_index"].(map[string]any)["units"] = 1 }))
+	f.Add(planData, editJSON(f, done, func(d map[string]any) { d["attempt"] = "../x" }))
 	f.Add(planData, digests(func(d map[string]any) { d["unusable"] = "x" }))
 	f.Add(probe(func(p map[string]any) { p["varying"] = p["varying"].([]any)[1:] }), done)
 	f.Add(probe(func(p map[string]any) { p["varying"] = nil }), done)

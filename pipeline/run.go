@@ -299,10 +299,13 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		}
 	}
 	t1 = time.Now()
-	reader := func(j int) *partitionReader {
-		pr := lp.partitionReader(tbl, keys, j, maps)
+	reader := func(j int) (*partitionReader, error) {
+		pr, err := lp.partitionReader(ctx, tbl, keys, j, maps)
+		if err != nil {
+			return nil, err
+		}
 		pr.Sorted = sorted
-		return pr
+		return pr, nil
 	}
 
 	// 3. Detect (packed): which columns are query-level, over all rows.
@@ -326,8 +329,11 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 			if sorted != nil {
 				break
 			}
-			pr := reader(j)
-			if err := unit.use(ctx, pr); err != nil {
+			pr, err := reader(j)
+			if err == nil {
+				err = unit.use(ctx, pr)
+			}
+			if err != nil {
 				unit.release()
 				return nil, err
 			}
@@ -498,7 +504,7 @@ const smallShare = 4
 // the first error in that order is the one returned (the partitions still
 // in flight are cancelled and abort their sinks), and --fail-after-files
 // counts files in that order.
-func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *partitionReader, inMemory bool, det dedupe.Detection, sample arrow.RecordBatch) ([]*TaskManifest, error) {
+func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) (*partitionReader, error), inMemory bool, det dedupe.Detection, sample arrow.RecordBatch) ([]*TaskManifest, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	k := max(lp.opts.Parallel, 1)
@@ -546,7 +552,10 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) *par
 	for j, pp := range lp.Partitions {
 		var pr *partitionReader
 		if lp.Packing == nil || len(pp.Files) > 0 {
-			pr = reader(j) // else a query covers the whole range: no file
+			var err error // else a query covers the whole range: no file
+			if pr, err = reader(j); err != nil {
+				return fail(err)
+			}
 		}
 		alone := pr == nil || !small(pp)
 		for len(window) > 0 && (alone || len(window) >= k || !unit.holds(pr)) {

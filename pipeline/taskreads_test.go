@@ -1,0 +1,204 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/partition"
+)
+
+// TestReduceReadsItsOwnSegmentRecords: a map task's stored manifest lists
+// no segments (they grew with the units, and every reduce task read every
+// map task's); its index has a record per unit, and a reduce task reads
+// only its own units' records. A record damaged in one map task's index
+// fails only the reduce task of that unit's partition (bad input naming
+// the index and the unit); every other reduce task completes. The map task
+// run again, the output equals run's, byte for byte.
+func TestReduceReadsItsOwnSegmentRecords(t *testing.T) {
+	ctx := context.Background()
+	in := testutil.Generate(t, gen.Options{Rows: 12_000, Files: 3, Countries: 4, Days: 5, Seed: 83, RowGroupRows: 1 << 10})
+	base := t.TempDir()
+	opts := func(out string) RunOptions {
+		o := distOpts(in, out)
+		o.OutputPartitioning, o.ForceFolders = "hive", true
+		return o
+	}
+	if _, err := Run(ctx, opts(filepath.Join(base, "run"))); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(base, "dist")
+	res, _, err := PlanJob(ctx, opts(out), 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.MapTasks < 2 || res.ReduceTasks < 10 {
+		t.Fatalf("%d map and %d reduce tasks; the test wants several of each", res.MapTasks, res.ReduceTasks)
+	}
+	local := RunOptions{Parallel: 2}
+	for i := 0; i < res.MapTasks; i++ {
+		if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lp, err := loadPlan(ctx, res.Plan, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	units, _ := lp.Units()
+	var d0 *TaskManifest
+	for i := 0; i < res.MapTasks; i++ {
+		data, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(mapDoneName(i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(data, &raw); err != nil {
+			t.Fatal(err)
+		}
+		d, err := openDone(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := raw["partitions"]; ok || d.Index == nil || d.Index.Units != len(units) || d.Index.Segments == 0 || d.Index.Rows != d.Rows {
+			t.Fatalf("map %d's stored manifest: segments listed %v, index %+v (the plan has %d units, the map read %d rows)", i, ok, d.Index, len(units), d.Rows)
+		}
+		if i == 0 {
+			d0 = d
+		}
+	}
+	// Damage the record of the last partition's first unit that map 0
+	// wrote a segment for.
+	k := len(lp.Partitions) - 1
+	lo, hi := lp.PartitionUnits(k)
+	segs, err := lp.segmentsOf(ctx, []*TaskManifest{d0}, lo, hi)
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("map 0's segments of partition %d: %v, %v", k, segs, err)
+	}
+	u := segs[0].Unit
+	idx := filepath.Join(out, filepath.FromSlash(mapAttemptPrefix(0, d0.Attempt)+segmentIndexName))
+	data, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != len(units)*partition.IndexRecord {
+		t.Fatalf("index of %d bytes for %d units", len(data), len(units))
+	}
+	data[u*partition.IndexRecord+16]++ // its rows
+	if err := os.WriteFile(idx, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for j := 0; j < res.ReduceTasks; j++ {
+		_, err := ReduceTask(ctx, res.Plan, j, local)
+		if j != k {
+			if err != nil {
+				t.Fatalf("reduce %d, whose records are whole: %v", j, err)
+			}
+			continue
+		}
+		if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), segmentIndexName) || !strings.Contains(err.Error(), "unit "+strconv.Itoa(u)) || !strings.Contains(err.Error(), "run map task 0 again") {
+			t.Fatalf("reduce %d over a damaged record of unit %d: %v (class %v), want bad input naming the index, the unit and the map task", j, u, err, errs.ClassOf(err))
+		}
+	}
+	if _, err := MapTask(ctx, res.Plan, 0, local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReduceTask(ctx, res.Plan, k, local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "distributed", readTree(t, out), readTree(t, filepath.Join(base, "run")))
+}
+
+// TestReducesShareMergedDetection: the first reduce task of a packed plan
+// merges every detect task's result and stores the merge; the others read
+// it alone (they complete with every detect manifest gone). A damaged
+// merge is not trusted: the next reduce merges the detect manifests again
+// (and, with one missing, fails naming it, exit 5), then replaces it. The
+// output equals run's, byte for byte.
+func TestReducesShareMergedDetection(t *testing.T) {
+	ctx := context.Background()
+	in := testutil.Generate(t, gen.Options{Rows: 6_000, Files: 2, Seed: 84})
+	base := t.TempDir()
+	opts := func(out string) RunOptions {
+		o := distOpts(in, out)
+		o.RowGroupBytes, o.MinRowGroupBytes, o.FileBytes = 32<<10, 8<<10, 64<<10
+		o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
+		return o
+	}
+	if _, err := Run(ctx, opts(filepath.Join(base, "run"))); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(base, "dist")
+	res, _, err := PlanJob(ctx, opts(out), 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ReduceTasks < 4 {
+		t.Fatalf("%d reduce tasks; the test wants 4 or more", res.ReduceTasks)
+	}
+	local := RunOptions{Parallel: 2}
+	mapsAndDetects(t, ctx, res, local)
+	merged := filepath.Join(out, filepath.FromSlash(detectMergedName))
+	if _, err := os.Stat(merged); !os.IsNotExist(err) {
+		t.Fatalf("a merged detection before any reduce: %v", err)
+	}
+	reduce := func(j int) error { _, err := ReduceTask(ctx, res.Plan, j, local); return err }
+	if err := reduce(0); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(merged)
+	if err != nil {
+		t.Fatalf("reduce 0 stored no merged detection: %v", err)
+	}
+	detects := filepath.Join(out, filepath.FromSlash(path.Dir(path.Dir(detectDoneName(0)))))
+	hidden := filepath.Join(base, "detect-manifests")
+	if err := os.Rename(detects, hidden); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(detects, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(merged, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := reduce(1); err != nil {
+		t.Fatalf("reduce 1 with the merge and no detect manifest: %v", err)
+	}
+	data[len(data)/2] ^= 1
+	if err := os.WriteFile(merged, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := reduce(2); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "detect task 0 has not completed") {
+		t.Fatalf("reduce 2 over a damaged merge and no detect manifest: %v (class %v), want exit 5 naming detect task 0", err, errs.ClassOf(err))
+	}
+	if err := os.RemoveAll(detects); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(hidden, detects); err != nil {
+		t.Fatal(err)
+	}
+	for j := 2; j < res.ReduceTasks; j++ {
+		if err := reduce(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again, err := os.ReadFile(merged); err != nil || bytes.Equal(again, data) {
+		t.Fatalf("the damaged merge was not replaced (%v)", err)
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, "distributed", readTree(t, out), readTree(t, filepath.Join(base, "run")))
+}
