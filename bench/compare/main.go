@@ -361,7 +361,10 @@ func main() {
 	}
 
 	if run("hiveout") && os.Getenv("BENCH_SKIP_HIVEOUT") == "" {
-		hiveOutBench(dir, in, reps, res)
+		if os.Getenv("BENCH_HIVEOUT_ONLY") != "dist" { // dist: the distributed steps alone
+			hiveOutBench(dir, in, reps, res)
+		}
+		hiveDistBench(dir, in, reps, res)
 	}
 
 	if run("s3input") && os.Getenv("BENCH_SKIP_S3INPUT") == "" {
