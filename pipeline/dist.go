@@ -272,9 +272,9 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 	if err := pj.claim.put(ctx, plan.FileName, append(data, '\n'), false); err != nil {
 		return nil, nil, err
 	}
-	res := &PlanResult{Plan: pj.out.Address(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: len(p.Partitions)}
+	res := &PlanResult{Plan: pj.out.Address(plan.FileName), MapTasks: len(p.Maps), ReduceTasks: p.ReduceTaskCount()}
 	if p.Packing != nil {
-		res.DetectTasks = len(p.Partitions)
+		res.DetectTasks = p.ReduceTaskCount()
 	}
 	return res, p, nil
 }
@@ -714,7 +714,7 @@ func (lp *loadedPlan) stepTasks(planURL, step string) (int, error) {
 			return 0, errs.Usagef("plan %s is not packed (no --query-key): it has no detect step; run reduce after map", planURL)
 		}
 	}
-	return len(lp.Partitions), nil // detect and reduce: one task per partition
+	return lp.ReduceTaskCount(), nil // detect and reduce: a group of partitions each
 }
 
 // checkTask refuses a task index the plan lacks for the step.
@@ -799,11 +799,12 @@ func (lp *loadedPlan) unitBytes(j int) int64 {
 	return int64(float64(min(lp.Partitions[j].Rows, lp.UnitRows)) * lp.RowBytes * decodedPerInput)
 }
 
-// DetectTask is `relayout detect --task j` (packed plans): it reads
-// partition j, sorted, and records which columns vary inside a query, so
-// that every reduce task decides the query-level columns over all rows.
+// DetectTask is `relayout detect --task t` (packed plans): for each
+// partition of task t (plan.TaskPartitions), it reads the partition,
+// sorted, and records which columns vary inside a query, so that every
+// reduce task decides the query-level columns over all rows. Each
+// partition gets its own task manifest; it returns their sum.
 func DetectTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
-	t0 := time.Now()
 	lp, err := loadTask(ctx, planURL, local, "detect", task)
 	if err != nil {
 		return nil, err
@@ -817,14 +818,29 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 	if err != nil {
 		return nil, err
 	}
-	det, ok, why, err := lp.detectByDigests(ctx, task, maps, schema)
+	first, end := lp.TaskPartitions(task)
+	var sum *TaskManifest
+	for j := first; j < end; j++ {
+		d, err := lp.detectPartition(ctx, j, maps, schema)
+		if err != nil {
+			return nil, err
+		}
+		sum = sumTasks(sum, d, task)
+	}
+	return sum, nil
+}
+
+// detectPartition is a detect task's work for partition j.
+func (lp *loadedPlan) detectPartition(ctx context.Context, j int, maps []*TaskManifest, schema *arrow.Schema) (*TaskManifest, error) {
+	t0 := time.Now()
+	det, ok, why, err := lp.detectByDigests(ctx, j, maps, schema)
 	if err != nil {
 		return nil, err
 	}
 	var rows int64
 	by := "digests"
 	if ok {
-		lo, hi := lp.PartitionUnits(task)
+		lo, hi := lp.PartitionUnits(j)
 		segs, err := lp.segmentsOf(ctx, maps, lo, hi)
 		if err != nil {
 			return nil, err
@@ -834,20 +850,53 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 		}
 	} else {
 		by = "rows"
-		pr, err := lp.openPartitionOf(ctx, task, maps, schema)
+		pr, err := lp.openPartitionOf(ctx, j, maps, schema)
 		if err != nil {
 			return nil, err
 		}
 		defer pr.close()
-		defer lp.opts.adviseHeap(lp.unitBytes(task))()
+		defer lp.opts.adviseHeap(lp.unitBytes(j))()
 		if det, rows, err = pr.detect(ctx); err != nil {
 			return nil, err
 		}
 	}
 	attempt := newAttempt()
-	d := &TaskManifest{Kind: "detect", Task: task, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det,
+	d := &TaskManifest{Kind: "detect", Task: j, Attempt: attempt, ConfigHash: lp.ConfigHash, Rows: rows, Detection: &det,
 		DetectedBy: by, DigestsUnused: why, Seconds: time.Since(t0).Seconds()}
-	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", plan.WorkPrefix, task, attempt), detectDoneName(task), d)
+	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sdetect/d-%05d/a-%s/_task.json", plan.WorkPrefix, j, attempt), detectDoneName(j), d)
+}
+
+// sumTasks adds partition manifest d to sum, the manifest task prints
+// for its partitions (nil for none yet): files, shards and their checks
+// in order, rows, queries and seconds summed, detections merged.
+func sumTasks(sum, d *TaskManifest, task int) *TaskManifest {
+	if sum == nil {
+		c := *d
+		c.Task = task
+		if d.Detection != nil {
+			var det dedupe.Detection // a copy: the sum merges into it
+			det.Merge(*d.Detection)
+			c.Detection = &det
+		}
+		return &c
+	}
+	sum.Rows += d.Rows
+	sum.Queries += d.Queries
+	sum.Seconds += d.Seconds
+	sum.Files = append(sum.Files, d.Files...)
+	sum.Shards = append(sum.Shards, d.Shards...)
+	sum.Checked = append(sum.Checked, d.Checked...)
+	sum.ShardsChecked = append(sum.ShardsChecked, d.ShardsChecked...)
+	if d.Detection != nil && sum.Detection != nil {
+		sum.Detection.Merge(*d.Detection)
+	}
+	if d.DetectedBy != "" && !strings.Contains(sum.DetectedBy, d.DetectedBy) {
+		sum.DetectedBy += "," + d.DetectedBy
+	}
+	if sum.DigestsUnused == "" {
+		sum.DigestsUnused = d.DigestsUnused
+	}
+	return sum
 }
 
 // detectMergedName is every detect task's result merged, written by the
@@ -884,7 +933,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 	}
 	for j, d := range dones {
 		if d == nil || d.Detection == nil {
-			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d has not completed (no %s)", j, lp.work.URL(detectDoneName(j)))
+			return det, 0, errs.Preconditionf("run every detect task first", "detect task %d (partition %d) has not completed (no %s)", lp.PartitionTask(j), j, lp.work.URL(detectDoneName(j)))
 		}
 		if err := d.Detection.CheckColumns(schema.NumFields()); err != nil {
 			return det, 0, errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(detectDoneName(j)), err), "run the detect task again")
@@ -901,11 +950,11 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 	return withProbe(det, lp.Packing.Probe), secs, nil
 }
 
-// ReduceTask is `relayout reduce --task j`: it reads partition j from every
-// map task's output, orders it (and packs it) as run does, writes the
-// partition's files and then its task manifest.
+// ReduceTask is `relayout reduce --task t`: for each partition of task t
+// (plan.TaskPartitions), it reads the partition from every map task's
+// output, orders it (and packs it) as run does, writes its files and then
+// its task manifest. It returns the sum of their manifests.
 func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions) (*TaskManifest, error) {
-	t0 := time.Now()
 	lp, err := loadTask(ctx, planURL, local, "reduce", task)
 	if err != nil {
 		return nil, err
@@ -917,44 +966,62 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			return nil, err
 		}
 	}
-	var d *TaskManifest
-	if lp.Packing != nil && len(lp.Partitions[task].Files) == 0 {
-		d, err = lp.writePartition(ctx, nil, det, nil)
-	} else {
-		pr, err := lp.openPartition(ctx, task, "reduce")
-		if err != nil {
+	// What every partition with rows reads first, once per task.
+	first, end := lp.TaskPartitions(task)
+	var maps []*TaskManifest
+	var schema *arrow.Schema
+	var sample arrow.RecordBatch
+	var heap int64 // the largest unit it holds
+	for j := first; j < end; j++ {
+		if lp.Packing != nil && len(lp.Partitions[j].Files) == 0 {
+			continue // a query covers its range: no file, nothing read
+		}
+		heap = max(heap, lp.unitBytes(j))
+		if schema != nil {
+			continue
+		}
+		if err := lp.checkUnitMemory(j, "reduce"); err != nil {
 			return nil, err
 		}
-		defer pr.close()
-		// A task is a fresh process: every page of its heap is faulted
-		// in. It holds one unit at a time.
-		defer lp.opts.adviseHeap(lp.unitBytes(task))()
-		sample, err := lp.sample(ctx, pr.tbl.Schema)
-		if err != nil {
+		if maps, schema, err = lp.mapsAndSchema(ctx); err != nil {
+			return nil, err
+		}
+		if sample, err = lp.sample(ctx, schema); err != nil {
 			return nil, err
 		}
 		if sample != nil {
 			defer sample.Release()
 		}
-		d, err = lp.writePartition(ctx, pr, det, sample)
-		if err != nil {
-			return nil, err
-		}
-		// Read the files and shards back as commit would (bytes,
-		// footers, key order, slice boundaries; shard hashes and
-		// headers), so commit need not read them.
-		if d.Checked, err = lp.checkPartition(ctx, task, d); err != nil {
-			return nil, err
-		}
-		if d.ShardsChecked, err = lp.checkShards(ctx, task, d); err != nil {
-			return nil, err
-		}
 	}
+	// A task is a fresh process: every page of its heap is faulted in.
+	defer lp.opts.adviseHeap(heap)()
+	reader := func(j int) (*partitionReader, error) { return lp.openPartitionOf(ctx, j, maps, schema) }
+	// Its partitions are written as run writes them (small ones several
+	// at once); each is checked, then its manifest written, in order.
+	var sum *TaskManifest
+	t0 := time.Now()
+	_, err = lp.writePartitions(ctx, reader, false, det, sample, first, end, func(j int, d *TaskManifest) error {
+		if len(lp.Partitions[j].Files) > 0 || lp.Packing == nil {
+			var err error
+			if d.Checked, err = lp.checkPartition(ctx, j, d); err != nil {
+				return err
+			}
+			if d.ShardsChecked, err = lp.checkShards(ctx, j, d); err != nil {
+				return err
+			}
+		}
+		d.Task, d.Attempt, d.Seconds = j, newAttempt(), time.Since(t0).Seconds()
+		t0 = time.Now()
+		if err := writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", plan.WorkPrefix, j, d.Attempt), reduceDoneName(j), d); err != nil {
+			return err
+		}
+		sum = sumTasks(sum, d, task)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	d.Task, d.Attempt, d.Seconds = task, newAttempt(), time.Since(t0).Seconds()
-	return d, writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", plan.WorkPrefix, task, d.Attempt), reduceDoneName(task), d)
+	return sum, nil
 }
 
 // checkPartition reads a reduce task's files back and checks them as
@@ -1087,7 +1154,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			return nil, err
 		}
 		if d == nil {
-			return nil, errs.Preconditionf("run the missing task, then commit again", "reduce task %d (partition %d of %d) has not completed (no %s)", j, j, len(lp.Partitions), lp.work.URL(reduceDoneName(j)))
+			return nil, errs.Preconditionf("run the missing task, then commit again", "reduce task %d (partition %d of %d) has not completed (no %s)", lp.PartitionTask(j), j, len(lp.Partitions), lp.work.URL(reduceDoneName(j)))
 		}
 		reduceSeconds += d.Seconds
 		reduces = append(reduces, d)

@@ -352,7 +352,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 	// 4. Reduce: each partition's files and shards, in order.
 	opts.Progress.Start("write", tbl.Rows)
-	reduces, err := lp.writePartitions(ctx, reader, sorted != nil, det, ks.Sample)
+	reduces, err := lp.writePartitions(ctx, reader, sorted != nil, det, ks.Sample, 0, len(lp.Partitions), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -482,8 +482,10 @@ func gcFloor(limit int64) int64 { return min(limit/8, 64<<20) }
 // of a row group (writePartitions).
 const smallShare = 4
 
-// writePartitions writes the plan's partitions (a file each) in order and
-// returns their task manifests in order.
+// writePartitions writes the plan's partitions [first, end) (a file
+// each) in order and returns their task manifests in order, handing each
+// to after (when set) as it completes, in order: a reduce task checks
+// each partition's files and writes its manifest there.
 //
 // Small partitions are written several at once. A Hive output of many
 // folders is a partition per folder, each a small file whose writing is
@@ -504,7 +506,7 @@ const smallShare = 4
 // the first error in that order is the one returned (the partitions still
 // in flight are cancelled and abort their sinks), and --fail-after-files
 // counts files in that order.
-func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) (*partitionReader, error), inMemory bool, det dedupe.Detection, sample arrow.RecordBatch) ([]*TaskManifest, error) {
+func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) (*partitionReader, error), inMemory bool, det dedupe.Detection, sample arrow.RecordBatch, first, end int, after func(j int, d *TaskManifest) error) ([]*TaskManifest, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	k := max(lp.opts.Parallel, 1)
@@ -526,7 +528,6 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) (*pa
 		reduces []*TaskManifest
 		files   int
 	)
-	n := len(lp.Partitions)
 	take := func() error { // the oldest in flight
 		r := window[0]
 		window = window[1:]
@@ -534,8 +535,13 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) (*pa
 		if r.err != nil {
 			return r.err
 		}
+		if after != nil {
+			if err := after(r.j, r.d); err != nil {
+				return err
+			}
+		}
 		reduces = append(reduces, r.d)
-		if files += len(r.d.Files); lp.opts.FailAfterFiles > 0 && files >= lp.opts.FailAfterFiles && r.j < n-1 {
+		if files += len(r.d.Files); lp.opts.FailAfterFiles > 0 && files >= lp.opts.FailAfterFiles && r.j < end-1 {
 			return errs.TransientErr(fmt.Errorf("injected failure after %d files", files))
 		}
 		return nil
@@ -549,7 +555,8 @@ func (lp *loadedPlan) writePartitions(ctx context.Context, reader func(int) (*pa
 	}
 	var unit sharedUnit // read once for the partitions in flight that share it
 	defer unit.release()
-	for j, pp := range lp.Partitions {
+	for j := first; j < end; j++ {
+		pp := lp.Partitions[j]
 		var pr *partitionReader
 		if lp.Packing == nil || len(pp.Files) > 0 {
 			var err error // else a query covers the whole range: no file

@@ -111,6 +111,14 @@ type Plan struct {
 	// keys a slice's rows keep input order: map tasks count them
 	// (Map.Counters).
 	Cuts map[string][]partition.Cut `json:"cuts,omitempty"`
+	// TaskStarts is the first partition of each reduce task (and detect
+	// task, packed plans): consecutive partitions share a task up to a
+	// map task's rows (the table's rows over the map tasks), so that an
+	// output of many small files (a Hive folder each: 1,200 of them on
+	// the bench input) is not a task per file; a partition as large is a
+	// task of its own. Each partition still has its own task manifest.
+	// Empty: a task per partition.
+	TaskStarts []int `json:"reduce_task_starts,omitempty"`
 	// Staged: the plan overwrites a committed output, which stays whole
 	// until the commit: reduce tasks write under the work prefix's next/,
 	// and commit swaps the new files in.
@@ -564,7 +572,53 @@ func Build(ctx context.Context, tbl *source.Table, keys Keys, kp *KeyPass, o Opt
 		}
 		p.Maps = append(p.Maps, cur)
 	}
+	p.TaskStarts = groupTasks(p.Partitions, (tbl.Rows+int64(len(p.Maps))-1)/int64(max(len(p.Maps), 1)))
 	return p, nil
+}
+
+// groupTasks cuts partitions into reduce tasks: consecutive partitions
+// share one up to target rows (a map task's), and a partition as large
+// is a task of its own. It returns each task's first partition.
+func groupTasks(parts []Partition, target int64) []int {
+	var starts []int
+	var rows int64
+	for j, pp := range parts {
+		if j == 0 || rows+pp.Rows > target {
+			starts, rows = append(starts, j), 0
+		}
+		rows += pp.Rows
+	}
+	return starts
+}
+
+// ReduceTaskCount is how many reduce tasks (and detect tasks, packed) the
+// plan has: one per group of partitions (TaskStarts), or per partition.
+func (p *Plan) ReduceTaskCount() int {
+	if len(p.TaskStarts) == 0 {
+		return len(p.Partitions)
+	}
+	return len(p.TaskStarts)
+}
+
+// TaskPartitions returns the partitions [first, end) of reduce (or
+// detect) task t.
+func (p *Plan) TaskPartitions(t int) (first, end int) {
+	if len(p.TaskStarts) == 0 {
+		return t, t + 1
+	}
+	end = len(p.Partitions)
+	if t+1 < len(p.TaskStarts) {
+		end = p.TaskStarts[t+1]
+	}
+	return p.TaskStarts[t], end
+}
+
+// PartitionTask returns the reduce (or detect) task of partition j.
+func (p *Plan) PartitionTask(j int) int {
+	if len(p.TaskStarts) == 0 {
+		return j
+	}
+	return sort.SearchInts(p.TaskStarts, j+1) - 1
 }
 
 // MapRuns splits the table's row groups into the map tasks' runs,
@@ -693,6 +747,11 @@ func (p *Plan) Check() error {
 	}
 	if next != p.Rows {
 		return fmt.Errorf("the partitions hold %d rows, the plan %d", next, p.Rows)
+	}
+	for t, j := range p.TaskStarts {
+		if (t == 0 && j != 0) || (t > 0 && j <= p.TaskStarts[t-1]) || j >= len(p.Partitions) {
+			return fmt.Errorf("reduce task %d starts at partition %d (tasks start at %v, of %d partitions)", t, j, p.TaskStarts, len(p.Partitions))
+		}
 	}
 	if p.Packing != nil {
 		return p.checkPacking()

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/relayout/relayout/partition"
@@ -90,6 +92,76 @@ func TestJoinedUnits(t *testing.T) {
 	for u, sp := range check(newPlan(false)) {
 		if sp[1]-sp[0] != 1 {
 			t.Fatalf("without join, unit %d holds partitions %v", u, sp)
+		}
+	}
+}
+
+// TestReduceTaskGroups: consecutive partitions share a reduce task up to
+// the target rows; a partition as large is a task of its own; the task of
+// every partition and the partitions of every task agree; a plan whose
+// task starts do not cut its partitions in order is refused.
+func TestReduceTaskGroups(t *testing.T) {
+	parts := func(rows ...int64) []Partition {
+		var out []Partition
+		var start int64
+		for j, r := range rows {
+			out = append(out, Partition{Index: j, Start: start, Rows: r})
+			start += r
+		}
+		return out
+	}
+	for _, c := range []struct {
+		rows   []int64
+		target int64
+		want   []int
+	}{
+		{[]int64{10, 10, 10, 10}, 25, []int{0, 2}},
+		{[]int64{10, 10, 10, 10}, 40, []int{0}},
+		{[]int64{10, 50, 10, 10}, 25, []int{0, 1, 2}}, // the large one alone
+		{[]int64{50, 50}, 25, []int{0, 1}},
+		{[]int64{0, 0, 30, 0}, 25, []int{0, 2, 3}}, // empty packed partitions join
+		{[]int64{7}, 1, []int{0}},
+	} {
+		p := &Plan{Partitions: parts(c.rows...)}
+		p.TaskStarts = groupTasks(p.Partitions, c.target)
+		if !slices.Equal(p.TaskStarts, c.want) {
+			t.Fatalf("rows %v, target %d: tasks start at %v, want %v", c.rows, c.target, p.TaskStarts, c.want)
+		}
+		if p.ReduceTaskCount() != len(c.want) {
+			t.Fatalf("rows %v: %d tasks, want %d", c.rows, p.ReduceTaskCount(), len(c.want))
+		}
+		next := 0
+		for task := range p.ReduceTaskCount() {
+			first, end := p.TaskPartitions(task)
+			if first != next || end <= first {
+				t.Fatalf("rows %v: task %d holds partitions [%d, %d), after %d", c.rows, task, first, end, next)
+			}
+			for j := first; j < end; j++ {
+				if p.PartitionTask(j) != task {
+					t.Fatalf("rows %v: partition %d in task %d, PartitionTask says %d", c.rows, j, task, p.PartitionTask(j))
+				}
+			}
+			next = end
+		}
+		if next != len(c.rows) {
+			t.Fatalf("rows %v: the tasks end at partition %d", c.rows, next)
+		}
+	}
+	// A task per partition when the plan names none.
+	p := &Plan{Partitions: parts(5, 5, 5)}
+	if f, e := p.TaskPartitions(1); p.ReduceTaskCount() != 3 || f != 1 || e != 2 || p.PartitionTask(2) != 2 {
+		t.Fatalf("no task starts: %d tasks, task 1 [%d, %d)", p.ReduceTaskCount(), f, e)
+	}
+	for _, starts := range [][]int{nil, {0, 1}, {1}, {0, 0}, {0, 2, 1}, {0, 3}} {
+		p := &Plan{Rows: 15, UnitRows: 5, Partitions: parts(5, 5, 5), TaskStarts: starts,
+			Slices: []Slice{{Parts: [][]byte{{1}}, Values: []any{"a"}, Rows: 15}}}
+		for j := range p.Partitions {
+			p.Partitions[j].Files = []int{j}
+			p.Layout.Files = append(p.Layout.Files, partition.File{Start: int64(5 * j), Rows: 5, RowGroups: []partition.RowGroup{{Start: int64(5 * j), Rows: 5}}})
+		}
+		err := p.Check()
+		if ok := len(starts) == 0 || slices.Equal(starts, []int{0, 1}); ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "reduce task")) {
+			t.Fatalf("task starts %v: %v", starts, err)
 		}
 	}
 }
