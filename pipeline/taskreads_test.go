@@ -35,14 +35,7 @@ func TestReduceReadsItsOwnSegmentRecords(t *testing.T) {
 		o.OutputPartitioning, o.ForceFolders = "hive", true
 		return o
 	}
-	if _, err := Run(ctx, opts(filepath.Join(base, "run"))); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(base, "dist")
-	res, _, err := PlanJob(ctx, opts(out), 64<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, res := runThenPlan(t, base, opts)
 	if res.MapTasks < 2 || res.ReduceTasks < 2 {
 		t.Fatalf("%d map and %d reduce tasks; the test wants several of each", res.MapTasks, res.ReduceTasks)
 	}
@@ -159,14 +152,7 @@ func TestReducesShareMergedDetection(t *testing.T) {
 		o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
 		return o
 	}
-	if _, err := Run(ctx, opts(filepath.Join(base, "run"))); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(base, "dist")
-	res, _, err := PlanJob(ctx, opts(out), 64<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, res := runThenPlan(t, base, opts)
 	if res.ReduceTasks < 3 {
 		t.Fatalf("%d reduce tasks; the test wants 3 or more", res.ReduceTasks)
 	}
@@ -223,4 +209,20 @@ func TestReducesShareMergedDetection(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameTree(t, "distributed", readTree(t, out), readTree(t, filepath.Join(base, "run")))
+}
+
+// runThenPlan runs the job of opts into base/run, then plans it
+// (64 KiB map tasks) into base/dist, whose path it returns.
+func runThenPlan(t *testing.T, base string, opts func(out string) RunOptions) (string, *PlanResult) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := Run(ctx, opts(filepath.Join(base, "run"))); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(base, "dist")
+	res, _, err := PlanJob(ctx, opts(out), 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, res
 }
