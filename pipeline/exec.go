@@ -344,20 +344,6 @@ type partitionReader struct {
 	shared int
 }
 
-// openPartition checks that the plan's units fit this task's memory
-// limit, reads the plan's schema and lists the partition's map objects. Every map
-// task must have completed.
-func (lp *loadedPlan) openPartition(ctx context.Context, task int, step string) (*partitionReader, error) {
-	if err := lp.checkUnitMemory(task, step); err != nil {
-		return nil, err
-	}
-	dones, schema, err := lp.mapsAndSchema(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return lp.openPartitionOf(ctx, task, dones, schema)
-}
-
 // checkUnitMemory refuses a detect or reduce task given less memory than
 // the plan sized its units for.
 func (lp *loadedPlan) checkUnitMemory(task int, step string) error {
@@ -385,8 +371,9 @@ func (lp *loadedPlan) mapsAndSchema(ctx context.Context) ([]*TaskManifest, *arro
 	return dones, schema, err
 }
 
-// openPartitionOf is openPartition with the map manifests and the schema
-// read already.
+// openPartitionOf opens partition task's reader over the map tasks'
+// objects, given their manifests and the plan's schema (mapsAndSchema;
+// the task checked its memory first: checkUnitMemory).
 func (lp *loadedPlan) openPartitionOf(ctx context.Context, task int, dones []*TaskManifest, schema *arrow.Schema) (*partitionReader, error) {
 	tbl := source.SchemaOnly(schema)
 	keys, err := resolveKeys(tbl, lp.opts)
