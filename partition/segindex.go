@@ -68,30 +68,22 @@ func recordCheck(r []byte, u int, seed uint64) uint64 {
 	return d.Sum64()
 }
 
-// IndexEntry is a record of a segment index read back: the unit's segment
-// (Path and Partition are the reader's to fill).
-type IndexEntry struct {
-	Unit                        int
-	Offset, Length, Rows, Bytes int64
-	XXHash64                    string
-}
-
 // DecodeIndex checks and decodes the records of units [lo, lo+len/IndexRecord)
-// read from an index at byte lo*IndexRecord. It returns the units that
-// have a segment (bytes); a record that fails its check, or holds a negative or
+// read from an index at byte lo*IndexRecord. It returns the segments of
+// the units that have one (bytes), Partition and Path left to the reader; a record that fails its check, or holds a negative or
 // inconsistent range, is an error naming the unit.
-func DecodeIndex(data []byte, lo int, seed uint64) ([]IndexEntry, error) {
+func DecodeIndex(data []byte, lo int, seed uint64) ([]Segment, error) {
 	if len(data)%IndexRecord != 0 {
 		return nil, fmt.Errorf("%d bytes are not whole records of %d", len(data), IndexRecord)
 	}
-	var out []IndexEntry
+	var out []Segment
 	for i := 0; i < len(data)/IndexRecord; i++ {
 		u := lo + i
 		r := data[i*IndexRecord : (i+1)*IndexRecord]
 		if got, want := recordCheck(r, u, seed), binary.LittleEndian.Uint64(r[40:]); got != want {
 			return nil, fmt.Errorf("unit %d: its record is damaged or not this attempt's (check %016x, want %016x)", u, want, got)
 		}
-		e := IndexEntry{Unit: u,
+		e := Segment{Unit: u,
 			Offset: int64(binary.LittleEndian.Uint64(r[0:])), Length: int64(binary.LittleEndian.Uint64(r[8:])),
 			Rows: int64(binary.LittleEndian.Uint64(r[16:])), Bytes: int64(binary.LittleEndian.Uint64(r[24:]))}
 		if e.Offset < 0 || e.Length < 0 || e.Rows < 0 || e.Bytes < 0 || (e.Rows > 0 && e.Length == 0) {

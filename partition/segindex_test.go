@@ -28,10 +28,10 @@ func TestSegmentIndex(t *testing.T) {
 			if err != nil {
 				t.Fatalf("units [%d, %d): %v", lo, hi, err)
 			}
-			var want []IndexEntry
+			var want []Segment
 			for _, s := range segs {
 				if lo <= s.Unit && s.Unit < hi {
-					want = append(want, IndexEntry{Unit: s.Unit, Offset: s.Offset, Length: s.Length, Rows: s.Rows, Bytes: s.Bytes, XXHash64: s.XXHash64})
+					want = append(want, s)
 				}
 			}
 			if len(got) != len(want) {

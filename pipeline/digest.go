@@ -53,23 +53,27 @@ import (
 // QueryDigest names a map task's query digests (TaskManifest.Digest): per
 // partition, one 16-byte record per query of the task's rows there (the
 // query key's hash, then the candidate columns' hash, little-endian),
-// sorted by the first, in Path; and their index in Index, a record per
+// sorted by the first, in Path; and their index, digests.idx beside it
+// under the map attempt's prefix (digestIndexName), a record per
 // partition (partition.EncodeIndex: the partition's byte range of Path,
 // its count of records as rows, their xxhash64), which a detect task reads
 // by range for its partition. The manifest itself held a count and a hash
 // per partition until 2026-12-06, and every detect task read every map
 // task's: partitions x map tasks x partitions.
 type QueryDigest struct {
-	Path       string `json:"path,omitempty"` // under the work location
-	Index      string `json:"index,omitempty"`
-	Partitions int    `json:"partitions,omitempty"` // records in Index
+	Path       string `json:"path,omitempty"`       // under the work location
+	Partitions int    `json:"partitions,omitempty"` // records in the index
 	// Unusable, when set, says why the digests cannot decide (none were
 	// written): the detect tasks read their rows.
 	Unusable string `json:"unusable,omitempty"`
 }
 
-// digestIndexKind seeds the digest index's checks (partition.IndexSeed).
-const digestIndexKind = "digests"
+// digestIndexName is the digest index's name under a map attempt's
+// prefix; digestIndexKind seeds its records' checks (partition.IndexSeed).
+const (
+	digestIndexName = "digests.idx"
+	digestIndexKind = "digests"
+)
 
 const digestRecord = 16 // bytes per record
 
@@ -292,7 +296,7 @@ func (g *digester) finish(ctx context.Context, work storage.Location, prefix str
 	if g.unusable != "" {
 		return &QueryDigest{Unusable: g.unusable}, nil
 	}
-	d := &QueryDigest{Path: prefix + "digests.bin", Index: prefix + "digests.idx", Partitions: len(g.parts)}
+	d := &QueryDigest{Path: prefix + "digests.bin", Partitions: len(g.parts)}
 	data := make([]byte, 0, g.held*digestRecord)
 	var ranges []partition.Segment // a partition's records, as an index holds them
 	for p, recs := range g.parts {
@@ -313,7 +317,7 @@ func (g *digester) finish(ctx context.Context, work storage.Location, prefix str
 	if err := putObject(ctx, work, d.Path, data); err != nil {
 		return nil, err
 	}
-	return d, putObject(ctx, work, d.Index, idx)
+	return d, putObject(ctx, work, prefix+digestIndexName, idx)
 }
 
 // detectByDigests decides partition task's detection from the map tasks'
@@ -340,13 +344,17 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 	var all []prec
 	for m, d := range maps {
 		again := "run map task " + fmt.Sprint(m) + " again"
-		rec, err := storage.GetRange(ctx, lp.work, d.Digest.Index, int64(task)*partition.IndexRecord, partition.IndexRecord)
+		if !validAttempt(d.Attempt) {
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: attempt %q", lp.work.URL(mapDoneName(m)), d.Attempt), again)
+		}
+		index := mapAttemptPrefix(m, d.Attempt) + digestIndexName
+		rec, err := storage.GetRange(ctx, lp.work, index, int64(task)*partition.IndexRecord, partition.IndexRecord)
 		if err != nil {
 			return det, false, "", err
 		}
 		ents, err := partition.DecodeIndex(rec, task, partition.IndexSeed(digestIndexKind, m))
 		if err != nil {
-			return det, false, "", errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(d.Digest.Index), err), again)
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(index), err), again)
 		}
 		if len(ents) == 0 {
 			continue // no query of this map task's rows in the partition
@@ -355,7 +363,7 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 		// a count beyond is a damaged index, not an allocation.
 		e := ents[0]
 		if c := e.Rows; c > lp.Partitions[task].Rows || e.Length != c*digestRecord {
-			return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(d.Digest.Index), c, e.Length, task, lp.Partitions[task].Rows), again)
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(index), c, e.Length, task, lp.Partitions[task].Rows), again)
 		}
 		data, err := storage.GetRange(ctx, lp.work, d.Digest.Path, e.Offset, e.Length)
 		if err != nil {

@@ -208,7 +208,7 @@ func TestDetectByDigests(t *testing.T) {
 		}
 	}
 	// The first partition map 0 wrote digests for, and where.
-	idxPath := filepath.Join(dir, "out", filepath.FromSlash(m0.Digest.Index))
+	idxPath := filepath.Join(dir, "out", filepath.FromSlash(mapAttemptPrefix(0, m0.Attempt)+digestIndexName))
 	idx, err := os.ReadFile(idxPath)
 	if err != nil {
 		t.Fatal(err)
@@ -241,10 +241,7 @@ func TestDetectByDigests(t *testing.T) {
 	}
 	// A count the partition cannot hold is refused before any read, and
 	// so is a damaged record of the index.
-	recs := append([]partition.Segment(nil), partition.Segment{Unit: task, Offset: off, Length: (1 << 40) * digestRecord, Rows: 1 << 40, Bytes: 1, XXHash64: ents[0].XXHash64})
-	for _, e := range ents[1:] {
-		recs = append(recs, partition.Segment{Unit: e.Unit, Offset: e.Offset, Length: e.Length, Rows: e.Rows, Bytes: e.Bytes, XXHash64: e.XXHash64})
-	}
+	recs := append([]partition.Segment{{Unit: task, Offset: off, Length: (1 << 40) * digestRecord, Rows: 1 << 40, Bytes: 1, XXHash64: ents[0].XXHash64}}, ents[1:]...)
 	big, err := partition.EncodeIndex(recs, m0.Digest.Partitions, partition.IndexSeed(digestIndexKind, 0))
 	if err != nil {
 		t.Fatal(err)

@@ -194,16 +194,24 @@ func (lp *loadedPlan) putSegmentIndex(ctx context.Context, prefix string, task i
 func (lp *loadedPlan) segmentsOf(ctx context.Context, dones []*TaskManifest, lo, hi int) ([]partition.Segment, error) {
 	_, part := lp.Units()
 	per := make([][]partition.Segment, len(dones))
-	err := par.ForEach(ctx, len(dones), min(len(dones), 16), func(m int) error {
-		d := dones[m]
-		if d.Index == nil || d.Partitions != nil {
-			for _, s := range d.Partitions {
-				if lo <= s.Unit && s.Unit < hi {
-					per[m] = append(per[m], s)
-				}
-			}
-			return nil
+	var stored []int // the map tasks whose segments are read from their index
+	for m, d := range dones {
+		if d.Index != nil && d.Partitions == nil {
+			stored = append(stored, m)
+			continue
 		}
+		// Listed (run's, in memory), in rising unit order
+		// (ShuffleWriter.Publish; checkSegments refuses others): a
+		// search, not a pass over every unit for each partition.
+		ps := d.Partitions
+		i, _ := slices.BinarySearchFunc(ps, lo, func(s partition.Segment, u int) int { return s.Unit - u })
+		for ; i < len(ps) && ps[i].Unit < hi; i++ {
+			per[m] = append(per[m], ps[i])
+		}
+	}
+	err := par.ForEach(ctx, len(stored), min(len(stored), 16), func(k int) error {
+		m := stored[k]
+		d := dones[m]
 		prefix := mapAttemptPrefix(m, d.Attempt)
 		name := prefix + segmentIndexName
 		hint := fmt.Sprintf("run map task %d again (under this plan)", m)
@@ -225,8 +233,8 @@ func (lp *loadedPlan) segmentsOf(ctx context.Context, dones []*TaskManifest, lo,
 			return errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(name), err), hint)
 		}
 		for _, e := range ents {
-			per[m] = append(per[m], partition.Segment{Partition: part[e.Unit], Unit: e.Unit, Offset: e.Offset, Length: e.Length,
-				Rows: e.Rows, Bytes: e.Bytes, Path: partition.SegmentPath(prefix, d.Index.OneObject, e.Unit), XXHash64: e.XXHash64})
+			e.Partition, e.Path = part[e.Unit], partition.SegmentPath(prefix, d.Index.OneObject, e.Unit)
+			per[m] = append(per[m], e)
 		}
 		return nil
 	})
@@ -312,8 +320,9 @@ func (lp *loadedPlan) mapDones(ctx context.Context, hint string) ([]*TaskManifes
 }
 
 // checkSegments refuses a map task manifest whose segments are not the
-// plan's: a partition or unit it does not have, or a negative range or
-// count (a manifest is sealed, but one sealed by hand is read too).
+// plan's: a partition or unit it does not have, units out of rising
+// order (segmentsOf searches them), or a negative range or count (a
+// manifest is sealed, but one sealed by hand is read too).
 func (lp *loadedPlan) checkSegments(d *TaskManifest) error {
 	units, _ := lp.Units()
 	for i, s := range d.Partitions {
@@ -322,6 +331,8 @@ func (lp *loadedPlan) checkSegments(d *TaskManifest) error {
 			return fmt.Errorf("segment %d is for partition %d, the plan has %d", i, s.Partition, len(lp.Partitions))
 		case s.Unit < 0 || s.Unit >= len(units):
 			return fmt.Errorf("segment %d is for unit %d, the plan has %d", i, s.Unit, len(units))
+		case i > 0 && s.Unit <= d.Partitions[i-1].Unit:
+			return fmt.Errorf("segment %d is for unit %d, after unit %d", i, s.Unit, d.Partitions[i-1].Unit)
 		case s.Offset < 0 || s.Length < 0 || s.Rows < 0 || s.Bytes < 0:
 			return fmt.Errorf("segment %d: bytes [%d, +%d) holding %d rows", i, s.Offset, s.Length, s.Rows)
 		}

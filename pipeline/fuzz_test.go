@@ -283,8 +283,6 @@ func FuzzPackedDetect(f *testing.F) {
 	f.Add(planData, digests(func(d map[string]any) { d["partitions"] = 1 << 62 }))
 	f.Add(planData, digests(func(d map[string]any) { d["partitions"] = 1 }))
 	f.Add(planData, digests(func(d map[string]any) { d["path"] = "../../../etc/passwd" }))
-	f.Add(planData, digests(func(d map[string]any) { d["index"] = "../../../etc/passwd" }))
-	f.Add(planData, digests(func(d map[string]any) { d["index"] = d["path"] }))
 	f.Add(planData, editJSON(f, done, func(d map[string]any) { d["segment_index"].(map[string]any)["units"] = 1 }))
 	f.Add(planData, editJSON(f, done, func(d map[string]any) { d["attempt"] = "../x" }))
 	f.Add(planData, digests(func(d map[string]any) { d["unusable"] = "x" }))
