@@ -71,6 +71,7 @@ type QueryDigest struct {
 // digestIndexName is the digest index's name under a map attempt's
 // prefix; digestIndexKind seeds its records' checks (partition.IndexSeed).
 const (
+	digestFileName  = "digests.bin"
 	digestIndexName = "digests.idx"
 	digestIndexKind = "digests"
 )
@@ -296,7 +297,7 @@ func (g *digester) finish(ctx context.Context, work storage.Location, prefix str
 	if g.unusable != "" {
 		return &QueryDigest{Unusable: g.unusable}, nil
 	}
-	d := &QueryDigest{Path: prefix + "digests.bin", Partitions: len(g.parts)}
+	d := &QueryDigest{Path: prefix + digestFileName, Partitions: len(g.parts)}
 	data := make([]byte, 0, g.held*digestRecord)
 	var ranges []partition.Segment // a partition's records, as an index holds them
 	for p, recs := range g.parts {
@@ -365,12 +366,16 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 		if c := e.Rows; c > lp.Partitions[task].Rows || e.Length != c*digestRecord {
 			return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(index), c, e.Length, task, lp.Partitions[task].Rows), again)
 		}
-		data, err := storage.GetRange(ctx, lp.work, d.Digest.Path, e.Offset, e.Length)
+		// Named by the attempt, as the index is: not by a path the
+		// manifest holds (an empty one read the work folder itself,
+		// retried until the deadline: found by FuzzPackedDetect).
+		path := mapAttemptPrefix(m, d.Attempt) + digestFileName
+		data, err := storage.GetRange(ctx, lp.work, path, e.Offset, e.Length)
 		if err != nil {
 			return det, false, "", err
 		}
 		if workFileHash(max(xxhash.Sum64(data), 1)) != e.XXHash64 {
-			return det, false, "", errs.WithHint(errs.BadInputf("%s: the query digests of partition %d are damaged (xxhash64 differs from map task %d's record)", lp.work.URL(d.Digest.Path), task, m),
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: the query digests of partition %d are damaged (xxhash64 differs from map task %d's record)", lp.work.URL(path), task, m),
 				"run map task "+fmt.Sprint(m)+" again")
 		}
 		for i := 0; i < len(data); i += digestRecord {
