@@ -485,6 +485,27 @@ func (pr *Reader) Each(ctx context.Context, fn func(src *UnitRows, un Unit) erro
 	return nil
 }
 
+// smallUnitBytes is the most a unit's segments may hold together for
+// them to be read all at once: a request's latency, not the bytes, bounds
+// reading a small unit from an object store (a reduce task of 240 Hive
+// folders read each folder's segment from every map task one or two at a
+// time, 10 ms each), and reading them at once holds at most this much
+// more than reading them parallel at a time.
+const smallUnitBytes = 4 << 20
+
+// segmentReaders is how many of segs Load reads at once: parallel, or up
+// to 16 for a small unit.
+func segmentReaders(segs []Segment, parallel int) int {
+	var n int64
+	for _, s := range segs {
+		n += s.Length
+	}
+	if n <= smallUnitBytes {
+		return max(parallel, min(len(segs), 16))
+	}
+	return parallel
+}
+
 // Load reads unit k (of Units) from its map segments and sorts it. The
 // caller releases it.
 func (pr *Reader) Load(ctx context.Context, k int) (*UnitRows, error) {
@@ -497,7 +518,7 @@ func (pr *Reader) Load(ctx context.Context, k int) (*UnitRows, error) {
 	}
 	segs := pr.Segs[pr.IDs[k]]
 	got := make([][]arrow.RecordBatch, len(segs))
-	err := par.ForEach(ctx, len(segs), pr.Parallel, func(i int) error {
+	err := par.ForEach(ctx, len(segs), segmentReaders(segs, pr.Parallel), func(i int) error {
 		var err error
 		got[i], err = ReadSegment(ctx, pr.Work, segs[i], pr.Schema)
 		return err

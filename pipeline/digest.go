@@ -45,6 +45,7 @@ import (
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/storage"
@@ -348,35 +349,16 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 		if !validAttempt(d.Attempt) {
 			return det, false, "", errs.WithHint(errs.BadInputf("%s: attempt %q", lp.work.URL(mapDoneName(m)), d.Attempt), again)
 		}
-		index := mapAttemptPrefix(m, d.Attempt) + digestIndexName
-		rec, err := storage.GetRange(ctx, lp.work, index, int64(task)*partition.IndexRecord, partition.IndexRecord)
+		e, data, err := lp.partitionDigests(ctx, m, d, task)
 		if err != nil {
 			return det, false, "", err
 		}
-		ents, err := partition.DecodeIndex(rec, task, partition.IndexSeed(digestIndexKind, m))
-		if err != nil {
-			return det, false, "", errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(index), err), again)
-		}
-		if len(ents) == 0 {
+		if e == nil {
 			continue // no query of this map task's rows in the partition
 		}
-		// A partition has at most a record per row (the plan's rows):
-		// a count beyond is a damaged index, not an allocation.
-		e := ents[0]
-		if c := e.Rows; c > lp.Partitions[task].Rows || e.Length != c*digestRecord {
-			return det, false, "", errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(index), c, e.Length, task, lp.Partitions[task].Rows), again)
-		}
-		// Named by the attempt, as the index is: not by a path the
-		// manifest holds (an empty one read the work folder itself,
-		// retried until the deadline: found by FuzzPackedDetect).
 		path := mapAttemptPrefix(m, d.Attempt) + digestFileName
-		data, err := storage.GetRange(ctx, lp.work, path, e.Offset, e.Length)
-		if err != nil {
-			return det, false, "", err
-		}
 		if workFileHash(max(xxhash.Sum64(data), 1)) != e.XXHash64 {
-			return det, false, "", errs.WithHint(errs.BadInputf("%s: the query digests of partition %d are damaged (xxhash64 differs from map task %d's record)", lp.work.URL(path), task, m),
-				"run map task "+fmt.Sprint(m)+" again")
+			return det, false, "", errs.WithHint(errs.BadInputf("%s: the query digests of partition %d are damaged (xxhash64 differs from map task %d's record)", lp.work.URL(path), task, m), again)
 		}
 		for i := 0; i < len(data); i += digestRecord {
 			all = append(all, prec{0, qrec{binary.LittleEndian.Uint64(data[i:]), binary.LittleEndian.Uint64(data[i+8:])}})
@@ -387,6 +369,115 @@ func (lp *loadedPlan) detectByDigests(ctx context.Context, task int, maps []*Tas
 		return det, false, "a query's rows differ between map tasks in a column the plan's probe did not see vary", nil
 	}
 	return probeDetectionOf(probe), true, "", nil
+}
+
+// partitionDigests returns map task m's digest record of partition task
+// (nil: none of its rows there) and the digests it covers: from the
+// task's records read once (preloadDigests), or by two ranged reads. A
+// count beyond the partition's rows is refused before the digests are
+// read (a damaged index, not an allocation).
+func (lp *loadedPlan) partitionDigests(ctx context.Context, m int, d *TaskManifest, task int) (*partition.Segment, []byte, error) {
+	again := "run map task " + fmt.Sprint(m) + " again"
+	index := mapAttemptPrefix(m, d.Attempt) + digestIndexName
+	var ents []partition.Segment
+	td := lp.taskDigests
+	cached := td != nil && td.first <= task && task < td.end && m < len(td.ents) && td.data[m] != nil
+	if cached {
+		ents = unitRange(td.ents[m], task, task+1)
+	} else {
+		rec, err := storage.GetRange(ctx, lp.work, index, int64(task)*partition.IndexRecord, partition.IndexRecord)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ents, err = partition.DecodeIndex(rec, task, partition.IndexSeed(digestIndexKind, m)); err != nil {
+			return nil, nil, errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(index), err), again)
+		}
+	}
+	if len(ents) == 0 {
+		return nil, nil, nil
+	}
+	// A partition has at most a record per row (the plan's rows).
+	e := ents[0]
+	if c := e.Rows; c > lp.Partitions[task].Rows || e.Length != c*digestRecord {
+		return nil, nil, errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(index), c, e.Length, task, lp.Partitions[task].Rows), again)
+	}
+	if cached {
+		off := e.Offset - td.base[m]
+		if off < 0 || off+e.Length > int64(len(td.data[m])) {
+			return nil, nil, fmt.Errorf("internal: partition %d's digests [%d, +%d) outside the %d bytes read from %d", task, e.Offset, e.Length, len(td.data[m]), td.base[m])
+		}
+		return &e, td.data[m][off : off+e.Length], nil
+	}
+	// Named by the attempt, as the index is: not by a path the manifest
+	// holds (an empty one read the work folder itself, retried until the
+	// deadline: found by FuzzPackedDetect).
+	data, err := storage.GetRange(ctx, lp.work, mapAttemptPrefix(m, d.Attempt)+digestFileName, e.Offset, e.Length)
+	return &e, data, err
+}
+
+// taskDigests is a detect task's digest records of partitions [first,
+// end), each map task's in partition order, and the digests they cover:
+// data[m] is digests.bin's bytes from base[m] (nil: read per partition).
+type taskDigests struct {
+	first, end int
+	ents       [][]partition.Segment
+	data       [][]byte
+	base       []int64
+}
+
+// preloadDigests reads the digest records of a detect task's partitions
+// [first, end) and the digests they cover once, two ranged reads per map
+// task (a map task writes the partitions' digests one after another),
+// not two per partition and map task. A map task whose digests cannot
+// decide, or whose records fail a check, is left to partitionDigests,
+// which reads and refuses them per partition as before.
+func (lp *loadedPlan) preloadDigests(ctx context.Context, maps []*TaskManifest, first, end int) error {
+	if end-first < 2 || lp.Packing == nil || lp.Packing.Probe == nil {
+		return nil
+	}
+	td := &taskDigests{first: first, end: end, ents: make([][]partition.Segment, len(maps)), data: make([][]byte, len(maps)), base: make([]int64, len(maps))}
+	err := par.ForEach(ctx, len(maps), min(len(maps), 16), func(m int) error {
+		d := maps[m]
+		if d.Digest == nil || d.Digest.Unusable != "" || d.Digest.Partitions != len(lp.Partitions) || !validAttempt(d.Attempt) {
+			return nil
+		}
+		prefix := mapAttemptPrefix(m, d.Attempt)
+		rec, err := storage.GetRange(ctx, lp.work, prefix+digestIndexName, int64(first)*partition.IndexRecord, int64(end-first)*partition.IndexRecord)
+		if err != nil {
+			if errs.Is(err, errs.BadInput) {
+				return nil // missing or short: partitionDigests names it
+			}
+			return err
+		}
+		ents, err := partition.DecodeIndex(rec, first, partition.IndexSeed(digestIndexKind, m))
+		if err != nil || len(ents) == 0 {
+			return nil
+		}
+		lo, hi, sum := ents[0].Offset, ents[0].Offset, int64(0)
+		for _, e := range ents {
+			if e.Rows > lp.Partitions[e.Unit].Rows || e.Length != e.Rows*digestRecord {
+				return nil
+			}
+			lo, hi, sum = min(lo, e.Offset), max(hi, e.Offset+e.Length), sum+e.Length
+		}
+		if hi-lo != sum { // not one after another: read per partition
+			return nil
+		}
+		data, err := storage.GetRange(ctx, lp.work, prefix+digestFileName, lo, hi-lo)
+		if err != nil {
+			if errs.Is(err, errs.BadInput) {
+				return nil
+			}
+			return err
+		}
+		td.ents[m], td.data[m], td.base[m] = ents, data, lo
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	lp.taskDigests = td
+	return nil
 }
 
 // probeDetectionOf is the detection a probe decides when the digests show

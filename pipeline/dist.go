@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -308,6 +309,11 @@ type loadedPlan struct {
 	// (schema): a reduce reads it for the detection and for its partition.
 	schemaMu sync.Mutex
 	schemaOf *arrow.Schema
+	// taskSegs and taskDigests, when set, are a detect or reduce task's
+	// segment and digest records, read once for all its partitions
+	// (preloadSegments, preloadDigests).
+	taskSegs    *taskSegments
+	taskDigests *taskDigests
 }
 
 // schema reads the table's schema the plan stored, once per loaded plan.
@@ -653,6 +659,24 @@ func (lp *loadedPlan) readDone(ctx context.Context, name string) (*TaskManifest,
 	return d, nil
 }
 
+// readDones reads the task manifests name(0) to name(n-1), 16 at once
+// (a store's latency, not its bandwidth, bounds each: commit read a Hive
+// output's 1,200 one after another, 12 s at 10 ms a request); a missing
+// one is nil. Of several errors, the lowest task's is returned (par.ForEach),
+// as a loop would have.
+func (lp *loadedPlan) readDones(ctx context.Context, n int, name func(int) string) ([]*TaskManifest, error) {
+	out := make([]*TaskManifest, n)
+	err := par.ForEach(ctx, n, 16, func(i int) error {
+		var err error
+		out[i], err = lp.readDone(ctx, name(i))
+		return err
+	})
+	if err != nil {
+		return nil, storage.Classify(err)
+	}
+	return out, nil
+}
+
 // checksumField opens a sealed manifest's checksum: it is the first field.
 var checksumField = []byte("{\n \"checksum\": \"")
 
@@ -819,6 +843,13 @@ func DetectTask(ctx context.Context, planURL string, task int, local RunOptions)
 		return nil, err
 	}
 	first, end := lp.TaskPartitions(task)
+	// A task of several partitions reads its records once for all.
+	if err := lp.preloadDigests(ctx, maps, first, end); err != nil {
+		return nil, err
+	}
+	if err := lp.preloadSegments(ctx, maps, first, end); err != nil {
+		return nil, err
+	}
 	var sum *TaskManifest
 	for j := first; j < end; j++ {
 		d, err := lp.detectPartition(ctx, j, maps, schema)
@@ -922,12 +953,7 @@ func (lp *loadedPlan) detection(ctx context.Context) (dedupe.Detection, float64,
 		return withProbe(*m.Detection, lp.Packing.Probe), m.Seconds, nil
 	}
 	// Read several at once, merged in partition order.
-	dones := make([]*TaskManifest, len(lp.Partitions))
-	err = par.ForEach(ctx, len(dones), 16, func(j int) error {
-		var err error
-		dones[j], err = lp.readDone(ctx, detectDoneName(j))
-		return err
-	})
+	dones, err := lp.readDones(ctx, len(lp.Partitions), detectDoneName)
 	if err != nil {
 		return det, 0, err
 	}
@@ -993,35 +1019,89 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			defer sample.Release()
 		}
 	}
+	if schema != nil {
+		if err := lp.preloadSegments(ctx, maps, first, end); err != nil {
+			return nil, err
+		}
+	}
 	// A task is a fresh process: every page of its heap is faulted in.
 	defer lp.opts.adviseHeap(heap)()
 	reader := func(j int) (*partitionReader, error) { return lp.openPartitionOf(ctx, j, maps, schema) }
 	// Its partitions are written as run writes them (small ones several
-	// at once); each is checked, then its manifest written, in order.
-	var sum *TaskManifest
+	// at once); each is checked, then its manifest written, beside the
+	// writes of the partitions after it (checksAtOnce in flight: a check
+	// of a small partition on an object store is a few requests whose
+	// latency bounds it). A failed check stops the writes; the lowest
+	// partition's error is returned.
+	n := end - first
+	done := make([]*TaskManifest, n)
+	failed := make([]error, n)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		stop   error
+		checks = make(chan struct{}, checksAtOnce)
+	)
 	t0 := time.Now()
 	_, err = lp.writePartitions(ctx, reader, false, det, sample, first, end, func(j int, d *TaskManifest) error {
-		if len(lp.Partitions[j].Files) > 0 || lp.Packing == nil {
-			var err error
-			if d.Checked, err = lp.checkPartition(ctx, j, d); err != nil {
-				return err
-			}
-			if d.ShardsChecked, err = lp.checkShards(ctx, j, d); err != nil {
-				return err
-			}
+		mu.Lock()
+		err := stop
+		mu.Unlock()
+		if err != nil {
+			return err
 		}
 		d.Task, d.Attempt, d.Seconds = j, newAttempt(), time.Since(t0).Seconds()
 		t0 = time.Now()
-		if err := writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", plan.WorkPrefix, j, d.Attempt), reduceDoneName(j), d); err != nil {
-			return err
-		}
-		sum = sumTasks(sum, d, task)
+		checks <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-checks }()
+			err := lp.checkAndCommitPartition(ctx, j, d)
+			if err != nil {
+				mu.Lock()
+				stop = cmp.Or(stop, err)
+				mu.Unlock()
+			}
+			done[j-first], failed[j-first] = d, err
+		}()
 		return nil
 	})
+	wg.Wait()
+	for _, e := range failed { // the lowest partition's, as in order
+		if e != nil {
+			return nil, e
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	var sum *TaskManifest
+	for _, d := range done {
+		if d != nil {
+			sum = sumTasks(sum, d, task)
+		}
+	}
 	return sum, nil
+}
+
+// checksAtOnce is how many written partitions a reduce task checks and
+// commits at once, beside its writes.
+const checksAtOnce = 8
+
+// checkAndCommitPartition reads partition j's written files back and
+// checks them (checkPartition, checkShards), then writes its manifest.
+func (lp *loadedPlan) checkAndCommitPartition(ctx context.Context, j int, d *TaskManifest) error {
+	if len(lp.Partitions[j].Files) > 0 || lp.Packing == nil {
+		var err error
+		if d.Checked, err = lp.checkPartition(ctx, j, d); err != nil {
+			return err
+		}
+		if d.ShardsChecked, err = lp.checkShards(ctx, j, d); err != nil {
+			return err
+		}
+	}
+	return writeDone(ctx, lp.work, fmt.Sprintf("%sreduce/r-%05d/a-%s/_task.json", plan.WorkPrefix, j, d.Attempt), reduceDoneName(j), d)
 }
 
 // checkPartition reads a reduce task's files back and checks them as
@@ -1147,17 +1227,15 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 			rep.SpillBytes += d.Index.Bytes
 		}
 	}
-	var reduces []*TaskManifest
-	for j := range lp.Partitions {
-		d, err := lp.readDone(ctx, reduceDoneName(j))
-		if err != nil {
-			return nil, err
-		}
+	reduces, err := lp.readDones(ctx, len(lp.Partitions), reduceDoneName)
+	if err != nil {
+		return nil, err
+	}
+	for j, d := range reduces {
 		if d == nil {
 			return nil, errs.Preconditionf("run the missing task, then commit again", "reduce task %d (partition %d of %d) has not completed (no %s)", lp.PartitionTask(j), j, len(lp.Partitions), lp.work.URL(reduceDoneName(j)))
 		}
 		reduceSeconds += d.Seconds
-		reduces = append(reduces, d)
 	}
 	var det dedupe.Detection
 	if lp.Packing != nil {

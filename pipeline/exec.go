@@ -189,25 +189,74 @@ func (lp *loadedPlan) putSegmentIndex(ctx context.Context, prefix string, task i
 }
 
 // segmentsOf returns the segments of units [lo, hi) from every map task,
-// in map order (input order): from a manifest in memory (run), or read
-// by range from each map task's segment index, several at once.
+// in map order (input order): from a manifest in memory (run), from the
+// task's records read once for all its partitions (preloadSegments), or
+// read by range from each map task's segment index, several at once.
 func (lp *loadedPlan) segmentsOf(ctx context.Context, dones []*TaskManifest, lo, hi int) ([]partition.Segment, error) {
+	per := lp.taskSegs
+	if per == nil || lo < per.lo || hi > per.hi || len(per.per) != len(dones) {
+		var err error
+		if per, err = lp.segmentLists(ctx, dones, lo, hi); err != nil {
+			return nil, err
+		}
+	}
+	var out []partition.Segment
+	for _, l := range per.per {
+		out = append(out, unitRange(l, lo, hi)...)
+	}
+	return out, nil
+}
+
+// unitRange is the segments of units [lo, hi) in l (in rising unit order:
+// a stored index's records, or a listing checkSegments accepted): a
+// search, not a pass over every unit for each partition.
+func unitRange(l []partition.Segment, lo, hi int) []partition.Segment {
+	i, _ := slices.BinarySearchFunc(l, lo, func(s partition.Segment, u int) int { return s.Unit - u })
+	j := i
+	for j < len(l) && l[j].Unit < hi {
+		j++
+	}
+	return l[i:j]
+}
+
+// taskSegments is each map task's segments (in unit order) of units [lo,
+// hi).
+type taskSegments struct {
+	lo, hi int
+	per    [][]partition.Segment
+}
+
+// preloadSegments reads the segment records of a detect or reduce task's
+// partitions [first, end) once, a ranged read per map task, for
+// segmentsOf to slice: a task of many small partitions (a Hive folder
+// each) read them once per partition and map task, the requests growing
+// as partitions x map tasks. A task of one partition reads as it did.
+func (lp *loadedPlan) preloadSegments(ctx context.Context, dones []*TaskManifest, first, end int) error {
+	if end-first < 2 || lp.binned != nil {
+		return nil
+	}
+	lo, _ := lp.PartitionUnits(first)
+	_, hi := lp.PartitionUnits(end - 1)
+	per, err := lp.segmentLists(ctx, dones, lo, hi)
+	if err != nil {
+		return err
+	}
+	lp.taskSegs = per
+	return nil
+}
+
+// segmentLists reads each map task's segments of units [lo, hi): a
+// listing in memory (run's) as it is, a stored index by range.
+func (lp *loadedPlan) segmentLists(ctx context.Context, dones []*TaskManifest, lo, hi int) (*taskSegments, error) {
 	_, part := lp.Units()
-	per := make([][]partition.Segment, len(dones))
+	ts := &taskSegments{lo: lo, hi: hi, per: make([][]partition.Segment, len(dones))}
 	var stored []int // the map tasks whose segments are read from their index
 	for m, d := range dones {
 		if d.Index != nil && d.Partitions == nil {
 			stored = append(stored, m)
 			continue
 		}
-		// Listed (run's, in memory), in rising unit order
-		// (ShuffleWriter.Publish; checkSegments refuses others): a
-		// search, not a pass over every unit for each partition.
-		ps := d.Partitions
-		i, _ := slices.BinarySearchFunc(ps, lo, func(s partition.Segment, u int) int { return s.Unit - u })
-		for ; i < len(ps) && ps[i].Unit < hi; i++ {
-			per[m] = append(per[m], ps[i])
-		}
+		ts.per[m] = d.Partitions // in rising unit order (checkSegments)
 	}
 	err := par.ForEach(ctx, len(stored), min(len(stored), 16), func(k int) error {
 		m := stored[k]
@@ -232,16 +281,16 @@ func (lp *loadedPlan) segmentsOf(ctx context.Context, dones []*TaskManifest, lo,
 		if err != nil {
 			return errs.WithHint(errs.BadInputf("%s: %v", lp.work.URL(name), err), hint)
 		}
-		for _, e := range ents {
-			e.Partition, e.Path = part[e.Unit], partition.SegmentPath(prefix, d.Index.OneObject, e.Unit)
-			per[m] = append(per[m], e)
+		for i := range ents {
+			ents[i].Partition, ents[i].Path = part[ents[i].Unit], partition.SegmentPath(prefix, d.Index.OneObject, ents[i].Unit)
 		}
+		ts.per[m] = ents
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return slices.Concat(per...), nil
+	return ts, nil
 }
 
 // eachRowGroup reads refs in order and hands each to fn; with ahead, the
@@ -305,16 +354,14 @@ func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroup
 // mapDones reads every map task's manifest; a missing one is an error
 // (with hint: what to do).
 func (lp *loadedPlan) mapDones(ctx context.Context, hint string) ([]*TaskManifest, error) {
-	out := make([]*TaskManifest, len(lp.Maps))
-	for m := range lp.Maps {
-		d, err := lp.readDone(ctx, mapDoneName(m))
-		if err != nil {
-			return nil, err
-		}
+	out, err := lp.readDones(ctx, len(lp.Maps), mapDoneName)
+	if err != nil {
+		return nil, err
+	}
+	for m, d := range out {
 		if d == nil {
 			return nil, errs.Preconditionf(hint, "map task %d has not completed (no %s)", m, lp.work.URL(mapDoneName(m)))
 		}
-		out[m] = d
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -41,7 +42,15 @@ type httpCounts struct {
 	requests, gets, puts, deletes atomic.Int64
 	getBytes                      atomic.Int64 // response body bytes of object GETs
 	mu                            sync.Mutex
-	listed                        []string // the prefix of each listing
+	listed                        []string         // the prefix of each listing
+	byName                        map[string]int64 // object GETs by the key's last element
+}
+
+// getsOf returns the object GETs of keys whose last element is name.
+func (c *httpCounts) getsOf(name string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byName[name]
 }
 
 // listings returns the prefixes listed since the last call.
@@ -77,6 +86,12 @@ func s3ServerCounting(t *testing.T, bucket string) (params string, backend *s3me
 				if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 {
 					counts.gets.Add(1)
 					w = countingWriter{w, &counts.getBytes}
+					counts.mu.Lock()
+					if counts.byName == nil {
+						counts.byName = map[string]int64{}
+					}
+					counts.byName[path.Base(r.URL.Path)]++
+					counts.mu.Unlock()
 				} else {
 					counts.mu.Lock()
 					counts.listed = append(counts.listed, r.URL.Query().Get("prefix"))

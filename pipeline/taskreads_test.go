@@ -15,6 +15,7 @@ import (
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/storage"
 )
 
 // TestReduceReadsItsOwnSegmentRecords: a map task's stored manifest lists
@@ -225,4 +226,120 @@ func runThenPlan(t *testing.T, base string, opts func(out string) RunOptions) (s
 		t.Fatal(err)
 	}
 	return out, res
+}
+
+// TestGroupedTasksReadRecordsOnce: a detect or reduce task of several
+// small partitions (Hive folders) reads its segment records, and a detect
+// task its digest records and digests, once for all its partitions: a
+// ranged GET per map task, counted on the S3 server's side, not one per
+// partition and map task. The output equals run's.
+func TestGroupedTasksReadRecordsOnce(t *testing.T) {
+	ctx := context.Background()
+	in := testutil.Generate(t, gen.Options{Rows: 12_000, Files: 3, Countries: 4, Days: 15, Seed: 85, RowGroupRows: 1 << 10})
+	opts := func(in, out string) RunOptions {
+		o := distOpts(in, out)
+		o.OutputPartitioning, o.ForceFolders = "hive", true
+		o.QueryKey = []string{"query_id"}
+		return o
+	}
+	ref := filepath.Join(t.TempDir(), "run")
+	if _, err := Run(ctx, opts(in, ref)); err != nil {
+		t.Fatal(err)
+	}
+	params, _, counts := s3ServerCounting(t, "bkt")
+	loc, err := storage.OpenDir(ctx, "s3://bkt/in"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload(t, loc.Bucket, "in/", in)
+	res, _, err := PlanJob(ctx, opts("s3://bkt/in/"+params, "s3://bkt/out/"+params), 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := loadPlan(ctx, res.Plan, RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, maps := int64(len(lp.Partitions)), int64(res.MapTasks)
+	if res.MapTasks < 2 || parts < 3*int64(res.ReduceTasks) || res.DetectTasks != res.ReduceTasks {
+		t.Fatalf("%d map, %d detect and %d reduce tasks for %d partitions; the test wants several map tasks and partitions grouped", res.MapTasks, res.DetectTasks, res.ReduceTasks, parts)
+	}
+	local := RunOptions{Parallel: 2}
+	mapsAndDetects(t, ctx, res, local)
+	tasks := int64(res.DetectTasks)
+	t.Logf("%d partitions, %d map tasks, %d detect and reduce tasks; detect GETs: %s %d, %s %d, %s %d", parts, maps, tasks,
+		segmentIndexName, counts.getsOf(segmentIndexName), digestIndexName, counts.getsOf(digestIndexName), digestFileName, counts.getsOf(digestFileName))
+	for name, most := range map[string]int64{segmentIndexName: tasks * maps, digestIndexName: tasks * maps, digestFileName: tasks * maps} {
+		if got := counts.getsOf(name); got > most || got == 0 {
+			t.Errorf("the detect tasks read %s %d times; want at most %d (a GET per task and map task), not per partition (%d)", name, got, most, parts*maps)
+		}
+	}
+	// Damaged records and digests are refused as when read per partition:
+	// a record of a partition inside a task of several, then its digests.
+	var k, p int
+	for k = 0; k < res.DetectTasks; k++ {
+		if first, end := lp.TaskPartitions(k); end-first > 2 {
+			p = first + 1
+			break
+		}
+	}
+	data, err := loc.Bucket.ReadAll(ctx, "out/"+mapDoneName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0, err := openDone(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damage := func(name string, off int64) (restore func()) {
+		key := "out/" + mapAttemptPrefix(0, d0.Attempt) + name
+		orig, err := loc.Bucket.ReadAll(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := bytes.Clone(orig)
+		bad[off] ^= 0x40
+		if err := loc.Bucket.WriteAll(ctx, key, bad, nil); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := loc.Bucket.WriteAll(ctx, key, orig, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	restore := damage(digestIndexName, int64(p)*partition.IndexRecord+3)
+	if _, err := DetectTask(ctx, res.Plan, k, local); !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), digestIndexName) || !strings.Contains(err.Error(), "unit "+strconv.Itoa(p)+":") {
+		t.Errorf("detect task %d over a damaged record of partition %d: %v (class %v), want exit 3 naming the index and the partition", k, p, err, errs.ClassOf(err))
+	}
+	restore()
+	idx, err := loc.Bucket.ReadAll(ctx, "out/"+mapAttemptPrefix(0, d0.Attempt)+digestIndexName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := partition.DecodeIndex(idx[p*partition.IndexRecord:(p+1)*partition.IndexRecord], p, partition.IndexSeed(digestIndexKind, 0))
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("map 0's digest record of partition %d: %v, %v", p, ents, err)
+	}
+	restore = damage(digestFileName, ents[0].Offset+1)
+	if _, err := DetectTask(ctx, res.Plan, k, local); !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "query digests of partition "+strconv.Itoa(p)+" are damaged") {
+		t.Errorf("detect task %d over damaged digests of partition %d: %v (class %v), want exit 3 naming the partition", k, p, err, errs.ClassOf(err))
+	}
+	restore()
+	if _, err := DetectTask(ctx, res.Plan, k, local); err != nil {
+		t.Fatal(err)
+	}
+	before := counts.getsOf(segmentIndexName)
+	for j := 0; j < res.ReduceTasks; j++ {
+		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, most := counts.getsOf(segmentIndexName)-before, int64(res.ReduceTasks)*maps; got > most || got == 0 {
+		t.Errorf("the reduce tasks read %s %d times; want at most %d (a GET per task and map task), not per partition (%d)", segmentIndexName, got, most, parts*maps)
+	}
+	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
+		t.Fatal(err)
+	}
+	sameObjects(t, "grouped tasks on S3", readTree(t, ref), testutil.BucketTree(t, loc.Bucket, "out/"))
 }
