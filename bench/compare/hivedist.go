@@ -3,8 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"path"
 	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -87,4 +93,90 @@ func hiveDistBench(dir, in string, reps int, res map[string]any) {
 	}
 	fmt.Println("         (reduce: the task list in one process; the last columns: the reduce tasks, and their time as a process each)")
 	res["hive_output_distributed"] = out
+}
+
+// hiveDistS3Bench runs the same steps with the work folder and output on
+// an object store: gofakes3 on loopback holding each object GET and HEAD
+// for BENCH_S3_LATENCY (default 10ms), as a store across a network does.
+// It reports each step's time and object GETs by the object's name: a
+// reduce or detect task reads its segment and digest records once per map
+// task, not once per partition and map task.
+func hiveDistS3Bench(in string, res map[string]any) {
+	lat := 10 * time.Millisecond
+	if d, err := time.ParseDuration(os.Getenv("BENCH_S3_LATENCY")); err == nil {
+		lat = d
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	gets := map[string]int{}
+	params, stop := fakeS3(ln, func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Count(strings.Trim(r.URL.Path, "/"), "/") >= 1 && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+				name := path.Base(r.URL.Path)
+				if strings.HasPrefix(name, "u-") || strings.HasPrefix(name, "part-") || strings.HasSuffix(name, ".arrows") {
+					name = "(rows)"
+				}
+				mu.Lock()
+				gets[r.Method+" "+name]++
+				mu.Unlock()
+				time.Sleep(lat)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	})
+	defer stop()
+	fmt.Printf("\n== the same steps, the output on an object store (gofakes3 on loopback, %v per object GET or HEAD), one run\n", lat)
+	out := map[string]any{"latency_ms": lat.Seconds() * 1e3}
+	for _, packed := range []bool{false, true} {
+		name := map[bool]string{false: "flat", true: "packed"}[packed]
+		extra := []string{"--slice-keys", "country,date", "--output-partitioning", "hive", "--force-folders"}
+		if packed {
+			extra = append(extra, "--query-key", "query_id")
+		}
+		dst := "s3://bench/hivedist-" + name + "/" + params
+		var pr struct {
+			Plan        string `json:"plan"`
+			MapTasks    int    `json:"map_tasks"`
+			DetectTasks int    `json:"detect_tasks"`
+			ReduceTasks int    `json:"reduce_tasks"`
+		}
+		st := map[string]any{}
+		step := func(label string, args ...string) string {
+			mu.Lock()
+			clear(gets)
+			mu.Unlock()
+			t0 := time.Now()
+			_, so := timed("bin/relayout", args...)
+			sec := time.Since(t0).Seconds()
+			mu.Lock()
+			var keys []string
+			total := 0
+			for k, n := range gets {
+				keys = append(keys, fmt.Sprintf("%s %d", k, n))
+				total += n
+			}
+			mu.Unlock()
+			sort.Strings(keys)
+			fmt.Printf("%-7s %-7s %7.2f s %6d requests: %s\n", name, label, sec, total, strings.Join(keys, ", "))
+			st[label] = map[string]any{"seconds": sec, "requests": total}
+			return so
+		}
+		so := step("plan", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "12MiB"}, extra...)...)
+		if err := json.Unmarshal([]byte(so), &pr); err != nil {
+			fmt.Fprintf(os.Stderr, "plan printed %q: %v\n", so, err)
+			os.Exit(1)
+		}
+		list := func(n int) string { return fmt.Sprintf("0-%d", n-1) }
+		step("map", "map", "--quiet", "--plan", pr.Plan, "--task", list(pr.MapTasks))
+		if pr.DetectTasks > 0 {
+			step("detect", "detect", "--quiet", "--plan", pr.Plan, "--task", list(pr.DetectTasks))
+		}
+		step("reduce", "reduce", "--quiet", "--plan", pr.Plan, "--task", list(pr.ReduceTasks))
+		step("commit", "commit", "--quiet", "--plan", pr.Plan)
+		out[name] = st
+	}
+	res["hive_output_distributed_s3"] = out
 }

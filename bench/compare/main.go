@@ -361,10 +361,18 @@ func main() {
 	}
 
 	if run("hiveout") && os.Getenv("BENCH_SKIP_HIVEOUT") == "" {
-		if os.Getenv("BENCH_HIVEOUT_ONLY") != "dist" { // dist: the distributed steps alone
+		// BENCH_HIVEOUT_ONLY=dist: the distributed steps alone; =s3: those
+		// steps on an object store alone.
+		only := os.Getenv("BENCH_HIVEOUT_ONLY")
+		if only == "" {
 			hiveOutBench(dir, in, reps, res)
 		}
-		hiveDistBench(dir, in, reps, res)
+		if only == "" || only == "dist" {
+			hiveDistBench(dir, in, reps, res)
+		}
+		if only == "" || only == "s3" {
+			hiveDistS3Bench(in, res)
+		}
 	}
 
 	if run("s3input") && os.Getenv("BENCH_SKIP_S3INPUT") == "" {
