@@ -329,3 +329,95 @@ func TestShuffleDictionaryIndexWidth(t *testing.T) {
 		rec.Release()
 	}
 }
+
+// TestShuffleHold: a lean writer that holds its units' frames in memory
+// writes one object per attempt (a local file too) with every unit a byte
+// range of it; with a budget too small for all of them, units that
+// outgrow it get files of their own, held frames first. Every unit reads
+// back as written, in a local work folder and in an object store, with
+// every budget (none, some spilled, all held).
+func TestShuffleHold(t *testing.T) {
+	ctx := context.Background()
+	full := codecBatch(t, 600, 5, false)
+	defer full.Release()
+	const units = 6
+	// Unit u gets u+1 slices: units differ in size, so a middle budget
+	// holds the small ones and spills the large.
+	wrote := make([][]arrow.RecordBatch, units)
+	for u := range units {
+		for k := 0; k <= u; k++ {
+			wrote[u] = append(wrote[u], full.NewSlice(int64(k*50), int64(k*50+80)))
+		}
+	}
+	defer func() {
+		for _, bs := range wrote {
+			for _, b := range bs {
+				b.Release()
+			}
+		}
+	}()
+	part := make([]int, units)
+	for _, store := range []string{"local", "mem"} {
+		for _, hold := range []int64{0, 20 << 10, 64 << 20} {
+			var work storage.Location
+			var err error
+			if store == "local" {
+				work, err = storage.OpenDir(ctx, t.TempDir(), true)
+			} else {
+				work, err = storage.OpenDir(ctx, "mem://hold-"+fmt.Sprint(hold)+"/", true)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw, err := NewShuffleWriter(work, "m/a/", t.TempDir(), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw.Hold(hold)
+			// Interleaved, as routing hands a map task's batches out.
+			for k := 0; k < units; k++ {
+				for u := k; u < units; u++ {
+					if err := sw.Write(u, wrote[u][k]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var files []string
+			if store == "local" {
+				for u := range units {
+					if _, err := os.Stat(filepath.Join(work.Local, "m", "a", unitFileName(u))); err == nil {
+						files = append(files, unitFileName(u))
+					}
+				}
+			}
+			segs, err := sw.Publish(ctx, part)
+			if err != nil {
+				t.Fatal(err)
+			}
+			one := segs[0].Path == SegmentPath("m/a/", true, 0)
+			what := fmt.Sprintf("%s store, hold %d (one object %v; unit files before publishing: %v)", store, hold, one, files)
+			switch {
+			case store == "mem" && !one, store == "local" && hold == 0 && one, store == "local" && hold == 64<<20 && (!one || len(files) > 0):
+				t.Errorf("%s: segments %+v", what, segs)
+			case hold == 20<<10 && (len(files) == 0 || len(files) == units) && store == "local":
+				t.Errorf("%s: want some units held and some spilled; the budget does not split them", what)
+			}
+			if len(segs) != units {
+				t.Fatalf("%s: %d segments, want %d", what, len(segs), units)
+			}
+			for u, seg := range segs {
+				got, err := ReadSegment(ctx, work, seg, full.Schema())
+				if err != nil {
+					t.Fatalf("%s: unit %d: %v", what, u, err)
+				}
+				sameBatches(t, got, wrote[u])
+				for _, g := range got {
+					g.Release()
+				}
+			}
+			if sw.held.Load() != 0 {
+				t.Errorf("%s: %d bytes still counted as held after publishing", what, sw.held.Load())
+			}
+		}
+	}
+}

@@ -67,6 +67,11 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		return nil, err
 	}
 	defer sw.Abort()
+	if distributed {
+		// Small units' frames stay in memory, up to a sixteenth of the
+		// limit (64 MiB at most), and the attempt writes one object.
+		sw.Hold(min(lp.opts.MemoryLimit/16, shuffleHoldMost))
+	}
 	var fp fingerprint.Sum
 	var observe func(arrow.RecordBatch)
 	var prof *tensors.Profile
@@ -187,6 +192,10 @@ func (lp *loadedPlan) putSegmentIndex(ctx context.Context, prefix string, task i
 	}
 	return ix, putObject(ctx, lp.work, prefix+segmentIndexName, data)
 }
+
+// shuffleHoldMost caps what a map task holds of its units' compressed
+// frames in memory (partition.ShuffleWriter.Hold).
+const shuffleHoldMost = 64 << 20
 
 // segmentsOf returns the segments of units [lo, hi) from every map task,
 // in map order (input order): from a manifest in memory (run), from the
