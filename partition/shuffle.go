@@ -3,6 +3,7 @@ package partition
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -65,6 +66,14 @@ type ShuffleWriter struct {
 	// they keep.
 	hold int64
 	held atomic.Int64
+	// join is how many bytes of small batches the units may hold to write
+	// joined (Join: pieces under coalesceRows), pend how many they hold;
+	// shedMu lets one Write at a time write the largest out when they pass
+	// join.
+	join     int64
+	pend     atomic.Int64
+	shedMu   sync.Mutex
+	parallel int // units Publish ends at once (Hold)
 }
 
 // unitStream is one unit's file and its current IPC stream. Write calls
@@ -78,6 +87,11 @@ type unitStream struct {
 	rows   int64
 	hash   *xxhash.Digest // of the file's bytes (lean)
 	mem    []byte         // frames held in memory, not yet in file (Hold)
+	// pending are small batches held to be written as one (Hold), of
+	// pendingRows rows and pendingBytes bytes.
+	pending      []arrow.RecordBatch
+	pendingRows  int64
+	pendingBytes int64
 }
 
 // sink is the io.Writer a unit's IPC writer is bound to. It points at a
@@ -138,11 +152,31 @@ func NewShuffleWriter(work storage.Location, prefix, tmpDir string, lean bool) (
 // object (a file, in a local work folder) with every unit a byte range of
 // it: a map task of a Hive output of 1,200 folders created 1,200 files,
 // half a millisecond each (openat), and its reduce tasks opened them again.
-func (s *ShuffleWriter) Hold(n int64) {
+// Publish ends the units' streams parallel at once.
+func (s *ShuffleWriter) Hold(n int64, parallel int) {
 	if s.lean {
-		s.hold = max(n, 0)
+		s.hold, s.parallel = max(n, 0), max(parallel, 1)
 	}
 }
+
+// Join lets a lean writer hold a unit's small batches (under coalesceRows
+// rows: routing an input batch to 1,200 units hands each about 20 rows),
+// up to n bytes of them over all units, and encode them joined: each batch
+// written is an IPC message, often a new stream (its schema and
+// dictionaries, as the codec's choices change with its values) and a zstd
+// frame, which cost a map task of that output more than its rows'
+// encoding. Past n, the units holding most are written out. A budget of a
+// few rows per unit only adds that work, so the caller gives one only
+// where each unit can hold a useful share.
+func (s *ShuffleWriter) Join(n int64) {
+	if s.lean {
+		s.join = max(n, 0)
+	}
+}
+
+// coalesceRows is the size a holding writer joins a unit's small batches
+// up to.
+const coalesceRows = 4096
 
 func unitFileName(u int) string { return fmt.Sprintf("u-%05d.arrows", u) }
 
@@ -171,10 +205,131 @@ func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
 		s.units[u] = us
 	}
 	s.mu.Unlock()
+	if s.join > 0 && rec.NumRows() < coalesceRows {
+		err := s.hold1(u, us, rec)
+		if err == nil && s.pend.Load() > s.join {
+			err = s.shed()
+		}
+		if err != nil {
+			return errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
+		}
+		return nil
+	}
 	us.mu.Lock()
 	defer us.mu.Unlock()
-	if err := s.write(u, us, rec); err != nil {
+	err := s.writePending(u, us) // first: the rows stay in order
+	if err == nil {
+		err = s.write(u, us, rec)
+	}
+	if err != nil {
 		return errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
+	}
+	return nil
+}
+
+// hold1 holds a small batch of unit u's, writing the unit's held batches
+// joined once they reach coalesceRows.
+func (s *ShuffleWriter) hold1(u int, us *unitStream, rec arrow.RecordBatch) error {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	n := batchBytes(rec)
+	rec.Retain()
+	us.pending = append(us.pending, rec)
+	us.pendingRows += rec.NumRows()
+	us.pendingBytes += n
+	s.pend.Add(n)
+	if us.pendingRows >= coalesceRows {
+		return s.writePending(u, us)
+	}
+	return nil
+}
+
+// batchBytes is the bytes of rec's buffers (a gathered batch owns them).
+func batchBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	var walk func(d arrow.ArrayData)
+	walk = func(d arrow.ArrayData) {
+		for _, b := range d.Buffers() {
+			if b != nil {
+				n += int64(b.Len())
+			}
+		}
+		for _, c := range d.Children() {
+			walk(c)
+		}
+		if d.DataType().ID() == arrow.DICTIONARY {
+			walk(d.Dictionary())
+		}
+	}
+	for _, c := range rec.Columns() {
+		walk(c.Data())
+	}
+	return n
+}
+
+// writePending writes unit u's held batches as one (us.mu held).
+func (s *ShuffleWriter) writePending(u int, us *unitStream) error {
+	if len(us.pending) == 0 {
+		return nil
+	}
+	recs := us.pending
+	s.pend.Add(-us.pendingBytes)
+	us.pending, us.pendingRows, us.pendingBytes = nil, 0, 0
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	rec := recs[0]
+	if len(recs) > 1 {
+		var err error
+		if rec, err = JoinBatches(recs, memory.DefaultAllocator); err != nil {
+			return err
+		}
+		defer rec.Release()
+	}
+	return s.write(u, us, rec)
+}
+
+// shed writes the units' held batches, largest first, until they hold
+// half the budget; one Write at a time sheds (the others go on: while it
+// sheds, the budget is passed by at most their batches), locking one unit
+// at a time.
+func (s *ShuffleWriter) shed() error {
+	if !s.shedMu.TryLock() {
+		return nil
+	}
+	defer s.shedMu.Unlock()
+	if s.pend.Load() <= s.join {
+		return nil // another Write shed them
+	}
+	type held struct {
+		u     int
+		us    *unitStream
+		bytes int64
+	}
+	s.mu.Lock()
+	all := make([]held, 0, len(s.units))
+	for u, us := range s.units {
+		all = append(all, held{u: u, us: us})
+	}
+	s.mu.Unlock()
+	for i := range all {
+		all[i].us.mu.Lock()
+		all[i].bytes = all[i].us.pendingBytes
+		all[i].us.mu.Unlock()
+	}
+	slices.SortFunc(all, func(a, b held) int { return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(a.u, b.u)) })
+	for _, h := range all {
+		if s.pend.Load() <= s.join/2 || h.bytes == 0 {
+			break
+		}
+		h.us.mu.Lock()
+		err := s.writePending(h.u, h.us)
+		h.us.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -307,8 +462,15 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 		units = append(units, u)
 	}
 	slices.Sort(units)
-	for _, u := range units {
+	// Each unit's held batches written and its stream ended, several
+	// units at once (a holding writer's units write most of their rows
+	// here).
+	err := par.ForEach(ctx, len(units), max(s.parallel, 1), func(i int) error {
+		u := units[i]
 		us := s.units[u]
+		if err := s.writePending(u, us); err != nil {
+			return err
+		}
 		us.sink.buf = s.getBuf()
 		err := us.w.Close()
 		if err == nil {
@@ -316,10 +478,11 @@ func (s *ShuffleWriter) Publish(ctx context.Context, part []int) ([]Segment, err
 		}
 		s.putBuf(us.sink.buf)
 		us.sink.buf = nil
-		if err != nil {
-			return nil, errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
-		}
 		us.w = nil
+		return err
+	})
+	if err != nil {
+		return nil, errs.TransientErr(fmt.Errorf("shuffle to %s: %w", s.dir, err))
 	}
 	held := true // every unit's frames in memory
 	for _, u := range units {
@@ -415,6 +578,11 @@ func (s *ShuffleWriter) Abort() {
 			us.file.Close()
 			us.file = nil
 		}
+		for _, r := range us.pending {
+			r.Release()
+		}
+		s.pend.Add(-us.pendingBytes)
+		us.pending, us.pendingRows, us.pendingBytes = nil, 0, 0
 	}
 	if s.tmp {
 		os.RemoveAll(s.dir)

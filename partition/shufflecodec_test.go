@@ -330,12 +330,23 @@ func TestShuffleDictionaryIndexWidth(t *testing.T) {
 	}
 }
 
+// joined is recs as one batch (the caller releases nothing: a test).
+func joined(t *testing.T, recs []arrow.RecordBatch) []arrow.RecordBatch {
+	t.Helper()
+	rec, err := JoinBatches(recs, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []arrow.RecordBatch{rec}
+}
+
 // TestShuffleHold: a lean writer that holds its units' frames in memory
 // writes one object per attempt (a local file too) with every unit a byte
 // range of it; with a budget too small for all of them, units that
 // outgrow it get files of their own, held frames first. Every unit reads
 // back as written, in a local work folder and in an object store, with
-// every budget (none, some spilled, all held).
+// every budget (none, some spilled, all held). A holding writer joins a
+// unit's small batches before it encodes them.
 func TestShuffleHold(t *testing.T) {
 	ctx := context.Background()
 	full := codecBatch(t, 600, 5, false)
@@ -373,7 +384,8 @@ func TestShuffleHold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sw.Hold(hold)
+			sw.Hold(hold, 2)
+			sw.Join(hold)
 			// Interleaved, as routing hands a map task's batches out.
 			for k := 0; k < units; k++ {
 				for u := k; u < units; u++ {
@@ -410,7 +422,11 @@ func TestShuffleHold(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: unit %d: %v", what, u, err)
 				}
-				sameBatches(t, got, wrote[u])
+				// Small batches are joined (Hold): the same rows in order.
+				sameBatches(t, joined(t, got), joined(t, wrote[u]))
+				if hold == 64<<20 && len(got) != 1 {
+					t.Errorf("%s: unit %d read back as %d batches; a holding writer joins its %d small ones", what, u, len(got), len(wrote[u]))
+				}
 				for _, g := range got {
 					g.Release()
 				}

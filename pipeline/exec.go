@@ -69,8 +69,15 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	defer sw.Abort()
 	if distributed {
 		// Small units' frames stay in memory, up to a sixteenth of the
-		// limit (64 MiB at most), and the attempt writes one object.
-		sw.Hold(min(lp.opts.MemoryLimit/16, shuffleHoldMost))
+		// limit (64 MiB at most), and the attempt writes one object; as
+		// much again of small batches is held to be encoded joined where
+		// every unit can hold 32 KiB of them (below that, joining only
+		// adds work: measured at --memory-limit 128MiB with 1,200 units).
+		budget := min(lp.opts.MemoryLimit/16, shuffleHoldMost)
+		sw.Hold(budget, parallel)
+		if units, _ := lp.Units(); budget >= int64(len(units))*joinPerUnit {
+			sw.Join(budget)
+		}
 	}
 	var fp fingerprint.Sum
 	var observe func(arrow.RecordBatch)
@@ -194,8 +201,13 @@ func (lp *loadedPlan) putSegmentIndex(ctx context.Context, prefix string, task i
 }
 
 // shuffleHoldMost caps what a map task holds of its units' compressed
-// frames in memory (partition.ShuffleWriter.Hold).
-const shuffleHoldMost = 64 << 20
+// frames in memory (partition.ShuffleWriter.Hold), and of their small
+// batches (Join); joinPerUnit is the least share of the latter per unit
+// for joining them to pay.
+const (
+	shuffleHoldMost = 64 << 20
+	joinPerUnit     = 32 << 10
+)
 
 // segmentsOf returns the segments of units [lo, hi) from every map task,
 // in map order (input order): from a manifest in memory (run), from the
