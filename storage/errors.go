@@ -46,6 +46,10 @@ func classifyOS(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
 		return errs.BadInputErr(err)
+	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR):
+		// A folder read as an object (an empty or damaged name), or a
+		// path through a file: no retry makes it an object.
+		return errs.BadInputErr(err)
 	case errors.Is(err, syscall.ENOSPC):
 		return errs.TransientErr(err)
 	}

@@ -181,6 +181,9 @@ func syncPath(p string) error {
 // gcerrors.Code is NotFound, unclassified, so callers can tell "not there"
 // from "could not read".
 func Get(ctx context.Context, loc Location, rel string) (data []byte, err error) {
+	if rel == "" {
+		return nil, errEmptyName(loc)
+	}
 	err = Retry(ctx, func() error {
 		var err error
 		if data, err = get1(ctx, loc, rel); err != nil && !IsNotFound(err) {
@@ -201,7 +204,7 @@ func get1(ctx context.Context, loc Location, rel string) ([]byte, error) {
 	// for a plan's 3.4 MB sample cleared and copied 2-3 times its size.
 	buf := bytes.NewBuffer(make([]byte, 0, max(r.Size(), 0)+bytes.MinRead))
 	if _, err := buf.ReadFrom(r); err != nil {
-		return nil, errs.TransientErr(err)
+		return nil, classifyOS(err) // a cut connection is transient, a folder is not
 	}
 	data := buf.Bytes()
 	if size := r.Size(); size >= 0 && int64(len(data)) != size {
@@ -217,11 +220,22 @@ func get1(ctx context.Context, loc Location, rel string) ([]byte, error) {
 // orchestrator retries exit 4 forever. From a local folder the range's
 // pages are dropped from the page cache after (it is read once).
 func GetRange(ctx context.Context, loc Location, rel string, off, n int64) (data []byte, err error) {
+	if rel == "" {
+		return nil, errEmptyName(loc)
+	}
 	err = Retry(ctx, func() error {
 		data, err = readRange(ctx, loc, rel, off, n)
 		return err
 	})
 	return data, err
+}
+
+// errEmptyName refuses reading the location itself as an object: a name
+// left empty (a damaged or hand-edited manifest) is bad input, not a
+// failure a retry could fix (fileblob says "escapes bucket root", code
+// Unknown, which reads as transient).
+func errEmptyName(loc Location) error {
+	return errs.BadInputf("read %s: no object name (the folder itself): a manifest or plan naming it is damaged", loc.URL(""))
 }
 
 func readRange(ctx context.Context, loc Location, rel string, off, n int64) ([]byte, error) {
@@ -254,7 +268,9 @@ func readRange(ctx context.Context, loc Location, rel string, off, n int64) ([]b
 	}
 	data := make([]byte, n)
 	if _, err := io.ReadFull(r, data); err != nil {
-		return nil, errs.TransientErr(fmt.Errorf("read %s: %d bytes at %d: %w", url, n, off, err))
+		// A cut connection is transient; a folder (an empty or damaged
+		// name) is not, and is refused at once instead of retried.
+		return nil, classifyOS(fmt.Errorf("read %s: %d bytes at %d: %w", url, n, off, err))
 	}
 	return data, nil
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/relayout/relayout/internal/errs"
 )
 
 func TestListLocal(t *testing.T) {
@@ -90,5 +92,39 @@ func TestReaderAtOverBlobRangeReads(t *testing.T) {
 	}
 	if pos, _ := r.Seek(0, io.SeekEnd); pos != int64(len(data)) {
 		t.Fatalf("seek end: %d", pos)
+	}
+}
+
+// TestReadingAFolderIsBadInput: a folder read as an object (an empty name,
+// or a damaged one that names a folder) is bad input (or, for Get, not
+// found) at once, by Get and GetRange: no retry makes it an object (FuzzPackedDetect found a task
+// that retried one until its deadline, exit 1).
+func TestReadingAFolderIsBadInput(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "work", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "work", "obj"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loc, err := OpenDir(ctx, filepath.Join(dir, "work"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "sub", "sub/"} {
+		// Get leaves not found unclassified (its callers ask IsNotFound).
+		if _, err := Get(ctx, loc, name); !errs.Is(err, errs.BadInput) && (name == "" || !IsNotFound(err)) {
+			t.Errorf("Get(%q), a folder: %v (class %v), want bad input or not found", name, err, errs.ClassOf(err))
+		}
+		if _, err := GetRange(ctx, loc, name, 0, 4); !errs.Is(err, errs.BadInput) {
+			t.Errorf("GetRange(%q), a folder: %v (class %v), want bad input", name, err, errs.ClassOf(err))
+		}
+	}
+	if _, err := GetRange(ctx, loc, "obj/x", 0, 4); !errs.Is(err, errs.BadInput) {
+		t.Errorf("GetRange through a file: %v (class %v), want bad input", err, errs.ClassOf(err))
+	}
+	if data, err := GetRange(ctx, loc, "obj", 2, 4); err != nil || string(data) != "2345" {
+		t.Errorf("GetRange of an object: %q, %v", data, err)
 	}
 }
