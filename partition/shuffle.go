@@ -232,7 +232,7 @@ func (s *ShuffleWriter) Write(u int, rec arrow.RecordBatch) error {
 func (s *ShuffleWriter) hold1(u int, us *unitStream, rec arrow.RecordBatch) error {
 	us.mu.Lock()
 	defer us.mu.Unlock()
-	n := batchBytes(rec)
+	n := RecordBytes(rec)
 	rec.Retain()
 	us.pending = append(us.pending, rec)
 	us.pendingRows += rec.NumRows()
@@ -242,29 +242,6 @@ func (s *ShuffleWriter) hold1(u int, us *unitStream, rec arrow.RecordBatch) erro
 		return s.writePending(u, us)
 	}
 	return nil
-}
-
-// batchBytes is the bytes of rec's buffers (a gathered batch owns them).
-func batchBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	var walk func(d arrow.ArrayData)
-	walk = func(d arrow.ArrayData) {
-		for _, b := range d.Buffers() {
-			if b != nil {
-				n += int64(b.Len())
-			}
-		}
-		for _, c := range d.Children() {
-			walk(c)
-		}
-		if d.DataType().ID() == arrow.DICTIONARY {
-			walk(d.Dictionary())
-		}
-	}
-	for _, c := range rec.Columns() {
-		walk(c.Data())
-	}
-	return n
 }
 
 // writePending writes unit u's held batches as one (us.mu held).

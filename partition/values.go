@@ -87,3 +87,31 @@ func floatValue(f float64) any {
 	}
 	return f
 }
+
+// RecordBytes sums the sizes of a record's buffers (its decoded size),
+// dictionaries included.
+func RecordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, c := range rec.Columns() {
+		n += dataBytes(c.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		if dict := d.Dictionary(); dict != nil && dict.(*array.Data) != nil {
+			n += dataBytes(dict)
+		}
+	}
+	return n
+}

@@ -396,10 +396,9 @@ func (lp *loadedPlan) partitionDigests(ctx context.Context, m int, d *TaskManife
 	if len(ents) == 0 {
 		return nil, nil, nil
 	}
-	// A partition has at most a record per row (the plan's rows).
 	e := ents[0]
-	if c := e.Rows; c > lp.Partitions[task].Rows || e.Length != c*digestRecord {
-		return nil, nil, errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(index), c, e.Length, task, lp.Partitions[task].Rows), again)
+	if !lp.digestRecordFits(e) {
+		return nil, nil, errs.WithHint(errs.BadInputf("%s: %d query digests in %d bytes for partition %d, which has %d rows", lp.work.URL(index), e.Rows, e.Length, task, lp.Partitions[task].Rows), again)
 	}
 	if cached {
 		off := e.Offset - td.base[m]
@@ -415,9 +414,17 @@ func (lp *loadedPlan) partitionDigests(ctx context.Context, m int, d *TaskManife
 	return &e, data, err
 }
 
+// digestRecordFits reports whether a partition's digest record holds at
+// most a digest per row of the partition (the plan's rows), 16 bytes
+// each: a count beyond is a damaged index, not an allocation.
+func (lp *loadedPlan) digestRecordFits(e partition.Segment) bool {
+	return e.Rows <= lp.Partitions[e.Unit].Rows && e.Length == e.Rows*digestRecord
+}
+
 // taskDigests is a detect task's digest records of partitions [first,
 // end), each map task's in partition order, and the digests they cover:
-// data[m] is digests.bin's bytes from base[m] (nil: read per partition).
+// data[m] is digests.bin's bytes from base[m] (empty: the map task has no
+// digests there; nil: read per partition).
 type taskDigests struct {
 	first, end int
 	ents       [][]partition.Segment
@@ -450,12 +457,16 @@ func (lp *loadedPlan) preloadDigests(ctx context.Context, maps []*TaskManifest, 
 			return err
 		}
 		ents, err := partition.DecodeIndex(rec, first, partition.IndexSeed(digestIndexKind, m))
-		if err != nil || len(ents) == 0 {
+		if err != nil {
+			return nil
+		}
+		if len(ents) == 0 { // none of its rows in these partitions
+			td.data[m] = []byte{}
 			return nil
 		}
 		lo, hi, sum := ents[0].Offset, ents[0].Offset, int64(0)
 		for _, e := range ents {
-			if e.Rows > lp.Partitions[e.Unit].Rows || e.Length != e.Rows*digestRecord {
+			if !lp.digestRecordFits(e) {
 				return nil
 			}
 			lo, hi, sum = min(lo, e.Offset), max(hi, e.Offset+e.Length), sum+e.Length

@@ -1373,7 +1373,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBatch) (string, error) {
 	// LZ4 leaves the sample at most its decoded size: one buffer, grown
 	// never (its doublings were a sixth of the plan step's CPU).
-	buf := bytes.NewBuffer(make([]byte, 0, plan.RecordBytes(sample)+64<<10))
+	buf := bytes.NewBuffer(make([]byte, 0, partition.RecordBytes(sample)+64<<10))
 	w := ipc.NewWriter(buf, ipc.WithSchema(sample.Schema()), ipc.WithLZ4())
 	if err := w.Write(sample); err != nil {
 		return "", err

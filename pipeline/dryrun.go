@@ -370,7 +370,7 @@ func sampleHeads(ctx context.Context, tbl *source.Table, maxRows, budget int64) 
 		spent += tbl.Counts.Bytes.Load() - before
 		s.recs = append(s.recs, rec)
 		s.rows += rec.NumRows()
-		s.bytes += plan.RecordBytes(rec)
+		s.bytes += partition.RecordBytes(rec)
 	}
 	return s, nil
 }

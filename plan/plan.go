@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -391,7 +390,7 @@ func fitSample(tbl *source.Table, kp *KeyPass, sample arrow.RecordBatch, in Size
 	// (dictionary-encoded columns decode larger than Parquet says).
 	memRowBytes := in.RowBytes
 	if sample != nil && sample.NumRows() > 0 {
-		memRowBytes = float64(RecordBytes(sample)) / float64(sample.NumRows())
+		memRowBytes = float64(partition.RecordBytes(sample)) / float64(sample.NumRows())
 	}
 	first := sample
 	if sample != nil { // keep only the rows that choose encodings
@@ -651,33 +650,6 @@ func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, erro
 		}
 	}
 	return nil, nil
-}
-
-// RecordBytes sums the sizes of a record's buffers (its decoded size).
-func RecordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	for _, c := range rec.Columns() {
-		n += dataBytes(c.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	if d.DataType().ID() == arrow.DICTIONARY {
-		if dict := d.Dictionary(); dict != nil && dict.(*array.Data) != nil {
-			n += dataBytes(dict)
-		}
-	}
-	return n
 }
 
 // RowGroupBytes is a row group's stored bytes (its column chunks).

@@ -49,35 +49,19 @@ func hiveDistBench(dir, in string, reps int, res map[string]any) {
 				steps[label] = append(steps[label], time.Since(t0).Seconds())
 				return so
 			}
-			var pr struct {
-				Plan        string `json:"plan"`
-				MapTasks    int    `json:"map_tasks"`
-				DetectTasks int    `json:"detect_tasks"`
-				ReduceTasks int    `json:"reduce_tasks"`
-			}
-			so := step("plan", append([]string{"plan", "--quiet", "--input", in, "--output", o, "--map-bytes", "12MiB"}, extra...)...)
-			if err := json.Unmarshal([]byte(so), &pr); err != nil {
-				fmt.Fprintf(os.Stderr, "plan printed %q: %v\n", so, err)
-				os.Exit(1)
-			}
-			list := func(n int) string { return fmt.Sprintf("0-%d", n-1) }
-			step("map", "map", "--quiet", "--plan", pr.Plan, "--task", list(pr.MapTasks))
-			if st, err := os.Stat(filepath.Join(o, "_relayout", "map", "m-00000", "_done.json")); err == nil {
-				manifest = st.Size()
-			}
-			if pr.DetectTasks > 0 {
-				step("detect", "detect", "--quiet", "--plan", pr.Plan, "--task", list(pr.DetectTasks))
-			}
-			// A process per task (as Argo and Airflow run them), then
-			// the whole list in one process again.
-			tasks = pr.ReduceTasks
-			t0 := time.Now()
-			for j := 0; j < pr.ReduceTasks; j++ {
-				timed("bin/relayout", "reduce", "--quiet", "--plan", pr.Plan, "--task", fmt.Sprint(j))
-			}
-			perTask = append(perTask, time.Since(t0).Seconds())
-			step("reduce", "reduce", "--quiet", "--plan", pr.Plan, "--task", list(pr.ReduceTasks))
-			step("commit", "commit", "--quiet", "--plan", pr.Plan)
+			hiveSteps(step, in, o, extra, func(pr planCounts) {
+				if st, err := os.Stat(filepath.Join(o, "_relayout", "map", "m-00000", "_done.json")); err == nil {
+					manifest = st.Size()
+				}
+				// A process per task (as Argo and Airflow run them),
+				// then the whole list in one process again.
+				tasks = pr.ReduceTasks
+				t0 := time.Now()
+				for j := 0; j < pr.ReduceTasks; j++ {
+					timed("bin/relayout", "reduce", "--quiet", "--plan", pr.Plan, "--task", fmt.Sprint(j))
+				}
+				perTask = append(perTask, time.Since(t0).Seconds())
+			})
 		}
 		mid := map[string]float64{}
 		total := 0.0
@@ -137,12 +121,6 @@ func hiveDistS3Bench(in string, res map[string]any) {
 			extra = append(extra, "--query-key", "query_id")
 		}
 		dst := "s3://bench/hivedist-" + name + "/" + params
-		var pr struct {
-			Plan        string `json:"plan"`
-			MapTasks    int    `json:"map_tasks"`
-			DetectTasks int    `json:"detect_tasks"`
-			ReduceTasks int    `json:"reduce_tasks"`
-		}
 		st := map[string]any{}
 		step := func(label string, args ...string) string {
 			mu.Lock()
@@ -164,19 +142,31 @@ func hiveDistS3Bench(in string, res map[string]any) {
 			st[label] = map[string]any{"seconds": sec, "requests": total}
 			return so
 		}
-		so := step("plan", append([]string{"plan", "--quiet", "--input", in, "--output", dst, "--map-bytes", "12MiB"}, extra...)...)
-		if err := json.Unmarshal([]byte(so), &pr); err != nil {
-			fmt.Fprintf(os.Stderr, "plan printed %q: %v\n", so, err)
-			os.Exit(1)
-		}
-		list := func(n int) string { return fmt.Sprintf("0-%d", n-1) }
-		step("map", "map", "--quiet", "--plan", pr.Plan, "--task", list(pr.MapTasks))
-		if pr.DetectTasks > 0 {
-			step("detect", "detect", "--quiet", "--plan", pr.Plan, "--task", list(pr.DetectTasks))
-		}
-		step("reduce", "reduce", "--quiet", "--plan", pr.Plan, "--task", list(pr.ReduceTasks))
-		step("commit", "commit", "--quiet", "--plan", pr.Plan)
+		hiveSteps(step, in, dst, extra, nil)
 		out[name] = st
 	}
 	res["hive_output_distributed_s3"] = out
+}
+
+// hiveSteps runs the job's steps into out through step (which runs and
+// times one command): plan (--map-bytes 12MiB), then each step's tasks as
+// one --task list: map, detect (packed plans), reduce, commit. Before the
+// reduce list, beforeReduce (nil: nothing) gets the plan's counts.
+func hiveSteps(step func(label string, args ...string) string, in, out string, extra []string, beforeReduce func(planCounts)) {
+	var pr planCounts // what `relayout plan` prints (dist.go)
+	so := step("plan", append([]string{"plan", "--quiet", "--input", in, "--output", out, "--map-bytes", "12MiB"}, extra...)...)
+	if err := json.Unmarshal([]byte(so), &pr); err != nil {
+		fmt.Fprintf(os.Stderr, "plan printed %q: %v\n", so, err)
+		os.Exit(1)
+	}
+	list := func(n int) string { return fmt.Sprintf("0-%d", n-1) }
+	step("map", "map", "--quiet", "--plan", pr.Plan, "--task", list(pr.MapTasks))
+	if pr.DetectTasks > 0 {
+		step("detect", "detect", "--quiet", "--plan", pr.Plan, "--task", list(pr.DetectTasks))
+	}
+	if beforeReduce != nil {
+		beforeReduce(pr)
+	}
+	step("reduce", "reduce", "--quiet", "--plan", pr.Plan, "--task", list(pr.ReduceTasks))
+	step("commit", "commit", "--quiet", "--plan", pr.Plan)
 }
