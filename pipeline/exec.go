@@ -67,18 +67,6 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		return nil, err
 	}
 	defer sw.Abort()
-	if distributed {
-		// Small units' frames stay in memory, up to a sixteenth of the
-		// limit (64 MiB at most), and the attempt writes one object; as
-		// much again of small batches is held to be encoded joined where
-		// every unit can hold 32 KiB of them (below that, joining only
-		// adds work: measured at --memory-limit 128MiB with 1,200 units).
-		budget := min(lp.opts.MemoryLimit/16, shuffleHoldMost)
-		sw.Hold(budget, parallel)
-		if units, _ := lp.Units(); budget >= int64(len(units))*joinPerUnit {
-			sw.Join(budget)
-		}
-	}
 	var fp fingerprint.Sum
 	var observe func(arrow.RecordBatch)
 	var prof *tensors.Profile
@@ -93,6 +81,9 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	var largest int64
 	for _, r := range refs {
 		largest = max(largest, r.Rows())
+	}
+	if distributed {
+		lp.holdShuffle(sw, largest, parallel)
 	}
 	// A map task alone in its process reads the next row group while it
 	// routes this one, when two row groups fit the memory a unit is given
@@ -312,6 +303,36 @@ func (lp *loadedPlan) segmentLists(ctx context.Context, dones []*TaskManifest, l
 		return nil, err
 	}
 	return ts, nil
+}
+
+// holdShuffle gives a distributed map task's shuffle writer what its
+// memory leaves (partition.ShuffleWriter's Hold and Join). The task's own
+// memory is the runtime's reserve and headroom, and a decoded row group
+// with the pieces routed from it (twice the largest row group, as the
+// plan counts a map worker). Small units' frames stay in memory, up to a
+// sixteenth of the limit, 64 MiB at most, and half of what is left, and
+// the attempt writes one object. As much again of small batches is held
+// to be encoded joined where every unit can hold 32 KiB of them (below
+// that, joining only adds work: measured at --memory-limit 128MiB with
+// 1,200 units) and what is left holds four times that: the held batches,
+// their joined copy and its frames. At --memory-limit 128MiB a map task
+// of the 1M-row log that joined took 3.5-3.8 s under Go's soft limit
+// against 1.7-1.8 s without it (its live heap near the limit), and one
+// that did not hold the soft limit peaked at 212-223 MB.
+// unitStreamBytes is what a map task holds per unit it writes, whatever
+// its rows: the unit's IPC writer and the schemas of its streams (heap
+// profile of a map task of the 1,200-folder output: about 16 MB).
+const unitStreamBytes = 16 << 10
+
+func (lp *loadedPlan) holdShuffle(sw *partition.ShuffleWriter, largestRows int64, parallel int) {
+	units, _ := lp.Units()
+	own := plan.RuntimeReserve + plan.UnitHeadroom + int64(2*float64(largestRows)*lp.RowBytes*decodedPerInput) + 4<<20 + int64(len(units))*unitStreamBytes
+	left := max(lp.opts.MemoryLimit-own, 0)
+	budget := min(lp.opts.MemoryLimit/16, shuffleHoldMost, left/2)
+	sw.Hold(budget, parallel)
+	if budget >= int64(len(units))*joinPerUnit && left >= 4*budget {
+		sw.Join(budget)
+	}
 }
 
 // eachRowGroup reads refs in order and hands each to fn; with ahead, the

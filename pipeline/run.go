@@ -12,8 +12,6 @@ import (
 	"github.com/relayout/relayout/dedupe"
 	"github.com/relayout/relayout/fingerprint"
 	"github.com/relayout/relayout/internal/errs"
-	"github.com/relayout/relayout/internal/gcfloor"
-	"github.com/relayout/relayout/internal/memlimit"
 	"github.com/relayout/relayout/internal/par"
 	"github.com/relayout/relayout/internal/version"
 	"github.com/relayout/relayout/manifests"
@@ -76,33 +74,12 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// A soft memory limit (set before the inputs are opened: footers of
-	// many files are heap too) plus a low GC target: decoded columns are large
-	// and short-lived, and collecting early keeps peak RSS near the live data
-	// (measured: GOGC 30 was both faster and 40% smaller than 100 here).
-	// Go's limit covers the heap and runtime, not the binary's resident
-	// text, so leave room for it: the limit applies to the whole process.
-	// UnitHeadroom stays inside it: with it left out too (a 64 MiB soft
-	// limit at --memory-limit 128MiB) the heap sat at the limit, and the
-	// runtime spent 40-50% of the run's CPU scavenging pages it would fault
-	// back in and collecting (measured at 1x and 4x the generated log: CPU
-	// 36 -> 21 s and ~290 -> 145 s; peak RSS +3 MiB at 1x).
-	var gc *gcfloor.Tuner // the GOGC and floor, unless GOGC is set
+	// The process's memory regime (holdMemory), set before the inputs are
+	// opened: footers of many files are heap too.
+	var mem *heldMemory
 	if !opts.sample {
-		// The binary's resident pages vary by build and page cache (29 to
-		// 44 MiB at 128 MiB, where the reserve leaves 48 for them and the
-		// runtime): the soft limit follows them (internal/memlimit).
-		ml := memlimit.Start(opts.MemoryLimit, max(opts.MemoryLimit-plan.RuntimeReserve, opts.MemoryLimit/2), fileMargin, 100*time.Millisecond)
-		defer ml.Stop()
-		if os.Getenv("GOGC") == "" {
-			gc = gcfloor.Start(30, gcFloor(opts.MemoryLimit))
-			defer gc.Stop()
-		}
-		// Idle zstd encoders (about 2.5 MiB each) kept through the
-		// collections this limit makes frequent: one per 256 MiB of it, up
-		// to one per goroutine (none at 128 MiB, where their memory is
-		// the unit's).
-		defer writer.KeepIdleEncoders(writer.KeepIdleEncoders(min(max(opts.Parallel, 1), int(opts.MemoryLimit/(256<<20)))))
+		mem = holdMemory(opts.MemoryLimit, opts.Parallel, true)
+		defer mem.release()
 	}
 	tbl, keys, in, counts, err := openTable(ctx, &opts)
 	if err != nil {
@@ -172,7 +149,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 	whole := len(ks.Memory.Units) == 1 // the table fits one unit: no shuffle
 	if whole {
 		rep.Units = 1
-	} else if gc != nil {
+	} else if mem != nil {
 		// A run that spills holds a unit or a row group at a time, and the
 		// soft limit bounds its heap: at GOGC 30 the collector ran 100
 		// times a second. 50 measured fastest (--memory-limit 128MiB, the
@@ -181,7 +158,7 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 		// back) and the peak RSS grew 5 MB.
 		// No floor either: the soft limit bounds the heap, and a floor
 		// let it grow 8 MiB nearer the limit (--memory-limit 128MiB).
-		gc.Set(50, 0) // Stop restores what was set before
+		mem.spilling()
 	}
 	log.Info("planned", "slices", len(ks.Hist.Slices), "files", len(ks.Layout.Files), "partitions", len(p.Partitions), "row_group_rows", ks.Layout.TargetRows,
 		"units", len(units), "unit_rows", p.UnitRows, "in_memory", whole, "chunk_rows", p.ChunkRows, "row_bytes", int(in.RowBytes), "decoded_row_bytes", int(ks.Memory.MemRowBytes), "fixed_mib", ks.Memory.Fixed>>20)

@@ -376,10 +376,17 @@ func TestPeakRSSWithinMemoryLimit(t *testing.T) {
 // with vfork).
 func peakRSSOf(t *testing.T, args []string) int64 {
 	t.Helper()
+	peak, _ := peakRSSAndOutput(t, args)
+	return peak
+}
+
+// peakRSSAndOutput is peakRSSOf that also returns what the run printed.
+func peakRSSAndOutput(t *testing.T, args []string) (int64, string) {
+	t.Helper()
 	timeFile := filepath.Join(t.TempDir(), "time")
 	cmd := exec.Command("/usr/bin/time", append([]string{"-o", timeFile, "-f", "%M", bin}, args...)...)
-	var se bytes.Buffer
-	cmd.Stderr = &se
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("run: %v: %s", err, se.String())
 	}
@@ -391,7 +398,7 @@ func peakRSSOf(t *testing.T, args []string) int64 {
 	if _, err := fmt.Sscan(strings.TrimSpace(string(tf)), &peakKB); err != nil {
 		t.Fatalf("/usr/bin/time output %q: %v", tf, err)
 	}
-	return peakKB * 1024
+	return peakKB * 1024, so.String()
 }
 
 // memoryCgroup is a memory cgroup (v1 or v2) made for one test.

@@ -65,6 +65,7 @@ func planCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			defer pipeline.HoldStepMemory(opts.MemoryLimit, opts.Parallel)()
 			mb, err := parseSize("map-bytes", c.String("map-bytes"))
 			if err != nil {
 				return err
@@ -232,6 +233,8 @@ func stepCommandOf(src stepSource, name, usage, usageText, description string, r
 			if err != nil {
 				return err
 			}
+			// The process, whatever tasks it runs, within --memory-limit.
+			defer pipeline.HoldStepMemory(o.MemoryLimit, o.Parallel)()
 			res, err := run(c, o)
 			if err != nil {
 				if c.Context.Err() != nil && !errs.Is(err, errs.BadInput) {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/testutil"
+)
+
+// TestStepsPeakRSSWithinMemoryLimit holds every distributed step's process
+// to the --memory-limit it is given, as run is held to its own: a pod
+// whose limit is the step's --memory-limit must not be OOM-killed. Before
+// the steps held Go's soft limit, a map task of this input peaked at
+// 212-227 MB at --memory-limit 128MiB and a reduce task at 150-178 MB.
+// Each step runs its tasks as one list (--task 0-N), the way a worker
+// given a range of an Indexed Job's indices does; the map list runs once
+// more in a 128 MiB memory cgroup. The output must be run's at the same
+// limit, byte for byte.
+func TestStepsPeakRSSWithinMemoryLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: generates 1M rows")
+	}
+	in := testutil.Generate(t, gen.Options{Rows: 1_000_000, Files: 4, Seed: 21})
+	const limit = 128 << 20
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{{"flat", nil}, {"packed", []string{"--query-key", "query_id"}}} {
+		t.Run(c.name, func(t *testing.T) {
+			sizes := append([]string{"--slice-keys", "country,date"}, c.extra...)
+			out := filepath.Join(t.TempDir(), "out")
+			lim := []string{"--memory-limit", "128MiB", "--quiet"}
+			// --map-bytes 16MiB: a map task of about a third of the input.
+			peak, printed := peakRSSAndOutput(t, append(append([]string{"plan", "--input", in, "--output", out, "--map-bytes", "16MiB"}, sizes...), lim...))
+			var counts struct {
+				Plan        string `json:"plan"`
+				MapTasks    int    `json:"map_tasks"`
+				DetectTasks int    `json:"detect_tasks"`
+				ReduceTasks int    `json:"reduce_tasks"`
+			}
+			if err := json.Unmarshal([]byte(printed), &counts); err != nil || counts.MapTasks < 2 || counts.ReduceTasks < 1 {
+				t.Fatalf("plan printed %q (%v): want at least 2 map tasks", printed, err)
+			}
+			peaks := []string{fmt.Sprintf("plan %d MiB", peak>>20)}
+			check := func(step string, peak int64) {
+				t.Helper()
+				if peak > limit {
+					t.Fatalf("%s: peak RSS %d MiB exceeds --memory-limit %d MiB", step, peak>>20, limit>>20)
+				}
+			}
+			check("plan", peak)
+			steps := []struct {
+				name string
+				n    int
+			}{{"map", counts.MapTasks}, {"detect", counts.DetectTasks}, {"reduce", counts.ReduceTasks}, {"commit", 0}}
+			for _, s := range steps {
+				if s.name == "detect" && s.n == 0 {
+					continue
+				}
+				args := append([]string{s.name, "--plan", counts.Plan}, lim...)
+				if s.name != "commit" {
+					args = append(args, "--task", fmt.Sprintf("0-%d", s.n-1))
+				}
+				peak := peakRSSOf(t, args)
+				peaks = append(peaks, fmt.Sprintf("%s %d MiB", s.name, peak>>20))
+				check(s.name, peak)
+				if s.name == "map" { // again, in a cgroup of the limit, as a pod
+					cg := newMemoryCgroup(t, limit)
+					if _, _, err := cg.run(t, args); err != nil {
+						t.Fatalf("map in a %d MiB memory cgroup: %v", limit>>20, err)
+					}
+					if n := cg.oomKills(t); n != 0 {
+						t.Fatalf("map: %d OOM kills in the %d MiB cgroup", n, limit>>20)
+					}
+				}
+			}
+			t.Logf("peak RSS at --memory-limit 128MiB (%d map, %d reduce tasks): %s", counts.MapTasks, counts.ReduceTasks, strings.Join(peaks, ", "))
+			ref := filepath.Join(t.TempDir(), "ref")
+			// run given the same limit: the plan fits its sizes to it.
+			if r := relayout(t, nil, append([]string{"run", "--quiet", "--memory-limit", "128MiB", "--input", in, "--output", ref}, sizes...)...); r.code != 0 {
+				t.Fatal(r.stderr)
+			}
+			got, want := treeFiles(t, out), treeFiles(t, ref)
+			if len(got) != len(want) {
+				t.Fatalf("the steps wrote %d files (%v), run %d (%v)", len(got), keysOf(got), len(want), keysOf(want))
+			}
+			for name, b := range want {
+				if !bytes.Equal(got[name], b) {
+					t.Fatalf("%s differs from run's", name)
+				}
+			}
+		})
+	}
+}
+
+// treeFiles reads every file under dir but the run report (which records
+// the process's own timings and memory), by path relative to dir.
+func treeFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "_report.json" {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		b, err := os.ReadFile(p)
+		files[rel] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func keysOf(m map[string][]byte) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
