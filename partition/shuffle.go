@@ -571,7 +571,15 @@ func (s *ShuffleWriter) Abort() {
 // is retried from the segment's start, an object shorter than the segment
 // is bad input); an error after that is damaged bytes.
 func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	url := work.URL(seg.Path)
+	comp, err := getSegment(ctx, work, seg)
+	if err != nil {
+		return nil, err
+	}
+	return decodeSegment(work, seg, schema, comp)
+}
+
+// getSegment reads a segment's bytes.
+func getSegment(ctx context.Context, work storage.Location, seg Segment) ([]byte, error) {
 	comp, err := storage.GetRange(ctx, work, seg.Path, seg.Offset, seg.Length)
 	if err != nil {
 		if errs.Is(err, errs.BadInput) { // missing or cut short
@@ -579,6 +587,12 @@ func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema
 		}
 		return nil, err
 	}
+	return comp, nil
+}
+
+// decodeSegment checks and decodes a segment's bytes, comp.
+func decodeSegment(work storage.Location, seg Segment, schema *arrow.Schema, comp []byte) ([]arrow.RecordBatch, error) {
+	url := work.URL(seg.Path)
 	if seg.XXHash64 != "" {
 		if got := fmt.Sprintf("%016x", xxhash.Sum64(comp)); got != seg.XXHash64 {
 			return nil, errs.WithHint(errs.BadInputf("read %s at %d: the shuffle is damaged: its xxhash64 is %s, the map task wrote %s", url, seg.Offset, got, seg.XXHash64),
@@ -608,7 +622,7 @@ func ReadSegment(ctx context.Context, work storage.Location, seg Segment, schema
 	}
 	br := bufio.NewReaderSize(src, 1<<16)
 	var recs []arrow.RecordBatch
-	err = eachStreamBatch(br, func(rec arrow.RecordBatch) error {
+	err := eachStreamBatch(br, func(rec arrow.RecordBatch) error {
 		dec, err := decodeBatch(rec, schema)
 		if err != nil {
 			return err
@@ -681,6 +695,9 @@ type Reader struct {
 	// Parallel is how many map tasks' segments of a unit are read at once
 	// (and, in pipeline, how many goroutines write the partition).
 	Parallel int
+	// Blocks, when set, reads the segments (SegmentBlocks: a task's
+	// adjacent segments with one request).
+	Blocks *SegmentBlocks
 }
 
 // Each reads the partition's units in order and hands each, sorted, to fn.
@@ -751,7 +768,11 @@ func (pr *Reader) Load(ctx context.Context, k int) (*UnitRows, error) {
 	got := make([][]arrow.RecordBatch, len(segs))
 	err := par.ForEach(ctx, len(segs), segmentReaders(segs, pr.Parallel), func(i int) error {
 		var err error
-		got[i], err = ReadSegment(ctx, pr.Work, segs[i], pr.Schema)
+		if pr.Blocks != nil {
+			got[i], err = pr.Blocks.ReadSegment(ctx, segs[i], pr.Schema)
+		} else {
+			got[i], err = ReadSegment(ctx, pr.Work, segs[i], pr.Schema)
+		}
 		return err
 	})
 	for _, g := range got { // in map order, which is input order

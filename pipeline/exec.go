@@ -232,17 +232,27 @@ func unitRange(l []partition.Segment, lo, hi int) []partition.Segment {
 }
 
 // taskSegments is each map task's segments (in unit order) of units [lo,
-// hi).
+// hi), and, for a task of several partitions, the blocks that read them.
 type taskSegments struct {
 	lo, hi int
 	per    [][]partition.Segment
+	blocks *partition.SegmentBlocks
+}
+
+// segmentBlockBytes is what a task of several partitions may hold of the
+// segments it read ahead (partition.SegmentBlocks): a 32nd of
+// --memory-limit, 16 MiB at most.
+func (lp *loadedPlan) segmentBlockBytes() int64 {
+	return min(lp.opts.MemoryLimit/32, 16<<20)
 }
 
 // preloadSegments reads the segment records of a detect or reduce task's
 // partitions [first, end) once, a ranged read per map task, for
 // segmentsOf to slice: a task of many small partitions (a Hive folder
 // each) read them once per partition and map task, the requests growing
-// as partitions x map tasks. A task of one partition reads as it did.
+// as partitions x map tasks. The segments themselves are then read by
+// blocks of adjacent ones (partition.SegmentBlocks). A task of one
+// partition reads as it did.
 func (lp *loadedPlan) preloadSegments(ctx context.Context, dones []*TaskManifest, first, end int) error {
 	if end-first < 2 || lp.binned != nil {
 		return nil
@@ -253,6 +263,11 @@ func (lp *loadedPlan) preloadSegments(ctx context.Context, dones []*TaskManifest
 	if err != nil {
 		return err
 	}
+	var all []partition.Segment
+	for _, l := range per.per {
+		all = append(all, l...)
+	}
+	per.blocks = partition.NewSegmentBlocks(lp.work, all, lp.segmentBlockBytes())
 	lp.taskSegs = per
 	return nil
 }
@@ -510,6 +525,9 @@ func (lp *loadedPlan) partitionReader(ctx context.Context, tbl *source.Table, ke
 		var err error
 		if segs, err = lp.segmentsOf(ctx, dones, lo, hi); err != nil {
 			return nil, err
+		}
+		if lp.taskSegs != nil { // segments it does not know it reads alone
+			r.Blocks = lp.taskSegs.blocks
 		}
 	}
 	for _, mp := range segs { // in map order

@@ -329,7 +329,24 @@ func TestGroupedTasksReadRecordsOnce(t *testing.T) {
 	if _, err := DetectTask(ctx, res.Plan, k, local); err != nil {
 		t.Fatal(err)
 	}
-	before := counts.getsOf(segmentIndexName)
+	// A damaged segment inside a block of adjacent ones (a partition in
+	// the middle of reduce task k) fails its task with exit 3 naming the
+	// shuffle, as when each segment was read alone.
+	u, _ := lp.PartitionUnits(p)
+	sidx, err := loc.Bucket.ReadAll(ctx, "out/"+mapAttemptPrefix(0, d0.Attempt)+segmentIndexName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sents, err := partition.DecodeIndex(sidx[u*partition.IndexRecord:(u+1)*partition.IndexRecord], u, partition.IndexSeed(segmentIndexKind, 0))
+	if err != nil || len(sents) != 1 || sents[0].Length == 0 {
+		t.Fatalf("map 0's segment record of unit %d: %v, %v", u, sents, err)
+	}
+	restore = damage("shuffle.arrows", sents[0].Offset+sents[0].Length/2)
+	if _, err := ReduceTask(ctx, res.Plan, k, local); !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "shuffle is damaged") || !strings.Contains(err.Error(), "shuffle.arrows at "+strconv.FormatInt(sents[0].Offset, 10)) {
+		t.Errorf("reduce task %d over a damaged segment of partition %d: %v (class %v), want exit 3 naming the shuffle and the segment's offset", k, p, err, errs.ClassOf(err))
+	}
+	restore()
+	before, shuffleGets := counts.getsOf(segmentIndexName), counts.getsOf("shuffle.arrows")
 	for j := 0; j < res.ReduceTasks; j++ {
 		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
 			t.Fatal(err)
@@ -337,6 +354,12 @@ func TestGroupedTasksReadRecordsOnce(t *testing.T) {
 	}
 	if got, most := counts.getsOf(segmentIndexName)-before, int64(res.ReduceTasks)*maps; got > most || got == 0 {
 		t.Errorf("the reduce tasks read %s %d times; want at most %d (a GET per task and map task), not per partition (%d)", segmentIndexName, got, most, parts*maps)
+	}
+	// Their segments, adjacent in each map task's object, are read by
+	// blocks (partition.SegmentBlocks): a GET per task and map task here,
+	// where each task's segments fit a block.
+	if got, most := counts.getsOf("shuffle.arrows")-shuffleGets, int64(res.ReduceTasks)*maps; got > most || got == 0 {
+		t.Errorf("the reduce tasks read the shuffle objects %d times; want at most %d (a GET per task and map task), not per partition (%d)", got, most, parts*maps)
 	}
 	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
 		t.Fatal(err)
