@@ -48,6 +48,11 @@ func RemovePrefix(ctx context.Context, out Location, rel string) error {
 	if err != nil {
 		return err
 	}
+	// On S3, a request per thousand keys (deleteS3Batches); the rest one
+	// at a time, 16 at once.
+	if keys, err = deleteS3Batches(ctx, out, keys); err != nil {
+		return err
+	}
 	err = par.ForEach(ctx, len(keys), removeParallel, func(i int) error {
 		k := keys[i]
 		if err := out.Bucket.Delete(ctx, out.Key(k)); err != nil && gcerrors.Code(err) != gcerrors.NotFound {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -17,6 +19,8 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/memblob"
+
+	"github.com/relayout/relayout/internal/par"
 )
 
 // TestOpenS3Parameters: s3:// URLs take the query parameters gocloud's
@@ -229,5 +233,63 @@ func TestOpenBucketWaitsPerBucket(t *testing.T) {
 	}
 	if n := op.count("slow"); n != 2 {
 		t.Errorf("an open bucket was opened again (%d opens)", n)
+	}
+}
+
+// TestRemovePrefixBatchesS3Deletes: on S3, RemovePrefix deletes a
+// thousand keys a request (DeleteObjects) where gocloud's Delete is a
+// HEAD and a DELETE per object, and leaves a key s3blob escapes ("__0x")
+// to that Delete. Every key under the prefix is gone, the others stay;
+// the requests are counted by the server (gofakes3 on loopback).
+func TestRemovePrefixBatchesS3Deletes(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	ctx := context.Background()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("bkt"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	methods := map[string]int{}
+	inner := gofakes3.New(backend).Server()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		methods[r.Method]++
+		mu.Unlock()
+		inner.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	params := "?region=us-east-1&endpoint=" + ts.URL + "&use_path_style=true&disable_https=true"
+	loc, err := OpenDir(ctx, "s3://bkt/out/"+params, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2100
+	names := []string{"keep/x", "_w/odd__0x41"}
+	for i := 0; i < n; i++ {
+		names = append(names, fmt.Sprintf("_w/r-%05d/_done.json", i))
+	}
+	if err := par.ForEach(ctx, len(names), 16, func(i int) error { return loc.Bucket.WriteAll(ctx, loc.Key(names[i]), []byte(names[i]), nil) }); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	clear(methods)
+	mu.Unlock()
+	if err := RemovePrefix(ctx, loc, "_w/"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := ListKeys(ctx, loc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "keep/x" {
+		t.Fatalf("after RemovePrefix of _w/: %d keys left (%.3v), want keep/x alone", len(left), left)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Three DeleteObjects (POST) for 2,100 keys; the escaped one a HEAD
+	// and a DELETE; listings are GETs of the bucket.
+	if methods[http.MethodPost] != 3 || methods[http.MethodDelete] != 1 || methods[http.MethodHead] != 1 {
+		t.Errorf("requests %v: want 3 POST (DeleteObjects), 1 HEAD and 1 DELETE (the escaped key)", methods)
 	}
 }
