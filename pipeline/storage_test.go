@@ -53,6 +53,20 @@ func (c *httpCounts) getsOf(name string) int64 {
 	return c.byName[name]
 }
 
+// getsEnding returns the object GETs of keys whose last element ends with
+// suffix.
+func (c *httpCounts) getsEnding(suffix string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for k, v := range c.byName {
+		if strings.HasSuffix(k, suffix) {
+			n += v
+		}
+	}
+	return n
+}
+
 // listings returns the prefixes listed since the last call.
 func (c *httpCounts) listings() []string {
 	c.mu.Lock()

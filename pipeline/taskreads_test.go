@@ -346,7 +346,7 @@ func TestGroupedTasksReadRecordsOnce(t *testing.T) {
 		t.Errorf("reduce task %d over a damaged segment of partition %d: %v (class %v), want exit 3 naming the shuffle and the segment's offset", k, p, err, errs.ClassOf(err))
 	}
 	restore()
-	before, shuffleGets := counts.getsOf(segmentIndexName), counts.getsOf("shuffle.arrows")
+	before, shuffleGets, fileGets := counts.getsOf(segmentIndexName), counts.getsOf("shuffle.arrows"), counts.getsEnding(".parquet")
 	for j := 0; j < res.ReduceTasks; j++ {
 		if _, err := ReduceTask(ctx, res.Plan, j, local); err != nil {
 			t.Fatal(err)
@@ -361,8 +361,24 @@ func TestGroupedTasksReadRecordsOnce(t *testing.T) {
 	if got, most := counts.getsOf("shuffle.arrows")-shuffleGets, int64(res.ReduceTasks)*maps; got > most || got == 0 {
 		t.Errorf("the reduce tasks read the shuffle objects %d times; want at most %d (a GET per task and map task), not per partition (%d)", got, most, parts*maps)
 	}
+	// Each small file written is read back once, whole, for its check
+	// (verify reads a small object whole, then from memory).
+	var files int64
+	for j := range lp.Partitions {
+		files += int64(len(lp.Partitions[j].Files))
+	}
+	if got := counts.getsEnding(".parquet") - fileGets; got != files {
+		t.Errorf("the reduce tasks' checks read their %d files with %d GETs; want one each", files, got)
+	}
+	fileGets = counts.getsEnding(".parquet")
 	if _, err := CommitJob(ctx, res.Plan, local); err != nil {
 		t.Fatal(err)
+	}
+	// Commit confirms the checked files (a HEAD each) and opens each once
+	// for the report's cost model; it reads the inputs' footers too.
+	inputs := int64(len(testutil.Files(t, in)))
+	if got := counts.getsEnding(".parquet") - fileGets; got != files+inputs {
+		t.Errorf("commit read the %d files and %d inputs with %d GETs; want one each", files, inputs, got)
 	}
 	sameObjects(t, "grouped tasks on S3", readTree(t, ref), testutil.BucketTree(t, loc.Bucket, "out/"))
 }

@@ -17,6 +17,16 @@ import (
 // columns of a Hive-partitioned output's folders are restored from the
 // paths, typed as the manifest records them.
 func OpenOutput(ctx context.Context, out storage.Location, m *manifests.Manifest, files []int, counts *storage.Counters) (*Table, error) {
+	return openOutput(ctx, out, m, files, counts, nil)
+}
+
+// OpenOutputFile is OpenOutput of file fi alone, whose bytes, read
+// already, are data: the table reads them, not the store.
+func OpenOutputFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, data []byte) (*Table, error) {
+	return openOutput(ctx, out, m, []int{fi}, nil, data)
+}
+
+func openOutput(ctx context.Context, out storage.Location, m *manifests.Manifest, files []int, counts *storage.Counters, data []byte) (*Table, error) {
 	if files == nil {
 		files = make([]int, len(m.Files))
 		for i := range files {
@@ -28,7 +38,9 @@ func OpenOutput(ctx context.Context, out storage.Location, m *manifests.Manifest
 	for i, fi := range files {
 		f := m.Files[fi]
 		objs[i] = storage.Object{Loc: out, Key: out.Key(f.Path), URL: out.URL(f.Path), Size: f.Bytes, Rel: strings.TrimPrefix(f.Path, "parquet/")}
-		if out.Local != "" {
+		if data != nil {
+			objs[i].Data, objs[i].Size = data, int64(len(data))
+		} else if out.Local != "" {
 			objs[i].LocalPath = out.Local + "/" + f.Path
 		}
 		rels[i], urls[i] = objs[i].Rel, objs[i].URL

@@ -386,7 +386,7 @@ func Open(ctx context.Context, objs []storage.Object, counts *storage.Counters) 
 	}
 	t := &Table{Counts: counts, mem: memory.DefaultAllocator, MaxOpen: DefaultMaxOpen, RemoteReads: DefaultRemoteReads, ctx: context.WithoutCancel(ctx), lru: list.New()}
 	for _, o := range objs {
-		t.remote = t.remote || o.LocalPath == ""
+		t.remote = t.remote || (o.LocalPath == "" && o.Data == nil)
 	}
 	// Footers are read openWindow files at a time, openParallel at once
 	// (an object store's latency, not its bandwidth, bounds one footer

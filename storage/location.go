@@ -252,6 +252,10 @@ type Object struct {
 	MTime string // RFC 3339, UTC
 	// LocalPath is set for local files, which are read with os.File.
 	LocalPath string
+	// Data, when set, is the object's bytes, read already (a small file
+	// read whole to be hashed): its ReaderAt serves them and makes no
+	// request.
+	Data []byte
 	// Rel is the object's slash-separated path as the input named it (a
 	// local path as given and walked, an object's whole key): Hive
 	// partition folders are read from it, as DuckDB reads them from the

@@ -108,7 +108,11 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	}
 	var err error
 	var n int
-	if r.file != nil {
+	if r.obj.Data != nil {
+		if off < int64(len(r.obj.Data)) {
+			n = copy(p[:want], r.obj.Data[off:])
+		}
+	} else if r.file != nil {
 		n, err = r.file.ReadAt(p[:want], off)
 		r.counts.Bytes.Add(int64(n))
 		r.counts.Requests.Add(1)
