@@ -205,13 +205,7 @@ func TestDistributedMatchesRun(t *testing.T) {
 	}
 }
 
-func keysOf(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
+func keysOf(m map[string][]byte) []string { return testutil.SortedKeys(m) }
 
 // TestDistributedOnS3Retries: on the loopback S3 server, a map task that
 // died midway (objects of an attempt without its manifest), tasks run twice

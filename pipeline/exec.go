@@ -320,6 +320,11 @@ func (lp *loadedPlan) segmentLists(ctx context.Context, dones []*TaskManifest, l
 	return ts, nil
 }
 
+// unitStreamBytes is what a map task holds per unit it writes, whatever
+// its rows: the unit's IPC writer and the schemas of its streams (heap
+// profile of a map task of the 1,200-folder output: about 16 MB).
+const unitStreamBytes = 16 << 10
+
 // holdShuffle gives a distributed map task's shuffle writer what its
 // memory leaves (partition.ShuffleWriter's Hold and Join). The task's own
 // memory is the runtime's reserve and headroom, and a decoded row group
@@ -334,11 +339,6 @@ func (lp *loadedPlan) segmentLists(ctx context.Context, dones []*TaskManifest, l
 // of the 1M-row log that joined took 3.5-3.8 s under Go's soft limit
 // against 1.7-1.8 s without it (its live heap near the limit), and one
 // that did not hold the soft limit peaked at 212-223 MB.
-// unitStreamBytes is what a map task holds per unit it writes, whatever
-// its rows: the unit's IPC writer and the schemas of its streams (heap
-// profile of a map task of the 1,200-folder output: about 16 MB).
-const unitStreamBytes = 16 << 10
-
 func (lp *loadedPlan) holdShuffle(sw *partition.ShuffleWriter, largestRows int64, parallel int) {
 	units, _ := lp.Units()
 	own := plan.RuntimeReserve + plan.UnitHeadroom + int64(2*float64(largestRows)*lp.RowBytes*decodedPerInput) + 4<<20 + int64(len(units))*unitStreamBytes

@@ -268,20 +268,7 @@ func TestDeterministicAcrossParallelismAndMemory(t *testing.T) {
 // readTree returns the manifest and data files of an output.
 func readTree(t *testing.T, out string) map[string][]byte {
 	t.Helper()
-	files := map[string][]byte{}
-	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(p, report.FileName) {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(out, p)
-		files[rel] = data
-		return nil
-	})
-	return files
+	return testutil.ReadTree(t, out)
 }
 
 func TestSortKeysAndSplitHotSlice(t *testing.T) {

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -88,44 +84,7 @@ func TestStepsPeakRSSWithinMemoryLimit(t *testing.T) {
 			if r := relayout(t, nil, append([]string{"run", "--quiet", "--memory-limit", "128MiB", "--input", in, "--output", ref}, sizes...)...); r.code != 0 {
 				t.Fatal(r.stderr)
 			}
-			got, want := treeFiles(t, out), treeFiles(t, ref)
-			if len(got) != len(want) {
-				t.Fatalf("the steps wrote %d files (%v), run %d (%v)", len(got), keysOf(got), len(want), keysOf(want))
-			}
-			for name, b := range want {
-				if !bytes.Equal(got[name], b) {
-					t.Fatalf("%s differs from run's", name)
-				}
-			}
+			testutil.SameTree(t, "the steps' output against run's", testutil.ReadTree(t, ref), testutil.ReadTree(t, out))
 		})
 	}
-}
-
-// treeFiles reads every file under dir but the run report (which records
-// the process's own timings and memory), by path relative to dir.
-func treeFiles(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == "_report.json" {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		b, err := os.ReadFile(p)
-		files[rel] = b
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return files
-}
-
-func keysOf(m map[string][]byte) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

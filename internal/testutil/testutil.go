@@ -145,6 +145,54 @@ func Files(tb testing.TB, dir string) []string {
 	return m
 }
 
+// ReadTree returns every file under an output folder but its run report
+// (_report.json, which records the process's own timings and memory), by
+// path relative to dir.
+func ReadTree(tb testing.TB, dir string) map[string][]byte {
+	tb.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "_report.json" {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		files[rel] = data
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return files
+}
+
+// SameTree fails tb unless got holds the files of want, byte for byte
+// (ReadTree's maps); what names the comparison.
+func SameTree(tb testing.TB, what string, want, got map[string][]byte) {
+	tb.Helper()
+	if len(got) != len(want) {
+		tb.Fatalf("%s: %d files (%v), want %d (%v)", what, len(got), SortedKeys(got), len(want), SortedKeys(want))
+	}
+	for name, b := range want {
+		if !bytes.Equal(got[name], b) {
+			tb.Fatalf("%s: %s differs", what, name)
+		}
+	}
+}
+
+// SortedKeys returns m's keys, sorted.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // DuckDB runs SQL statements with the npm @duckdb/node-api package (the
 // project's tools/node) and returns the last statement's rows and the bytes
 // read for each statement. Without node or the package it fails when
