@@ -1350,7 +1350,7 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	if lp.Packing != nil {
 		maxItems = lp.Packing.MaxItems
 	}
-	if err := report.FillRunWith(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, shards, lp.Layout, maxItems, lp.opts.SliceKeys, lp.opts.ReportSlices, lp.outputCosts(ctx, m)); err != nil {
+	if err := report.FillRun(ctx, rep, tbl, lp.out, m, lp.hist, before, queries, shards, lp.Layout, maxItems, lp.opts.SliceKeys, lp.opts.ReportSlices); err != nil {
 		return m, err
 	}
 	rep.Stages = []report.Stage{{Name: "map (all tasks)", Seconds: mapSeconds}}
@@ -1366,23 +1366,6 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 		}
 	}
 	return m, nil
-}
-
-// outputCosts models the committed files for the report, each opened
-// once, 16 at once (a file that fails is left to report.FillRunWith to
-// open again). Opened as one table, each file was opened twice on a store
-// (its footer, then its page index once the table had closed it again:
-// it keeps 64 open), a GET each time: 2,400 for a 1,200-folder output.
-func (lp *loadedPlan) outputCosts(ctx context.Context, m *manifests.Manifest) *report.OutputCosts {
-	oc := report.NewOutputCosts(lp.hist, m, lp.opts.SliceKeys)
-	par.ForEach(ctx, len(m.Files), 16, func(fi int) error {
-		if tbl, err := source.OpenOutput(ctx, lp.out, m, []int{fi}, nil); err == nil {
-			oc.File(fi, tbl)
-			tbl.Close()
-		}
-		return nil
-	})
-	return oc
 }
 
 // putSample stores the encoding sample under the work prefix and returns

@@ -263,11 +263,7 @@ func (lp *loadedPlan) preloadSegments(ctx context.Context, dones []*TaskManifest
 	if err != nil {
 		return err
 	}
-	var all []partition.Segment
-	for _, l := range per.per {
-		all = append(all, l...)
-	}
-	per.blocks = partition.NewSegmentBlocks(lp.work, all, lp.segmentBlockBytes())
+	per.blocks = partition.NewSegmentBlocks(lp.work, slices.Concat(per.per...), lp.segmentBlockBytes())
 	lp.taskSegs = per
 	return nil
 }
@@ -341,7 +337,7 @@ const unitStreamBytes = 16 << 10
 // that did not hold the soft limit peaked at 212-223 MB.
 func (lp *loadedPlan) holdShuffle(sw *partition.ShuffleWriter, largestRows int64, parallel int) {
 	units, _ := lp.Units()
-	own := plan.RuntimeReserve + plan.UnitHeadroom + int64(2*float64(largestRows)*lp.RowBytes*decodedPerInput) + 4<<20 + int64(len(units))*unitStreamBytes
+	own := plan.RuntimeReserve + plan.UnitHeadroom + plan.MapWorkerBytes(largestRows, lp.RowBytes*decodedPerInput) + int64(len(units))*unitStreamBytes
 	left := max(lp.opts.MemoryLimit-own, 0)
 	budget := min(lp.opts.MemoryLimit/16, shuffleHoldMost, left/2)
 	sw.Hold(budget, parallel)

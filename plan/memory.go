@@ -75,7 +75,7 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	}
 	// The map phase runs before the units are gathered: its budget is the
 	// limit less the runtime, the kept encoding sample and headroom.
-	perMap := int64(2*float64(tbl.LargestRowGroup())*memRowBytes) + 4<<20
+	perMap := MapWorkerBytes(tbl.LargestRowGroup(), memRowBytes)
 	sampleBytes := int64(float64(min(tbl.Rows, 32<<10)) * memRowBytes)
 	mapWorkers := int(min(max((r.MemoryLimit-RuntimeReserve-UnitHeadroom-sampleBytes)/max(perMap, 1), 1), int64(max(r.Parallel, 1))))
 	return Memory{Fixed: fixed, UnitRows: unitRows, ChunkRows: chunkRows, MemRowBytes: memRowBytes, MapWorkers: mapWorkers,
@@ -139,6 +139,13 @@ func FittedOf(o Options) Fitted {
 // MinFitFileBytes is the smallest file target FitMemory lowers --file-bytes
 // to.
 const MinFitFileBytes = 1 << 20
+
+// MapWorkerBytes is what a map worker holds routing input row groups of
+// at most rows rows of memRowBytes decoded bytes each: one row group
+// decoded, the pieces routed from it, and 4 MiB more.
+func MapWorkerBytes(rows int64, memRowBytes float64) int64 {
+	return int64(2*float64(rows)*memRowBytes) + 4<<20
+}
 
 // maxFooterRowGroups is the most row groups a file may hold at this memory
 // limit when the plan sizes files: their footer metadata within a

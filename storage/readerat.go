@@ -27,7 +27,7 @@ type ReaderAt struct {
 	file   *os.File
 	counts *Counters
 
-	// The object's last tailSize bytes, fetched on first use: one request
+	// The object's last TailBytes bytes, fetched on first use: one request
 	// serves the footer length, footer and usually the page index.
 	tailOnce sync.Once
 	tail     []byte
@@ -37,8 +37,9 @@ type ReaderAt struct {
 	pos int64
 }
 
-// tailSize is how much of an object's end is fetched at once for the footer.
-const tailSize = 256 << 10
+// TailBytes is how much of an object's end a ReaderAt fetches at once for
+// the footer: a smaller object is fetched whole by its first footer read.
+const TailBytes = 256 << 10
 
 // NewReaderAt opens obj for random access. counts may be nil.
 func NewReaderAt(ctx context.Context, obj Object, counts *Counters) (*ReaderAt, error) {
@@ -133,7 +134,7 @@ func (r *ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 
 func (r *ReaderAt) readBlob(p []byte, off int64) (int, error) {
 	// Serve the footer region from the cached tail.
-	if off >= r.obj.Size-tailSize {
+	if off >= r.obj.Size-TailBytes {
 		r.tailOnce.Do(r.fetchTail)
 		if r.tailErr != nil {
 			return 0, r.tailErr
@@ -146,7 +147,7 @@ func (r *ReaderAt) readBlob(p []byte, off int64) (int, error) {
 }
 
 func (r *ReaderAt) fetchTail() {
-	off := r.obj.Size - tailSize
+	off := r.obj.Size - TailBytes
 	if off < 0 {
 		off = 0
 	}

@@ -82,7 +82,7 @@ func TestReaderAtOverBlobRangeReads(t *testing.T) {
 	if _, err := r.ReadAt(buf, 5000); err != nil || !bytes.Equal(buf, data[5000:6000]) {
 		t.Fatalf("range read: %v", err)
 	}
-	if counts.Requests.Load() != 2 || counts.Bytes.Load() != tailSize+1000 {
+	if counts.Requests.Load() != 2 || counts.Bytes.Load() != TailBytes+1000 {
 		t.Fatalf("counted %d requests, %d bytes", counts.Requests.Load(), counts.Bytes.Load())
 	}
 	// Past the end: partial read and EOF.

@@ -436,11 +436,6 @@ func statObject(ctx context.Context, out storage.Location, path string, size int
 	return attrs.ETag, "", nil
 }
 
-// smallObjectBytes is the largest object in a store that verifyFile reads
-// whole into memory (the ReaderAt's footer tail would fetch it whole
-// anyway).
-const smallObjectBytes = 256 << 10
-
 // verifyFile checks file fi against the manifest; etag receives the
 // object's ETag as it was when the check began.
 func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest, fi int, expect []rgExpect, deep bool, parallel int, prog Progress, etag *string, part bool, items []int64, each func(int, *source.Table)) (problem string, fp fingerprint.Sum, first, last []byte, err error) {
@@ -454,7 +449,8 @@ func verifyFile(ctx context.Context, out storage.Location, m *manifests.Manifest
 	// file of a 1,200-folder output cost a GET more (the footer's).
 	h := xxhash.New()
 	var data []byte
-	if out.Local == "" && mf.Bytes <= smallObjectBytes {
+	// (A ReaderAt fetches an object of TailBytes or less whole anyway.)
+	if out.Local == "" && mf.Bytes <= storage.TailBytes {
 		if data, err = storage.Get(ctx, out, mf.Path); err == nil {
 			h.Write(data)
 		}
