@@ -62,11 +62,15 @@ func pool(level zstd.EncoderLevel) *sync.Pool {
 	return p.(*sync.Pool)
 }
 
-// newEncoder makes an encoder of the codec's settings.
+// newEncoder makes an encoder of the codec's settings. Its frames carry no
+// content checksum: every page header carries a CRC32 of the page as stored
+// (pagecrc.go), and every file an xxhash64 in the manifest, so the frame's
+// own 4 bytes checked nothing more. A Hive output of 1,200 folders has about
+// 70,000 pages, most under 200 bytes: 53.26 -> 52.97 MB without them.
 func newEncoder(level zstd.EncoderLevel) *zstd.Encoder {
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
 		zstd.WithZeroFrames(true), zstd.WithAllLitEntropyCompression(true), zstd.WithWindowSize(zstdWindow),
-		zstd.WithLowerEncoderMem(true))
+		zstd.WithLowerEncoderMem(true), zstd.WithEncoderCRC(false))
 	return enc
 }
 

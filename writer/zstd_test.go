@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -66,5 +67,29 @@ func TestIdleEncodersOutliveCollections(t *testing.T) {
 	KeepIdleEncoders(0)
 	if reused, _ := cycle(2); reused != 0 {
 		t.Fatalf("with none kept, %d encoders outlived three collections (a sync.Pool's)", reused)
+	}
+}
+
+// TestZstdFramesCarryNoChecksum: the pages relayout writes are zstd frames
+// without a content checksum (the page header's CRC32 and the manifest's
+// xxhash64 cover them), which any zstd reader (arrow-go's, here) decodes.
+func TestZstdFramesCarryNoChecksum(t *testing.T) {
+	codec, err := compress.GetCodec(compress.Codecs.Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range [][]byte{[]byte("a"), bytes.Repeat([]byte("page of values "), 100), make([]byte, 300<<10)} {
+		frame := codec.EncodeLevel(nil, src, compress.DefaultCompressionLevel)
+		if len(frame) < 5 || !bytes.Equal(frame[:4], []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+			t.Fatalf("%d bytes: not a zstd frame: % x", len(src), frame[:min(len(frame), 8)])
+		}
+		// The frame header descriptor's bit 2 is Content_Checksum_flag.
+		if frame[4]&0x04 != 0 {
+			t.Errorf("%d bytes: the frame carries a content checksum (descriptor %08b)", len(src), frame[4])
+		}
+		got := codec.Decode(make([]byte, len(src)), frame)
+		if !bytes.Equal(got, src) {
+			t.Errorf("%d bytes: decoded %d bytes that differ", len(src), len(got))
+		}
 	}
 }
