@@ -524,7 +524,7 @@ func (rc *remote) downloadRun(ctx context.Context, run []cacheObj, tmps []string
 			return err
 		}
 		if got := fmt.Sprintf("%016x", h.Sum64()); got != o.hash {
-			return fmt.Errorf("%s (%s): xxhash64 %s, the shard's block table says %s (damaged on the store, or changed since the manifest)", url, o.what, got, o.hash)
+			return checkError{fmt.Errorf("%s (%s): xxhash64 %s, the shard's block table says %s (damaged on the store, or changed since the manifest)", url, o.what, got, o.hash)}
 		}
 		if err := rc.commit(tmps[k], o); err != nil {
 			return err

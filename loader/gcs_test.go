@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,7 +112,19 @@ func pythonReadsStore(t *testing.T, st pyStore, flat, packed string) {
 		t.Fatal(err)
 	}
 	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 7)
-	front := httptest.NewServer(proxy)
+	// reads counts the requests for each read of tensors (an object and a
+	// range) while tally is set.
+	var tally atomic.Bool
+	var mu sync.Mutex
+	reads := map[string]int{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tally.Load() && strings.Contains(r.URL.Path, "/tensors/") {
+			mu.Lock()
+			reads[r.URL.Path+" "+r.Header.Get("Range")+r.Header.Get("x-ms-range")]++
+			mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
 	defer front.Close()
 	url := st.through("py-packed", strings.TrimPrefix(front.URL, "http://"))
 	proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
@@ -124,6 +137,28 @@ func pythonReadsStore(t *testing.T, st pyStore, flat, packed string) {
 		t.Fatal("no fault was injected into the Python reader's requests")
 	}
 	t.Logf("under faults (%s): %s", proxy.Counts.String(), strings.TrimSpace(faulted))
+
+	// The store down for data reads (its manifest still served): an error
+	// naming a shard and the 503, each read tried at most 8 times (its
+	// own retries, not repeated around them; TestRemoteStoreDown has S3's).
+	proxy.SetRates(faultproxy.Rates{Status503: 1, Path: "/tensors/"})
+	tally.Store(true)
+	down, err := pythonReader(packed, url, t.TempDir(), tbPacked/3)
+	tally.Store(false)
+	proxy.SetRates(faultproxy.Rates{})
+	lines := strings.Split(strings.TrimSpace(down), "\n")
+	last := lines[len(lines)-1]
+	if err == nil || !strings.Contains(last, "shard-") || !strings.Contains(last, "503") {
+		t.Fatalf("the Python reader from a store answering 503: %v: %s", err, down)
+	}
+	most, total := 0, 0
+	for _, n := range reads {
+		most, total = max(most, n), total+n
+	}
+	if most > 8 || len(reads) == 0 {
+		t.Fatalf("the Python reader asked a store answering 503 for one read %d times (%d reads), want at most 8", most, len(reads))
+	}
+	t.Logf("the store down: %d requests for %d reads, each at most %d times: %s", total, len(reads), most, last)
 }
 
 // pyOutputs writes the flat and packed outputs the Python store tests read.

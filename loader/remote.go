@@ -308,8 +308,12 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 	return fmt.Errorf("%s of shard %s of %s: %w", sh.what, sh.key, rc.url, last)
 }
 
-// attempts runs a download up to 4 times (each failed check or read
-// counted as a retry, with a growing pause) and returns the last error.
+// attempts runs a download up to 4 times while what it fetched fails its
+// check (each counted as a retry, with a growing pause) and returns the
+// last error. A read that failed has been retried already (storage.Retry,
+// and the SDK's own retries under it): downloading again would multiply
+// the requests sent to a store that is failing (60 GETs and 56 s for one
+// shard of a store answering 503, against 15 and 14 s).
 func (rc *remote) attempts(ctx context.Context, download func() error) error {
 	var last error
 	for attempt := 0; attempt < 4; attempt++ {
@@ -317,12 +321,18 @@ func (rc *remote) attempts(ctx context.Context, download func() error) error {
 			rc.retries.Add(1)
 			time.Sleep(time.Duration(attempt*attempt) * 100 * time.Millisecond)
 		}
-		if last = download(); last == nil || ctx.Err() != nil {
+		last = download()
+		var bad checkError
+		if last == nil || ctx.Err() != nil || !errors.As(last, &bad) {
 			break
 		}
 	}
 	return last
 }
+
+// checkError is a download whose bytes did not hash to what the manifest
+// (or the shard's block table) says: fetched again, it may arrive intact.
+type checkError struct{ error }
 
 // download fetches one object into its reserved temporary file (tmp, as
 // large as the object, so the folder's usage counts it), checks it and
@@ -400,7 +410,7 @@ func (rc *remote) download(ctx context.Context, sh cacheObj, tmp string) error {
 		if sh.ranges != nil && sh.what != "header" {
 			what = "the shard's block table says"
 		}
-		return fmt.Errorf("%s (%s): xxhash64 %s, %s %s (damaged on the store, or changed since the manifest)", url, sh.what, got, what, sh.hash)
+		return checkError{fmt.Errorf("%s (%s): xxhash64 %s, %s %s (damaged on the store, or changed since the manifest)", url, sh.what, got, what, sh.hash)}
 	}
 	return rc.commit(tmp, sh)
 }

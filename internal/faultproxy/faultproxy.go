@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,9 @@ type Rates struct {
 	// Slow delays each write of a response body by SlowDelay.
 	Slow      float64
 	SlowDelay time.Duration
+	// Path, when set, limits the faults to requests whose URL path holds
+	// it (a store down for data reads, its manifests still served).
+	Path string
 }
 
 // Counts are the faults injected so far.
@@ -59,10 +63,13 @@ func (p *Proxy) SetRates(r Rates) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) draw() (fault string, frac float64, delay time.Duration) {
+func (p *Proxy) draw(path string) (fault string, frac float64, delay time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r, x := p.rates, p.rng.Float64()
+	if r.Path != "" && !strings.Contains(path, r.Path) {
+		return "", 0, 0
+	}
 	frac = p.rng.Float64()
 	switch {
 	case x < r.Status503:
@@ -80,7 +87,7 @@ func (p *Proxy) draw() (fault string, frac float64, delay time.Duration) {
 // ServeHTTP passes the request on, or fails it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.Counts.Requests.Add(1)
-	fault, frac, delay := p.draw()
+	fault, frac, delay := p.draw(r.URL.Path)
 	switch fault {
 	case "503":
 		p.Counts.Status503.Add(1)
