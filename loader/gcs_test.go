@@ -301,3 +301,56 @@ func TestRemoteGCSAndAzureReuseConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteGCSStoreDown: the Go reader on gs:// against a store that
+// answers every read with 503 ends in an error naming the shard, each read
+// asked for a bounded number of times. Google's storage client retries a
+// read until its context ends unless told a number of attempts, so the
+// reader (and the CLI) waited on such a store for ever.
+func TestRemoteGCSStoreDown(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 5_000, Files: 1, Seed: 138})
+	local := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true})
+	srv := testutil.GCSServer(t, "bkt")
+	url := "gs://bkt/down/"
+	uploadTree(t, local, url)
+	target, err := neturl.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 9)
+	var mu sync.Mutex
+	reads := map[string]int{}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/tensors/") {
+			mu.Lock()
+			reads[r.URL.Path+" "+r.Header.Get("Range")]++
+			mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(front.URL, "http://"))
+	proxy.SetRates(faultproxy.Rates{Status503: 1, Path: "/tensors/"})
+	ro := loader.ReadOptions{Assignment: loader.Assignment{Seed: 5, Shuffle: true, World: 1, NumWorkers: 1}, Batch: 100}
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() { done <- epochErr(url, loader.Options{CacheDir: t.TempDir()}, ro) }()
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("an epoch from a gs:// store answering 503 had not ended after 3 minutes (%s)", proxy.Counts.String())
+	}
+	if err == nil || !strings.Contains(err.Error(), "shard-00000-0000") || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("an epoch from a gs:// store answering 503: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	most := 0
+	for _, n := range reads {
+		most = max(most, n)
+	}
+	if most > 15 {
+		t.Fatalf("one read asked of a store answering 503 %d times, want at most 15 (5 attempts of the client's 3)", most)
+	}
+	t.Logf("%d reads, each at most %d times, in %v: %v", len(reads), most, time.Since(t0), err)
+}

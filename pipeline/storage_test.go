@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/relayout/relayout/internal/errs"
+	"github.com/relayout/relayout/internal/faultproxy"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/partition"
@@ -189,6 +192,46 @@ func TestUnreachableStoreIsTransient(t *testing.T) {
 	if !errs.Is(err, errs.Transient) {
 		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
 	}
+}
+
+// TestGCSStoreDownIsTransient: a run whose gs:// input answers every
+// request with 503 ends, as a transient error (exit 4: an orchestrator
+// tries again later), instead of waiting for ever: Google's storage client
+// retries until its context ends unless told a number of attempts.
+func TestGCSStoreDownIsTransient(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 1_000, Files: 1, Seed: 139})
+	srv := testutil.GCSServer(t, "bkt")
+	data, err := os.ReadFile(filepath.Join(in, "part-0.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc, err := storage.OpenDir(context.Background(), "gs://bkt/in/", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := loc.Bucket.WriteAll(context.Background(), loc.Key("part-0.parquet"), data, nil); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := neturl.Parse(srv.URL())
+	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 3)
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(front.URL, "http://"))
+	proxy.SetRates(faultproxy.Rates{Status503: 1})
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), RunOptions{Inputs: []string{"gs://bkt/in/"}, Output: filepath.Join(t.TempDir(), "o")})
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("a run from a gs:// store answering 503 had not ended after 3 minutes (%s)", proxy.Counts.String())
+	}
+	if !errs.Is(err, errs.Transient) {
+		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
+	}
+	t.Logf("%s: %v", proxy.Counts.String(), err)
 }
 
 // delayedS3 is an S3-protocol server on loopback that holds every object

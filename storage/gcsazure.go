@@ -34,6 +34,10 @@ var pooledTransport = sync.OnceValue(func() *http.Transport {
 	return t
 })
 
+// gcsAttempts is how many times Google's storage client makes a call
+// that fails with a retryable error.
+const gcsAttempts = 3
+
 // openGCS opens a gs:// bucket URL (without a path) as gocloud's gcsblob
 // URL opener does (the application default credentials; none for an
 // emulator named by STORAGE_EMULATOR_HOST, with ?anonymous=true or
@@ -86,6 +90,12 @@ func openGCS(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The client retries a call until its context ends unless told a
+	// number of attempts: against a store answering 503 for good, a run
+	// (or a loader) waited for ever. 3, as the AWS SDK's standard retryer
+	// makes; reads are retried around that (Retry), and a persistent
+	// failure is exit 4 as on S3 (TestRemoteGCSStoreDown).
+	sc.SetRetry(storage.WithMaxAttempts(gcsAttempts))
 	return gcsblob.OpenBucket(ctx, nil, u.Host, &gcsblob.Options{Client: sc})
 }
 
