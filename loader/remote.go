@@ -313,7 +313,7 @@ func (rc *remote) ensure(ctx context.Context, sh cacheObj, pos int, wait bool) e
 // last error. A read that failed has been retried already (storage.Retry,
 // and the SDK's own retries under it): downloading again would multiply
 // the requests sent to a store that is failing (60 GETs and 56 s for one
-// shard of a store answering 503, against 15 and 14 s).
+// shard of a store answering 503, against 15 and 10-20 s).
 func (rc *remote) attempts(ctx context.Context, download func() error) error {
 	var last error
 	for attempt := 0; attempt < 4; attempt++ {

@@ -94,7 +94,8 @@ func openGCS(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	// number of attempts: against a store answering 503 for good, a run
 	// (or a loader) waited for ever. 3, as the AWS SDK's standard retryer
 	// makes; reads are retried around that (Retry), and a persistent
-	// failure is exit 4 as on S3 (TestRemoteGCSStoreDown).
+	// failure is exit 4 as on S3 (TestGCSStoreDownIsTransient,
+	// TestRemoteGCSStoreDown).
 	sc.SetRetry(storage.WithMaxAttempts(gcsAttempts))
 	return gcsblob.OpenBucket(ctx, nil, u.Host, &gcsblob.Options{Client: sc})
 }
