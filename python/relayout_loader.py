@@ -1318,7 +1318,7 @@ class _Remote:
             except TypeError:
                 cfg = Config(**kw)
 
-            def make():
+            def make(config=cfg):
                 # The responses' timestamps (Last-Modified) stay strings: the
                 # reader never looks at them, and parsing them with dateutil was
                 # a tenth of a GET's CPU, which holds the GIL.
@@ -1326,7 +1326,7 @@ class _Remote:
                 session = botocore.session.get_session()
                 session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
                 client = boto3.session.Session(botocore_session=session).client(
-                    "s3", endpoint_url=endpoint, region_name=q.get("region"), config=cfg)
+                    "s3", endpoint_url=endpoint, region_name=q.get("region"), config=config)
                 if self.requester_pays:
                     client.meta.events.register("before-sign.s3", _request_payer)
                 return client
@@ -1334,6 +1334,12 @@ class _Remote:
                 c = _store_client("s3", self.bucket, q, self.max_requests, make)
                 return c, getattr(getattr(c, "_endpoint", None), "http_session", None)
             self._s3_pp = _PerProcess(pair)
+            # Ranged reads through get_object (where a bucket refuses
+            # presigned URLs) are retried by _range_retried: their client
+            # tries once, not botocore's 9 times (8 retries) inside each of
+            # those 8.
+            once = cfg.merge(Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+            self._s3_once_pp = _PerProcess(lambda: _store_client("s3-once", self.bucket, q, self.max_requests, lambda: make(once)))
             self._s3_client()  # a missing credential or bad query fails here
             self._fs = None
         elif u.scheme == "azblob":
@@ -1498,12 +1504,14 @@ class _Remote:
                     self.signed_reads = False  # get_object from now on
             from botocore.exceptions import ClientError
             try:
-                return self._s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
+                client = self._s3_once_pp.get()
+                return client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read()
             except ClientError as e:
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
                 if _refused(status):
                     raise _StoreRefused(f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {e}") from e
-                raise
+                code = e.response.get("Error", {}).get("Code", "")
+                raise IOError(f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {code}".rstrip()) from e
         if self._az is not None:
             return self._az.get(key, start, end)
         return self._fs.cat_file(f"{self.bucket}/{key}", start=start, end=end)
