@@ -112,19 +112,8 @@ func pythonReadsStore(t *testing.T, st pyStore, flat, packed string) {
 		t.Fatal(err)
 	}
 	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 7)
-	// reads counts the requests for each read of tensors (an object and a
-	// range) while tally is set.
-	var tally atomic.Bool
-	var mu sync.Mutex
-	reads := map[string]int{}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tally.Load() && strings.Contains(r.URL.Path, "/tensors/") {
-			mu.Lock()
-			reads[r.URL.Path+" "+r.Header.Get("Range")+r.Header.Get("x-ms-range")]++
-			mu.Unlock()
-		}
-		proxy.ServeHTTP(w, r)
-	}))
+	tally := &readTally{next: proxy}
+	front := httptest.NewServer(tally)
 	defer front.Close()
 	url := st.through("py-packed", strings.TrimPrefix(front.URL, "http://"))
 	proxy.SetRates(faultproxy.Rates{Status503: 0.04, Reset: 0.03, CutBody: 0.04})
@@ -142,23 +131,53 @@ func pythonReadsStore(t *testing.T, st pyStore, flat, packed string) {
 	// naming a shard and the 503, each read tried at most 8 times (its
 	// own retries, not repeated around them; TestRemoteStoreDown has S3's).
 	proxy.SetRates(faultproxy.Rates{Status503: 1, Path: "/tensors/"})
-	tally.Store(true)
+	tally.on.Store(true)
 	down, err := pythonReader(packed, url, t.TempDir(), tbPacked/3)
-	tally.Store(false)
+	tally.on.Store(false)
 	proxy.SetRates(faultproxy.Rates{})
 	lines := strings.Split(strings.TrimSpace(down), "\n")
 	last := lines[len(lines)-1]
 	if err == nil || !strings.Contains(last, "shard-") || !strings.Contains(last, "503") {
 		t.Fatalf("the Python reader from a store answering 503: %v: %s", err, down)
 	}
-	most, total := 0, 0
-	for _, n := range reads {
+	reads, most, total := tally.counts()
+	if most > 8 || reads == 0 {
+		t.Fatalf("the Python reader asked a store answering 503 for one read %d times (%d reads), want at most 8", most, reads)
+	}
+	t.Logf("the store down: %d requests for %d reads, each at most %d times: %s", total, reads, most, last)
+}
+
+// readTally passes requests on to next and, while on, counts the requests
+// for each read of tensors (an object and a range: S3's and GCS's Range,
+// Azure's x-ms-range).
+type readTally struct {
+	next  http.Handler
+	on    atomic.Bool
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (rt *readTally) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.on.Load() && strings.Contains(r.URL.Path, "/tensors/") {
+		rt.mu.Lock()
+		if rt.reads == nil {
+			rt.reads = map[string]int{}
+		}
+		rt.reads[r.URL.Path+" "+r.Header.Get("Range")+r.Header.Get("x-ms-range")]++
+		rt.mu.Unlock()
+	}
+	rt.next.ServeHTTP(w, r)
+}
+
+// counts returns how many reads were counted, the most requests one of
+// them took, and the requests in all.
+func (rt *readTally) counts() (reads, most, total int) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, n := range rt.reads {
 		most, total = max(most, n), total+n
 	}
-	if most > 8 || len(reads) == 0 {
-		t.Fatalf("the Python reader asked a store answering 503 for one read %d times (%d reads), want at most 8", most, len(reads))
-	}
-	t.Logf("the store down: %d requests for %d reads, each at most %d times: %s", total, len(reads), most, last)
+	return len(rt.reads), most, total
 }
 
 // pyOutputs writes the flat and packed outputs the Python store tests read.
@@ -318,16 +337,9 @@ func TestRemoteGCSStoreDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := faultproxy.New(httputil.NewSingleHostReverseProxy(target), 9)
-	var mu sync.Mutex
-	reads := map[string]int{}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/tensors/") {
-			mu.Lock()
-			reads[r.URL.Path+" "+r.Header.Get("Range")]++
-			mu.Unlock()
-		}
-		proxy.ServeHTTP(w, r)
-	}))
+	tally := &readTally{next: proxy}
+	tally.on.Store(true)
+	front := httptest.NewServer(tally)
 	defer front.Close()
 	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(front.URL, "http://"))
 	proxy.SetRates(faultproxy.Rates{Status503: 1, Path: "/tensors/"})
@@ -343,14 +355,9 @@ func TestRemoteGCSStoreDown(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "shard-00000-0000") || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("an epoch from a gs:// store answering 503: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	most := 0
-	for _, n := range reads {
-		most = max(most, n)
+	reads, most, _ := tally.counts()
+	if most > 15 || reads == 0 {
+		t.Fatalf("one read asked of a store answering 503 %d times (%d reads), want at most 15 (5 attempts of the client's 3)", most, reads)
 	}
-	if most > 15 {
-		t.Fatalf("one read asked of a store answering 503 %d times, want at most 15 (5 attempts of the client's 3)", most)
-	}
-	t.Logf("%d reads, each at most %d times, in %v: %v", len(reads), most, time.Since(t0), err)
+	t.Logf("%d reads, each at most %d times, in %v: %v", reads, most, time.Since(t0), err)
 }
