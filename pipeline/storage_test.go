@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -21,6 +22,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"gocloud.dev/blob"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/faultproxy"
@@ -232,6 +236,40 @@ func TestGCSStoreDownIsTransient(t *testing.T) {
 		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
 	}
 	t.Logf("%s: %v", proxy.Counts.String(), err)
+}
+
+// TestGCSGRPCStoreDownIsTransient is TestGCSStoreDownIsTransient for a
+// gs:// URL with ?grpc=true, which gocloud's opener serves with a client
+// of its own: a gRPC server on loopback answers UNAVAILABLE to every call.
+// Unbounded, the client retried for as long as the run's context lived.
+func TestGCSGRPCStoreDownIsTransient(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		calls.Add(1)
+		return status.Error(codes.Unavailable, "the store is down")
+	}))
+	go srv.Serve(lis)
+	defer srv.Stop()
+	t.Setenv("STORAGE_EMULATOR_HOST_GRPC", lis.Addr().String())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := Run(context.Background(), RunOptions{Inputs: []string{"gs://bkt/in/?grpc=true&anonymous=true"}, Output: filepath.Join(t.TempDir(), "o")})
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("a run from a gs:// store (gRPC) answering UNAVAILABLE had not ended after 3 minutes (%d calls)", calls.Load())
+	}
+	if !errs.Is(err, errs.Transient) {
+		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
+	}
+	t.Logf("%d calls in %v: %v", calls.Load(), time.Since(start).Round(time.Millisecond), err)
 }
 
 // delayedS3 is an S3-protocol server on loopback that holds every object

@@ -44,14 +44,26 @@ const gcsAttempts = 3
 // ?access_id=-), but with a storage client on a transport that keeps
 // StoreConnections idle connections per host: gocloud's uses Go's default
 // transport, which keeps 2. URLs asking for gRPC (grpc, zonal) or another
-// universe_domain go to gocloud's opener as they are. access_id and
-// private_key_path otherwise serve signing, which relayout does not do.
+// universe_domain go to gocloud's opener, their client held to the same
+// attempts. access_id and private_key_path otherwise serve signing, which
+// relayout does not do.
 func openGCS(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
 		case "grpc", "zonal", "universe_domain":
-			return blob.OpenBucket(ctx, u.String())
+			b, err := blob.OpenBucket(ctx, u.String())
+			if err != nil {
+				return nil, err
+			}
+			// gocloud's client, gRPC or not, would retry a failing call
+			// for ever as ours did (below): the same bound
+			// (TestGCSGRPCStoreDownIsTransient).
+			var sc *storage.Client
+			if b.As(&sc) {
+				sc.SetRetry(storage.WithMaxAttempts(gcsAttempts))
+			}
+			return b, nil
 		case "anonymous", "access_id", "private_key_path":
 		default:
 			return nil, fmt.Errorf("invalid query parameter %q", k)
