@@ -111,6 +111,7 @@ type windowBuf struct {
 	global []int64 // each slot's global sample index (ReadOptions.Index)
 	slot   []int64 // scratch: each window position's slot
 	fill   []int64 // scratch: samples placed per batch
+	fill0  []int64 // scratch: fill at a chunk's start
 	tab    RoundTables
 	// itemEnds (packed outputs) is where each slot's items end in the
 	// scattered item-level rows: itemEnds[s+1], counted in items, shared
@@ -369,8 +370,10 @@ type slotted struct {
 // window position. Each tensor's rows are read once, front to back; the
 // random access is in the writes, which the CPU does not wait for (a
 // gather waits on every random read). Fixed-size tensors are scattered a
-// chunk of positions at a time, with the chunk's slots in cache; variable
-// ones (packed items, lists) need every slot first and come after.
+// chunk of positions at a time, with the chunk's slots in cache, and the
+// lines each tensor's rows of the chunk go to asked for first
+// (prefetchRows: fill0 is fill at the chunk's start); variable ones
+// (packed items, lists) need every slot first and come after.
 func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 	schema := d.Manifest.Tensors.Schema
 	n := w.perm.N
@@ -384,6 +387,7 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 	}
 	fixed := make([]bool, len(schema))
 	varying := false
+	var fixedBytes int64 // the fixed tensors' rows in the window
 	for ti, t := range schema {
 		fixed[ti] = t.Kind != "offsets" && t.Kind != "values" && t.Level != "item"
 		varying = varying || !fixed[ti]
@@ -392,6 +396,7 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 			o.per = rowSizeOf(t)
 			o.data = grow(o.data, n*o.per)
 			o.ends = nil
+			fixedBytes += n * o.per
 		}
 	}
 	w.slot = w.slot[:0]
@@ -402,10 +407,13 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 	tabled := w.perm.Tables(&w.tab)
 	var cs [scatterChunk]int64
 	var q int64
+	w.fill0 = grow(w.fill0, int64(len(fill)))
+	fill0 := w.fill0
 	for _, sg := range w.segs {
 		for lo := sg.lo; lo < sg.hi; lo += scatterChunk {
 			hi := min(lo+scatterChunk, sg.hi)
 			c := cs[:hi-lo]
+			copy(fill0, fill)
 			if tabled {
 				w.perm.PosRangeTables(q, c, &w.tab)
 			} else {
@@ -431,6 +439,7 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 					if err != nil {
 						return err
 					}
+					prefetchRows(o.data, fill0, fill, batch, o.per, fixedBytes)
 					scatterRows(o.data, src, c, o.per)
 				}
 			}

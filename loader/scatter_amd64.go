@@ -40,3 +40,31 @@ func scatterLines(dst, src []byte, slot []int64, per int64) bool {
 	scatterLinesNT(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(slot), len(slot), int(per/64))
 	return true
 }
+
+// prefetchSpans: scatter_amd64.s.
+//
+//go:noescape
+func prefetchSpans(dst unsafe.Pointer, fill0, fill *int64, nb int, batchBytes, per int64)
+
+// prefetchRows asks for the cache lines of dst that a chunk's scatter is
+// about to store rows of per bytes to (batch b's slots fill0[b] to
+// fill[b], for every b), to be written (PREFETCHW), before it stores
+// them. The stores go to as many streams as the window has batches, each
+// a line further every few rows, which the hardware prefetchers do not
+// follow: each store to a new line waited for the line to come from
+// memory, a few at a time in store order. Asked for at once, the lines
+// come together (BenchmarkWindowEpochReuse on the 30-tensor flat output,
+// a 256 MiB window: 307-320 -> 261-276 ms an epoch; docs/benchmarks.md).
+// Rows of whole lines stored around the caches need nothing
+// (scatterLines), nor do a window's destinations small enough together
+// (all its tensors' rows: windowBytes) to stay cached. It reports
+// whether it asked.
+func prefetchRows(dst []byte, fill0, fill []int64, batch, per, windowBytes int64) bool {
+	if len(fill) == 0 || windowBytes < ntMinBytes || per%64 == 0 && ntLines || len(fill0) < len(fill) {
+		return false
+	}
+	// Every span lies inside dst (b*batch + fill[b] <= the window's
+	// samples); a prefetch of an address outside would not fault anyway.
+	prefetchSpans(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.SliceData(fill0), unsafe.SliceData(fill), len(fill), batch*per, per)
+	return true
+}

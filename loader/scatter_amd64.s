@@ -35,3 +35,40 @@ line:
 	VZEROUPPER
 done:
 	RET
+
+// func prefetchSpans(dst unsafe.Pointer, fill0, fill *int64, nb int, batchBytes, per int64)
+//
+// For each batch b < nb, asks for the 64-byte lines of dst from
+// b*batchBytes + fill0[b]*per to b*batchBytes + fill[b]*per, to be
+// written (PREFETCHW): the stores that follow find them in the cache.
+TEXT ·prefetchSpans(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), R10
+	MOVQ fill0+8(FP), SI
+	MOVQ fill+16(FP), BX
+	MOVQ nb+24(FP), CX
+	MOVQ batchBytes+32(FP), R8
+	MOVQ per+40(FP), R9
+	TESTQ CX, CX
+	JE pdone
+pbatch:
+	MOVQ (SI), AX
+	IMULQ R9, AX
+	MOVQ (BX), DX
+	IMULQ R9, DX
+	ADDQ R10, AX
+	ADDQ R10, DX
+	ANDQ $-64, AX
+pspan:
+	CMPQ AX, DX
+	JAE pnext
+	BYTE $0x0f; BYTE $0x0d; BYTE $0x08 // PREFETCHW (AX)
+	ADDQ $64, AX
+	JMP pspan
+pnext:
+	ADDQ R8, R10
+	ADDQ $8, SI
+	ADDQ $8, BX
+	DECQ CX
+	JNE pbatch
+pdone:
+	RET

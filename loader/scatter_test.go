@@ -3,6 +3,7 @@ package loader
 import (
 	"bytes"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"unsafe"
 )
@@ -74,6 +75,57 @@ func TestScatterLines(t *testing.T) {
 		}
 	}
 	t.Logf("non-temporal stores: %v", ntLines)
+}
+
+// TestPrefetchRows scatters a large window's rows a chunk at a time as
+// Dataset.scatter does, each chunk's destination lines asked for first
+// (prefetchRows), and checks the rows against a reference, and that the
+// lines are asked for exactly where it applies: on amd64, a window of at
+// least ntMinBytes, rows that are not stored around the caches.
+func TestPrefetchRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const batch = 512
+	for _, per := range []int64{1, 4, 8, 12, 64} {
+		for _, window := range []int64{ntMinBytes, ntMinBytes / 2} {
+			n := window / per
+			src := make([]byte, n*per)
+			for i := range src {
+				src[i] = byte(rng.Uint32())
+			}
+			// Window position q goes to batch pos[q]/batch, after the
+			// positions below q of that batch (Dataset.scatter).
+			pos := rng.Perm(int(n))
+			nb := (n + batch - 1) / batch
+			fill, fill0 := make([]int64, nb), make([]int64, nb)
+			dst, want := make([]byte, n*per), make([]byte, n*per)
+			slot := make([]int64, n)
+			asked := 0
+			for lo := int64(0); lo < n; lo += scatterChunk {
+				hi := min(lo+scatterChunk, n)
+				copy(fill0, fill)
+				c := slot[lo:hi]
+				for i := range c {
+					b := int64(pos[lo+int64(i)]) / batch
+					c[i] = b*batch + fill[b]
+					fill[b]++
+				}
+				if prefetchRows(dst, fill0, fill, batch, per, window) {
+					asked++
+				}
+				scatterRows(dst, src[lo*per:hi*per], c, per)
+			}
+			for q, sl := range slot {
+				copy(want[sl*per:(sl+1)*per], src[int64(q)*per:])
+			}
+			if !bytes.Equal(dst, want) {
+				t.Fatalf("rows of %d bytes, a window of %d bytes: scattered rows differ from the copies", per, window)
+			}
+			chunks := int((n + scatterChunk - 1) / scatterChunk)
+			if applies := runtime.GOARCH == "amd64" && window >= ntMinBytes && !(per%64 == 0 && ntLines); asked != chunks && applies || asked != 0 && !applies {
+				t.Fatalf("rows of %d bytes, a window of %d bytes: lines asked for in %d of %d chunks (applies: %v)", per, window, asked, chunks, applies)
+			}
+		}
+	}
 }
 
 // BenchmarkScatterLines scatters 64 MB of 64-byte rows into a destination
