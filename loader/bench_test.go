@@ -2,6 +2,7 @@ package loader
 
 import (
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -116,7 +117,7 @@ func windowEpoch(b *testing.B, reuse bool) {
 // epochOf reads one window-order epoch of 4096-sample batches from d and
 // returns its tensor bytes.
 func epochOf(b *testing.B, d *Dataset, reuse bool) int64 {
-	r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: 4096, Reuse: reuse})
+	r, err := d.NewReader(ReadOptions{Assignment: Assignment{Seed: 1, Shuffle: true}, Batch: benchBatch(), Reuse: reuse})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,4 +134,13 @@ func epochOf(b *testing.B, d *Dataset, reuse bool) int64 {
 			n += int64(len(t.Data))
 		}
 	}
+}
+
+// benchBatch is the window benchmarks' batch size: 4096, or
+// RELAYOUT_BENCH_BATCH.
+func benchBatch() int64 {
+	if v, err := strconv.ParseInt(os.Getenv("RELAYOUT_BENCH_BATCH"), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return 4096
 }

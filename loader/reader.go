@@ -111,7 +111,6 @@ type windowBuf struct {
 	global []int64 // each slot's global sample index (ReadOptions.Index)
 	slot   []int64 // scratch: each window position's slot
 	fill   []int64 // scratch: samples placed per batch
-	fill0  []int64 // scratch: fill at a chunk's start
 	tab    RoundTables
 	// itemEnds (packed outputs) is where each slot's items end in the
 	// scattered item-level rows: itemEnds[s+1], counted in items, shared
@@ -367,13 +366,17 @@ type slotted struct {
 // goes to slot b*batch + r, where b is the batch (of the window) whose
 // places hold Pos(q) and r counts that batch's positions below q, so each
 // batch is one contiguous range of every tensor, its samples in ascending
-// window position. Each tensor's rows are read once, front to back; the
-// random access is in the writes, which the CPU does not wait for (a
-// gather waits on every random read). Fixed-size tensors are scattered a
-// chunk of positions at a time, with the chunk's slots in cache, and the
-// lines each tensor's rows of the chunk go to asked for first
-// (prefetchRows: fill0 is fill at the chunk's start); variable ones
-// (packed items, lists) need every slot first and come after.
+// window position. Every position's slot is computed first (w.slot);
+// then each tensor's rows are read once, front to back, and stored to
+// their slots, one tensor after another. The random access is in the
+// writes, which the CPU does not wait for (a gather waits on every random
+// read); the lines being filled are one per batch of one tensor, each
+// asked for some rows ahead (scatterRowsAhead). Until 2026-12-07 a chunk
+// of positions was stored to every tensor before the next chunk: a line
+// per batch of every tensor at once, which at small batches left the
+// caches before it was full and was fetched again for each chunk
+// (docs/benchmarks.md: batches of 512 took 1.5x as long, of 64 2.5x).
+// Variable tensors (packed items, lists) come after.
 func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 	schema := d.Manifest.Tensors.Schema
 	n := w.perm.N
@@ -399,21 +402,14 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 			fixedBytes += n * o.per
 		}
 	}
-	w.slot = w.slot[:0]
-	if varying {
-		w.slot = grow(w.slot, n)
-	}
+	w.slot = grow(w.slot, n)
 	div := newDivider(batch, n)
 	tabled := w.perm.Tables(&w.tab)
-	var cs [scatterChunk]int64
 	var q int64
-	w.fill0 = grow(w.fill0, int64(len(fill)))
-	fill0 := w.fill0
 	for _, sg := range w.segs {
 		for lo := sg.lo; lo < sg.hi; lo += scatterChunk {
 			hi := min(lo+scatterChunk, sg.hi)
-			c := cs[:hi-lo]
-			copy(fill0, fill)
+			c := w.slot[q : q+hi-lo]
 			if tabled {
 				w.perm.PosRangeTables(q, c, &w.tab)
 			} else {
@@ -424,26 +420,30 @@ func (d *Dataset) scatter(w *windowBuf, batch int64, index bool) error {
 				c[i] = b*batch + fill[b]
 				fill[b]++
 			}
-			if varying {
-				copy(w.slot[q:], c)
-			}
 			if index {
 				for i, sl := range c {
 					w.global[sl] = sg.first + lo - sg.lo + int64(i)
 				}
 			}
-			for ti := range schema {
-				if fixed[ti] {
-					o := &w.out[ti]
-					src, err := w.read(sg.sh, sg.sh.views[ti].data[lo*o.per:hi*o.per])
-					if err != nil {
-						return err
-					}
-					prefetchRows(o.data, fill0, fill, batch, o.per, fixedBytes)
-					scatterRows(o.data, src, c, o.per)
-				}
-			}
 			q += hi - lo
+		}
+	}
+	for ti := range schema {
+		if !fixed[ti] {
+			continue
+		}
+		o := &w.out[ti]
+		q = 0
+		for _, sg := range w.segs {
+			for lo := sg.lo; lo < sg.hi; lo += scatterChunk {
+				hi := min(lo+scatterChunk, sg.hi)
+				src, err := w.read(sg.sh, sg.sh.views[ti].data[lo*o.per:hi*o.per])
+				if err != nil {
+					return err
+				}
+				scatterRowsAhead(o.data, src, w.slot[q:q+hi-lo], o.per, fixedBytes)
+				q += hi - lo
+			}
 		}
 	}
 	if !varying {
@@ -577,6 +577,11 @@ func (w *windowBuf) read(sh *mapped, src []byte) ([]byte, error) {
 // batches) may still be in the cache when the batch is read.
 const ntMinBytes = 8 << 20
 
+// aheadMinBytes is the smallest window (all its fixed tensors' rows)
+// whose rows are stored with their lines asked for ahead
+// (scatterRowsAhead): a smaller one stays in the caches.
+const aheadMinBytes = ntMinBytes
+
 // scatterRows copies row i of src (per bytes each) to row slot[i] of dst,
 // with a typed store for the common row sizes.
 func scatterRows(dst, src []byte, slot []int64, per int64) {
@@ -608,8 +613,8 @@ func scatterTyped[T any](d, s []T, slot []int64) {
 	}
 }
 
-// scatterChunk is the window positions scattered together: their slots
-// (32 KiB) stay in the L1 cache while every tensor's rows are stored.
+// scatterChunk is the window positions whose slots are computed, or
+// whose rows of a tensor are read (into w.stage) and stored, together.
 const scatterChunk = 4096
 
 // divider divides by a constant with a multiply (Lemire's fastdiv) when

@@ -41,30 +41,62 @@ func scatterLines(dst, src []byte, slot []int64, per int64) bool {
 	return true
 }
 
-// prefetchSpans: scatter_amd64.s.
+// scatterAhead8, 4, 2 and 1 store rows of that many bytes, and
+// scatterAheadWords rows of words 8-byte words, asking ahead for their
+// lines (scatter_amd64.s); scatterRowsAhead checks their bounds.
 //
 //go:noescape
-func prefetchSpans(dst unsafe.Pointer, fill0, fill *int64, nb int, batchBytes, per int64)
+func scatterAhead8(dst, src unsafe.Pointer, slot *int64, n int)
 
-// prefetchRows asks for the cache lines of dst that a chunk's scatter is
-// about to store rows of per bytes to (batch b's slots fill0[b] to
-// fill[b], for every b), to be written (PREFETCHW), before it stores
-// them. The stores go to as many streams as the window has batches, each
-// a line further every few rows, which the hardware prefetchers do not
-// follow: each store to a new line waited for the line to come from
-// memory, a few at a time in store order. Asked for at once, the lines
-// come together (BenchmarkWindowEpochReuse on the 30-tensor flat output,
-// a 256 MiB window: 307-320 -> 261-276 ms an epoch; docs/benchmarks.md).
-// Rows of whole lines stored around the caches need nothing
-// (scatterLines), nor do a window's destinations small enough together
-// (all its tensors' rows: windowBytes) to stay cached. It reports
-// whether it asked.
-func prefetchRows(dst []byte, fill0, fill []int64, batch, per, windowBytes int64) bool {
-	if len(fill) == 0 || windowBytes < ntMinBytes || per%64 == 0 && ntLines || len(fill0) < len(fill) {
+//go:noescape
+func scatterAhead4(dst, src unsafe.Pointer, slot *int64, n int)
+
+//go:noescape
+func scatterAhead2(dst, src unsafe.Pointer, slot *int64, n int)
+
+//go:noescape
+func scatterAhead1(dst, src unsafe.Pointer, slot *int64, n int)
+
+//go:noescape
+func scatterAheadWords(dst, src unsafe.Pointer, slot *int64, n, words int)
+
+// scatterRowsAhead is scatterRows for one tensor of a window of
+// windowBytes, its rows of 1, 2, 4 or 8 bytes, or of whole 8-byte words
+// below 64 bytes, stored with the line each row goes to asked for 64 rows
+// ahead (PREFETCHW). A window's rows go to a line per batch, which the
+// hardware prefetchers do not follow: each store to a new line waited for
+// it to come from memory (docs/benchmarks.md). Rows of whole lines are
+// stored around the caches (scatterLines) where that applies; other rows,
+// and a small window's, as scatterRows stores them. It reports whether it
+// asked ahead.
+func scatterRowsAhead(dst, src []byte, slot []int64, per, windowBytes int64) bool {
+	words := per%8 == 0 && per < 64
+	if windowBytes < aheadMinBytes || len(slot) == 0 || !(per == 1 || per == 2 || per == 4 || words) {
+		scatterRows(dst, src, slot, per)
 		return false
 	}
-	// Every span lies inside dst (b*batch + fill[b] <= the window's
-	// samples); a prefetch of an address outside would not fault anyway.
-	prefetchSpans(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.SliceData(fill0), unsafe.SliceData(fill), len(fill), batch*per, per)
+	// The bounds the typed stores would check.
+	n := int64(len(dst)) / per
+	for _, sl := range slot {
+		if uint64(sl) >= uint64(n) {
+			panic("loader: scatter slot out of range")
+		}
+	}
+	if int64(len(src)) < per*int64(len(slot)) {
+		panic("loader: scatter source too short")
+	}
+	d, s, sp := unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(slot)
+	switch per {
+	case 8:
+		scatterAhead8(d, s, sp, len(slot))
+	case 4:
+		scatterAhead4(d, s, sp, len(slot))
+	case 2:
+		scatterAhead2(d, s, sp, len(slot))
+	case 1:
+		scatterAhead1(d, s, sp, len(slot))
+	default:
+		scatterAheadWords(d, s, sp, len(slot), int(per/8))
+	}
 	return true
 }

@@ -77,52 +77,49 @@ func TestScatterLines(t *testing.T) {
 	t.Logf("non-temporal stores: %v", ntLines)
 }
 
-// TestPrefetchRows scatters a large window's rows a chunk at a time as
-// Dataset.scatter does, each chunk's destination lines asked for first
-// (prefetchRows), and checks the rows against a reference, and that the
-// lines are asked for exactly where it applies: on amd64, a window of at
-// least ntMinBytes, rows that are not stored around the caches.
-func TestPrefetchRows(t *testing.T) {
+// TestScatterRowsAhead stores a window's rows as Dataset.scatter does
+// (slots a line per batch, each batch's ascending), a tensor's rows a
+// chunk at a time (chunks of 1, 64, 65 and 4,096 rows: the stores asking
+// ahead and those that do not), and checks them against a reference, and
+// that lines are asked for exactly where it applies: on amd64, a window of
+// at least aheadMinBytes, rows of 1, 2, 4 or 8 bytes or of 8-byte words
+// below 64 bytes.
+func TestScatterRowsAhead(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const batch = 512
-	for _, per := range []int64{1, 4, 8, 12, 64} {
-		for _, window := range []int64{ntMinBytes, ntMinBytes / 2} {
+	for _, per := range []int64{1, 2, 4, 8, 12, 16, 24, 56, 64} {
+		for _, window := range []int64{aheadMinBytes, aheadMinBytes / 2} {
 			n := window / per
 			src := make([]byte, n*per)
 			for i := range src {
 				src[i] = byte(rng.Uint32())
 			}
 			// Window position q goes to batch pos[q]/batch, after the
-			// positions below q of that batch (Dataset.scatter).
+			// positions below q of that batch.
 			pos := rng.Perm(int(n))
-			nb := (n + batch - 1) / batch
-			fill, fill0 := make([]int64, nb), make([]int64, nb)
-			dst, want := make([]byte, n*per), make([]byte, n*per)
+			fill := make([]int64, (n+batch-1)/batch)
 			slot := make([]int64, n)
-			asked := 0
-			for lo := int64(0); lo < n; lo += scatterChunk {
-				hi := min(lo+scatterChunk, n)
-				copy(fill0, fill)
-				c := slot[lo:hi]
-				for i := range c {
-					b := int64(pos[lo+int64(i)]) / batch
-					c[i] = b*batch + fill[b]
-					fill[b]++
-				}
-				if prefetchRows(dst, fill0, fill, batch, per, window) {
-					asked++
-				}
-				scatterRows(dst, src[lo*per:hi*per], c, per)
+			for q, p := range pos {
+				b := int64(p) / batch
+				slot[q] = b*batch + fill[b]
+				fill[b]++
 			}
+			want := make([]byte, n*per)
 			for q, sl := range slot {
 				copy(want[sl*per:(sl+1)*per], src[int64(q)*per:])
 			}
-			if !bytes.Equal(dst, want) {
-				t.Fatalf("rows of %d bytes, a window of %d bytes: scattered rows differ from the copies", per, window)
+			dst := make([]byte, n*per)
+			applies := runtime.GOARCH == "amd64" && window >= aheadMinBytes && (per == 1 || per == 2 || per == 4 || per%8 == 0 && per < 64)
+			sizes := []int64{1, 64, 65, scatterChunk}
+			for q, k := int64(0), 0; q < n; k++ {
+				hi := min(q+sizes[k%len(sizes)], n)
+				if asked := scatterRowsAhead(dst, src[q*per:hi*per], slot[q:hi], per, window); asked != applies {
+					t.Fatalf("rows of %d bytes, a window of %d bytes: asked ahead %v, want %v", per, window, asked, applies)
+				}
+				q = hi
 			}
-			chunks := int((n + scatterChunk - 1) / scatterChunk)
-			if applies := runtime.GOARCH == "amd64" && window >= ntMinBytes && !(per%64 == 0 && ntLines); asked != chunks && applies || asked != 0 && !applies {
-				t.Fatalf("rows of %d bytes, a window of %d bytes: lines asked for in %d of %d chunks (applies: %v)", per, window, asked, chunks, applies)
+			if !bytes.Equal(dst, want) {
+				t.Fatalf("rows of %d bytes, a window of %d bytes: stored rows differ from the copies", per, window)
 			}
 		}
 	}
