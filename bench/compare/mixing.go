@@ -178,6 +178,19 @@ func mixingBench(flat, packed string, reps int, res map[string]any) {
 			c.name, float64(bytes)/1e6, gb(mv), gb(mc), gb(mw), gb(mwm), gb(mwc), gb(mwr), gb(mwrm), cp/1e9, gb(mw)*1e9/cp, max(gb(mwr), gb(mwrm))*1e9/cp)
 		out[c.name] = map[string]any{"bytes": bytes, "v1_views_gbps": gb(mv), "v1_copied_gbps": gb(mc), "v2_window_gbps": gb(mw), "v2_window_mapped_gbps": gb(mwm), "v2_copied_again_gbps": gb(mwc),
 			"v2_reuse_gbps": gb(mwr), "v2_reuse_mapped_gbps": gb(mwrm), "plain_copy_gbps": cp / 1e9, "v2_over_copy": gb(mw) * 1e9 / cp, "v2_reuse_over_copy": max(gb(mwr), gb(mwrm)) * 1e9 / cp}
+		// v2 at the batch size of the mixing figures below (and of much
+		// training): a window holds 8x the batches, each a line being
+		// filled per tensor.
+		var w512, r512 []float64
+		for i := 0; i < reps; i++ {
+			s, _, _ := epochTimes(c.dir, loader.OrderWindow, 512, false)
+			w512 = append(w512, s)
+			s, _, _ = epochTimesOf(c.dir, loader.OrderWindow, 512, false, true, false)
+			r512 = append(r512, s)
+		}
+		fmt.Printf("  %-6s batches of 512: v2 window %.2f GB/s, steady state %.2f GB/s; v2/copy %.2fx, steady %.2fx\n",
+			c.name, gb(medianF(w512)), gb(medianF(r512)), gb(medianF(w512))*1e9/cp, gb(medianF(r512))*1e9/cp)
+		out[c.name].(map[string]any)["v2_window_512_gbps"], out[c.name].(map[string]any)["v2_reuse_512_gbps"] = gb(medianF(w512)), gb(medianF(r512))
 	}
 	// The same v2 epochs with the Go heap in huge pages (opt-in:
 	// loader.AdviseHugePages), last, since the advice is for the whole
