@@ -27,7 +27,15 @@ func scatterLines(dst, src []byte, slot []int64, per int64) bool {
 	if !ntLines || len(dst) < ntMinBytes || len(slot) == 0 || per <= 0 || per%64 != 0 || uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%32 != 0 {
 		return false
 	}
-	// The bounds the copying loop would check.
+	checkScatter(dst, src, slot, per)
+	scatterLinesNT(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(slot), len(slot), int(per/64))
+	return true
+}
+
+// checkScatter panics where storing row i of src (per bytes) at row
+// slot[i] of dst would go out of either: the bounds Go's stores check, for
+// the assembly's.
+func checkScatter(dst, src []byte, slot []int64, per int64) {
 	n := int64(len(dst)) / per
 	for _, sl := range slot {
 		if uint64(sl) >= uint64(n) {
@@ -37,8 +45,6 @@ func scatterLines(dst, src []byte, slot []int64, per int64) bool {
 	if int64(len(src)) < per*int64(len(slot)) {
 		panic("loader: scatter source too short")
 	}
-	scatterLinesNT(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(slot), len(slot), int(per/64))
-	return true
 }
 
 // scatterAhead8, 4, 2 and 1 store rows of that many bytes, and
@@ -75,16 +81,7 @@ func scatterRowsAhead(dst, src []byte, slot []int64, per, windowBytes int64) boo
 		scatterRows(dst, src, slot, per)
 		return false
 	}
-	// The bounds the typed stores would check.
-	n := int64(len(dst)) / per
-	for _, sl := range slot {
-		if uint64(sl) >= uint64(n) {
-			panic("loader: scatter slot out of range")
-		}
-	}
-	if int64(len(src)) < per*int64(len(slot)) {
-		panic("loader: scatter source too short")
-	}
+	checkScatter(dst, src, slot, per)
 	d, s, sp := unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(slot)
 	switch per {
 	case 8:

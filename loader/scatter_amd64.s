@@ -39,146 +39,58 @@ done:
 // The scatterAhead functions store row i of src at row slot[i] of dst,
 // asking for the line that row i+64 goes to first (PREFETCHW, encoded as
 // bytes: the assembler lacks it; a CPU without it takes it as a NOP).
-// n > 64 rows prefetch; the last 64 are stored without.
+// n > 64 rows prefetch; the last 64 are stored without. SCATTER_AHEAD is
+// one for rows of WIDTH bytes (1 << SHIFT), moved with MOV, stored at
+// (DI)(DX*WIDTH).
+#define SCATTER_AHEAD(SHIFT, WIDTH, MOV) \
+	MOVQ dst+0(FP), DI; \
+	MOVQ src+8(FP), SI; \
+	MOVQ slot+16(FP), BX; \
+	MOVQ n+24(FP), CX; \
+	CMPQ CX, $64; \
+	JLE tail; \
+ahead: \
+	MOVQ 512(BX), AX; \
+	SHLQ $SHIFT, AX; \
+	ADDQ DI, AX; \
+	BYTE $0x0f; BYTE $0x0d; BYTE $0x08; \
+	MOVQ (BX), DX; \
+	MOV (SI), R8; \
+	MOV R8, (DI)(DX*WIDTH); \
+	ADDQ $8, BX; \
+	ADDQ $WIDTH, SI; \
+	DECQ CX; \
+	CMPQ CX, $64; \
+	JG ahead; \
+tail: \
+	TESTQ CX, CX; \
+	JE done; \
+rest: \
+	MOVQ (BX), DX; \
+	MOV (SI), R8; \
+	MOV R8, (DI)(DX*WIDTH); \
+	ADDQ $8, BX; \
+	ADDQ $WIDTH, SI; \
+	DECQ CX; \
+	JNE rest; \
+done: \
+	RET
 
 // func scatterAhead8(dst, src unsafe.Pointer, slot *int64, n int)
 TEXT ·scatterAhead8(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ slot+16(FP), BX
-	MOVQ n+24(FP), CX
-	CMPQ CX, $64
-	JLE t8
-l8:
-	MOVQ 512(BX), AX
-	SHLQ $3, AX
-	ADDQ DI, AX
-	BYTE $0x0f; BYTE $0x0d; BYTE $0x08 // PREFETCHW (AX)
-	MOVQ (BX), DX
-	MOVQ (SI), R8
-	MOVQ R8, (DI)(DX*8)
-	ADDQ $8, BX
-	ADDQ $8, SI
-	DECQ CX
-	CMPQ CX, $64
-	JG l8
-t8:
-	TESTQ CX, CX
-	JE d8
-r8:
-	MOVQ (BX), DX
-	MOVQ (SI), R8
-	MOVQ R8, (DI)(DX*8)
-	ADDQ $8, BX
-	ADDQ $8, SI
-	DECQ CX
-	JNE r8
-d8:
-	RET
+	SCATTER_AHEAD(3, 8, MOVQ)
 
 // func scatterAhead4(dst, src unsafe.Pointer, slot *int64, n int)
 TEXT ·scatterAhead4(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ slot+16(FP), BX
-	MOVQ n+24(FP), CX
-	CMPQ CX, $64
-	JLE t4
-l4:
-	MOVQ 512(BX), AX
-	SHLQ $2, AX
-	ADDQ DI, AX
-	BYTE $0x0f; BYTE $0x0d; BYTE $0x08 // PREFETCHW (AX)
-	MOVQ (BX), DX
-	MOVL (SI), R8
-	MOVL R8, (DI)(DX*4)
-	ADDQ $8, BX
-	ADDQ $4, SI
-	DECQ CX
-	CMPQ CX, $64
-	JG l4
-t4:
-	TESTQ CX, CX
-	JE d4
-r4:
-	MOVQ (BX), DX
-	MOVL (SI), R8
-	MOVL R8, (DI)(DX*4)
-	ADDQ $8, BX
-	ADDQ $4, SI
-	DECQ CX
-	JNE r4
-d4:
-	RET
+	SCATTER_AHEAD(2, 4, MOVL)
 
 // func scatterAhead2(dst, src unsafe.Pointer, slot *int64, n int)
 TEXT ·scatterAhead2(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ slot+16(FP), BX
-	MOVQ n+24(FP), CX
-	CMPQ CX, $64
-	JLE t2
-l2:
-	MOVQ 512(BX), AX
-	SHLQ $1, AX
-	ADDQ DI, AX
-	BYTE $0x0f; BYTE $0x0d; BYTE $0x08 // PREFETCHW (AX)
-	MOVQ (BX), DX
-	MOVW (SI), R8
-	MOVW R8, (DI)(DX*2)
-	ADDQ $8, BX
-	ADDQ $2, SI
-	DECQ CX
-	CMPQ CX, $64
-	JG l2
-t2:
-	TESTQ CX, CX
-	JE d2
-r2:
-	MOVQ (BX), DX
-	MOVW (SI), R8
-	MOVW R8, (DI)(DX*2)
-	ADDQ $8, BX
-	ADDQ $2, SI
-	DECQ CX
-	JNE r2
-d2:
-	RET
+	SCATTER_AHEAD(1, 2, MOVW)
 
 // func scatterAhead1(dst, src unsafe.Pointer, slot *int64, n int)
 TEXT ·scatterAhead1(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ slot+16(FP), BX
-	MOVQ n+24(FP), CX
-	CMPQ CX, $64
-	JLE t1
-l1:
-	MOVQ 512(BX), AX
-	ADDQ DI, AX
-	BYTE $0x0f; BYTE $0x0d; BYTE $0x08 // PREFETCHW (AX)
-	MOVQ (BX), DX
-	MOVB (SI), R8
-	MOVB R8, (DI)(DX*1)
-	ADDQ $8, BX
-	ADDQ $1, SI
-	DECQ CX
-	CMPQ CX, $64
-	JG l1
-t1:
-	TESTQ CX, CX
-	JE d1
-r1:
-	MOVQ (BX), DX
-	MOVB (SI), R8
-	MOVB R8, (DI)(DX*1)
-	ADDQ $8, BX
-	ADDQ $1, SI
-	DECQ CX
-	JNE r1
-d1:
-	RET
+	SCATTER_AHEAD(0, 1, MOVB)
 
 // func scatterAheadWords(dst, src unsafe.Pointer, slot *int64, n, words int)
 //
