@@ -222,20 +222,31 @@ func TestGCSStoreDownIsTransient(t *testing.T) {
 	defer front.Close()
 	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(front.URL, "http://"))
 	proxy.SetRates(faultproxy.Rates{Status503: 1})
+	err = runEndsTransient(t, "gs://bkt/in/", "a gs:// store answering 503", func() string { return proxy.Counts.String() })
+	t.Logf("%s: %v", proxy.Counts.String(), err)
+}
+
+// runEndsTransient runs from input, a store that keeps failing, and
+// fails the test unless the run ends within 3 minutes with a transient
+// error (exit 4), which it returns; seen describes what the store saw,
+// for the messages.
+func runEndsTransient(t *testing.T, input, what string, seen func() string) error {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(context.Background(), RunOptions{Inputs: []string{"gs://bkt/in/"}, Output: filepath.Join(t.TempDir(), "o")})
+		_, err := Run(context.Background(), RunOptions{Inputs: []string{input}, Output: filepath.Join(t.TempDir(), "o")})
 		done <- err
 	}()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("a run from a gs:// store answering 503 had not ended after 3 minutes (%s)", proxy.Counts.String())
+		t.Fatalf("a run from %s had not ended after 3 minutes (%s)", what, seen())
 	}
 	if !errs.Is(err, errs.Transient) {
 		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
 	}
-	t.Logf("%s: %v", proxy.Counts.String(), err)
+	return err
 }
 
 // TestGCSGRPCStoreDownIsTransient is TestGCSStoreDownIsTransient for a
@@ -255,20 +266,8 @@ func TestGCSGRPCStoreDownIsTransient(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 	t.Setenv("STORAGE_EMULATOR_HOST_GRPC", lis.Addr().String())
-	done := make(chan error, 1)
 	start := time.Now()
-	go func() {
-		_, err := Run(context.Background(), RunOptions{Inputs: []string{"gs://bkt/in/?grpc=true&anonymous=true"}, Output: filepath.Join(t.TempDir(), "o")})
-		done <- err
-	}()
-	select {
-	case err = <-done:
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("a run from a gs:// store (gRPC) answering UNAVAILABLE had not ended after 3 minutes (%d calls)", calls.Load())
-	}
-	if !errs.Is(err, errs.Transient) {
-		t.Fatalf("err = %v (class %v), want transient", err, errs.ClassOf(err))
-	}
+	err = runEndsTransient(t, "gs://bkt/in/?grpc=true&anonymous=true", "a gs:// store (gRPC) answering UNAVAILABLE", func() string { return fmt.Sprintf("%d calls", calls.Load()) })
 	t.Logf("%d calls in %v: %v", calls.Load(), time.Since(start).Round(time.Millisecond), err)
 }
 

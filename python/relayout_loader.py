@@ -1509,12 +1509,17 @@ class _Remote:
             except ClientError as e:
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
                 if _refused(status):
-                    raise _StoreRefused(f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {e}") from e
-                code = e.response.get("Error", {}).get("Code", "")
-                raise IOError(f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {code}".rstrip()) from e
+                    raise _StoreRefused(self._s3_get_failed(key, start, end, status, str(e))) from e
+                raise IOError(self._s3_get_failed(key, start, end, status, e.response.get("Error", {}).get("Code", ""))) from e
         if self._az is not None:
             return self._az.get(key, start, end)
         return self._fs.cat_file(f"{self.bucket}/{key}", start=start, end=end)
+
+    def _s3_get_failed(self, key, start, end, status, what):
+        """The message of a failed ranged GET of key, as every S3 read path
+        words it: the object, the range, the status and what the store
+        said (its error code)."""
+        return f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {status} {what}".rstrip()
 
     def _presigned(self, key, renew=False):
         """A presigned GET URL of key, made once per half of its validity
@@ -1554,7 +1559,7 @@ class _Remote:
             if r.status_code != 403:
                 break
         return _ranged_data(r, start, end, (301, 307, 400, 403),
-                            lambda: f"GET s3://{self.bucket}/{key} bytes {start}-{end - 1}: HTTP {r.status_code} {_xml_code(r)}".rstrip())
+                            lambda: self._s3_get_failed(key, start, end, r.status_code, _xml_code(r)))
 
     def _range_retried(self, key, start, end):
         """Bytes [start, end) of an object, retried on its own: 8 tries,

@@ -56,12 +56,9 @@ func openGCS(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 			if err != nil {
 				return nil, err
 			}
-			// gocloud's client, gRPC or not, would retry a failing call
-			// for ever as ours did (below): the same bound
-			// (TestGCSGRPCStoreDownIsTransient).
-			var sc *storage.Client
+			var sc *storage.Client // gocloud's, gRPC or not
 			if b.As(&sc) {
-				sc.SetRetry(storage.WithMaxAttempts(gcsAttempts))
+				boundRetries(sc)
 			}
 			return b, nil
 		case "anonymous", "access_id", "private_key_path":
@@ -102,14 +99,19 @@ func openGCS(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The client retries a call until its context ends unless told a
-	// number of attempts: against a store answering 503 for good, a run
-	// (or a loader) waited for ever. 3, as the AWS SDK's standard retryer
-	// makes; reads are retried around that (Retry), and a persistent
-	// failure is exit 4 as on S3 (TestGCSStoreDownIsTransient,
-	// TestRemoteGCSStoreDown).
-	sc.SetRetry(storage.WithMaxAttempts(gcsAttempts))
+	boundRetries(sc)
 	return gcsblob.OpenBucket(ctx, nil, u.Host, &gcsblob.Options{Client: sc})
+}
+
+// boundRetries tells a storage client, ours or gocloud's, how many
+// attempts a call gets (gcsAttempts, as the AWS SDK's standard retryer
+// makes). Untold, it retries until its context ends: against a store
+// answering 503 (or UNAVAILABLE over gRPC) for good, a run or a loader
+// waited for ever. Reads are retried around that (Retry), and a
+// persistent failure is exit 4 as on S3 (TestGCSStoreDownIsTransient,
+// TestGCSGRPCStoreDownIsTransient, TestRemoteGCSStoreDown).
+func boundRetries(sc *storage.Client) {
+	sc.SetRetry(storage.WithMaxAttempts(gcsAttempts))
 }
 
 // openAzure opens an azblob:// bucket URL (without a path) as gocloud's
