@@ -20,16 +20,18 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// TestConformance rewrites every Parquet file of apache/parquet-testing and
-// DuckDB's test suite. Each must either be rewritten (the run's own check
-// proves the output's content fingerprint equals the input's) or be refused
-// as bad input with a one-line reason. The outcome of every file is kept in
+// TestConformance rewrites every Parquet file of apache/parquet-testing
+// (shredded variants included) and DuckDB's test suite. Each must either be
+// rewritten (the run's own check proves the output's content fingerprint
+// equals the input's) or be refused as bad input with a one-line reason;
+// its dry run must estimate or refuse as bad input or usage too, never fail
+// as an internal error (exit 1). The outcome of every file is kept in
 // testdata/conformance.golden, so any change in what is supported shows up
 // as a diff (go test ./pipeline -run Conformance -update rewrites it).
 func TestConformance(t *testing.T) {
 	data := testutil.DataDir(t)
 	var files []string
-	for _, sub := range []string{"parquet-testing/data", "duckdb-parquet-testing"} {
+	for _, sub := range []string{"parquet-testing/data", "parquet-testing/shredded_variant", "duckdb-parquet-testing"} {
 		filepath.WalkDir(filepath.Join(data, sub), func(p string, d os.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && strings.Contains(strings.ToLower(d.Name()), ".parquet") && !strings.HasSuffix(d.Name(), ".json") {
 				files = append(files, p)
@@ -67,6 +69,7 @@ func TestConformance(t *testing.T) {
 }
 
 func rewriteOutcome(t *testing.T, p string) string {
+	dryRunRefusesAsBadInput(t, p)
 	out := filepath.Join(t.TempDir(), "out")
 	res, err := Run(context.Background(), RunOptions{Inputs: []string{p}, Output: out, MemoryLimit: 256 << 20})
 	if err != nil {
@@ -87,6 +90,23 @@ func rewriteOutcome(t *testing.T, p string) string {
 	}
 	parquetGoReadsBack(t, p, out, res.Manifest.Totals.Rows)
 	return fmt.Sprintf("ok %d rows; %s", res.Manifest.Totals.Rows, tensorOutcome(t, p))
+}
+
+// dryRunRefusesAsBadInput dry-runs p: it must estimate, or refuse with a
+// one-line error of class bad input or usage. A dry run of a shredded
+// variant without its value field failed as an internal error (exit 1)
+// where the run refused it as bad input (exit 3).
+func dryRunRefusesAsBadInput(t *testing.T, p string) {
+	_, err := DryRun(context.Background(), RunOptions{Inputs: []string{p}, Output: filepath.Join(t.TempDir(), "dry"), MemoryLimit: 256 << 20})
+	if err == nil {
+		return
+	}
+	if c := errs.ClassOf(err); c != errs.BadInput && c != errs.Usage {
+		t.Errorf("%s: dry run: error of class %v, want bad input or usage: %v", p, c, err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || strings.Contains(msg, "goroutine ") {
+		t.Errorf("%s: dry run: error is not one line: %q", p, msg)
+	}
 }
 
 // parquetGoReadsBack reads every page of the output with parquet-go, which

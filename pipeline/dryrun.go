@@ -31,6 +31,7 @@ import (
 	"github.com/relayout/relayout/report"
 	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
+	"github.com/relayout/relayout/writer"
 )
 
 // sampleBudget is the share of the input's bytes a dry run may spend on its
@@ -429,7 +430,7 @@ func runSample(ctx context.Context, schema *arrow.Schema, smp *sample, opts RunO
 			parquet.WithDictionaryDefault(false), parquet.WithMaxRowGroupLength(max(smp.rows, 1))),
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
-		return nil, fmt.Errorf("dry run: sample: %w", err)
+		return nil, writer.Unwritable(schema, err)
 	}
 	for _, r := range recs {
 		if err := w.WriteBuffered(r); err != nil {

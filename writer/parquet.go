@@ -160,6 +160,33 @@ func (h *hashWriter) Write(p []byte) (int, error) {
 // fileBuffer is the bytes of a file gathered into one write.
 const fileBuffer = 256 << 10
 
+// Unwritable is the error for an input schema arrow-go cannot write as
+// Parquet (err says why): bad input, exit 3, as the type cannot be carried
+// over (a shredded variant without its value field, for one). It names the
+// first column that cannot be written alone, where one cannot. The run and
+// the dry run's sample refuse in the same words.
+func Unwritable(sc *arrow.Schema, err error) error {
+	what := "this schema"
+	for _, f := range sc.Fields() {
+		if !writable(arrow.NewSchema([]arrow.Field{f}, nil)) {
+			what = fmt.Sprintf("column %q (%s)", f.Name, f.Type)
+			break
+		}
+	}
+	return errs.WithHint(errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write %s as Parquet: %w", what, err)),
+		"leave the file out of --input, or re-export that column as a type Parquet writers accept")
+}
+
+// writable reports whether arrow-go writes sc as Parquet, as a run's
+// files are written.
+func writable(sc *arrow.Schema) bool {
+	fw, err := pqarrow.NewFileWriter(sc, io.Discard, parquet.NewWriterProperties(), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return false
+	}
+	return fw.Close() == nil
+}
+
 // FileName returns the relative path of output file i.
 func FileName(i int) string { return fmt.Sprintf("parquet/part-%05d.parquet", i) }
 
@@ -182,7 +209,7 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 	probe := parquet.NewWriterProperties(base...)
 	pqs, err := pqarrow.ToParquet(schema, probe, w.arrow)
 	if err != nil {
-		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		return nil, Unwritable(schema, err)
 	}
 	var sorting []parquet.SortingColumn
 	for _, name := range opts.SortingColumns {
@@ -205,7 +232,7 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 	}
 	w.props = parquet.NewWriterProperties(base...)
 	if pqs, err = pqarrow.ToParquet(schema, w.props, w.arrow); err != nil {
-		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		return nil, Unwritable(schema, err)
 	}
 	// TIME columns the input declared UTC: the fast path declares them on
 	// the schema it passes; arrow-go's nested path takes none, so the
@@ -290,7 +317,7 @@ func NewEncodings(sample arrow.RecordBatch, sc *arrow.Schema, hiveColumns []stri
 	probe := parquet.NewWriterProperties(baseProps(ParquetOptions{}.withDefaults())...)
 	pqs, err := pqarrow.ToParquet(sc, probe, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
-		return nil, errs.BadInputf("unsupported: cannot write this schema as Parquet: %v", err)
+		return nil, Unwritable(sc, err)
 	}
 	return &Encodings{props: chooseEncodings(sample, pqs)}, nil
 }
@@ -591,7 +618,7 @@ func (w *Parquet) openFile() error {
 		if err != nil {
 			cancel()
 			bw.Close()
-			return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
+			return Unwritable(w.schema, err)
 		}
 		w.cur = &openFile{name: name, vals: vals, key: key, cancel: cancel, bw: bw, buf: buf, hw: hw, cw: cw, pw: pw}
 		return nil
@@ -600,7 +627,7 @@ func (w *Parquet) openFile() error {
 	if err != nil {
 		cancel()
 		bw.Close()
-		return errs.Or(errs.BadInput, fmt.Errorf("unsupported: cannot write this schema as Parquet: %w", err))
+		return Unwritable(w.schema, err)
 	}
 	for _, kv := range w.opts.Metadata {
 		if err := fw.AppendKeyValueMetadata(kv[0], kv[1]); err != nil {
