@@ -5,8 +5,10 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -295,6 +297,39 @@ func splitErr(t *source.Table, sliceCols, queryCols []int, recA arrow.RecordBatc
 	return errs.BadInputf("slice keys must be query-level but vary within query %v", q)
 }
 
+// checkUTF8 refuses a slice key value of a string column that is not valid
+// UTF-8, which a Parquet STRING must be (DuckDB refuses such a file whole).
+// The manifest, the reports and Hive folder names name a slice by its
+// values as text, where invalid bytes read as U+FFFD: two slices could
+// share one name, and a loader asking for one by value would get neither.
+// Other columns' bytes are carried over unchanged; only keys are checked.
+func checkUTF8(t *source.Table, ref source.RowGroupRef, sliceCols []int, arrs []arrow.Array, i int) error {
+	for c, arr := range arrs {
+		if v, ok := stringValue(arr, i); ok && !utf8.ValidString(v) {
+			return errs.BadInputf("slice key %q: the value %q in %s, row group %d, is not valid UTF-8, which a Parquet string must be, so no manifest or report could name its slice (repair the column upstream, or slice by other --slice-keys)",
+				t.Schema.Field(sliceCols[c]).Name, v, ref.File.Obj.URL, ref.RowGroup)
+		}
+	}
+	return nil
+}
+
+// stringValue is arr[i] where arr holds strings (plain or dictionary
+// encoded) and the value is not null.
+func stringValue(arr arrow.Array, i int) (string, bool) {
+	if arr.IsNull(i) {
+		return "", false
+	}
+	switch a := arr.(type) {
+	case *array.String:
+		return a.Value(i), true
+	case *array.LargeString:
+		return a.Value(i), true
+	case *array.Dictionary:
+		return stringValue(a.Dictionary(), a.GetValueIndex(i))
+	}
+	return "", false
+}
+
 // keyIntern holds one copy of each slice key's bytes, parts and values for
 // a whole key pass. Every row group of an unsorted table holds most slices,
 // so copies per row group grew with row groups x slices: 16x the generated
@@ -352,6 +387,9 @@ func readSlices(ctx context.Context, t *source.Table, ref source.RowGroupRef, rg
 		}
 		id, ok := local[string(buf)]
 		if !ok {
+			if err := checkUTF8(t, ref, sliceCols, arrs, i); err != nil {
+				return nil, err
+			}
 			id = len(k.keys)
 			local[string(buf)] = id
 			ik := in.get(buf, func() *internedKey {

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -236,4 +239,63 @@ func diffLines(a, b string) string {
 		}
 	}
 	return strings.Join(d, "\n")
+}
+
+// TestInvalidUTF8SliceKeyIsRefused: a slice key value of a string column
+// that is not valid UTF-8 is bad input (exit 3) naming the column, the
+// value and the file, in the run, the dry run and inspect. Before, the run
+// wrote it to the manifest as U+FFFD, so "a\xff" and "a\xfe" were two
+// slices of one name. Files from DuckDB and arrow-go writers; a column
+// that is not a key is carried over byte for byte (the run's fingerprint
+// check), and slicing by another column of the same file works.
+func TestInvalidUTF8SliceKeyIsRefused(t *testing.T) {
+	own := filepath.Join(t.TempDir(), "own.parquet")
+	kb, vb := array.NewStringBuilder(memory.DefaultAllocator), array.NewInt64Builder(memory.DefaultAllocator)
+	kb.AppendValues([]string{"a\xff", "a\xfe", "b"}, nil)
+	vb.AppendValues([]int64{1, 2, 3}, nil)
+	k, v := kb.NewArray(), vb.NewArray()
+	defer k.Release()
+	defer v.Release()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "k", Type: arrow.BinaryTypes.String}, {Name: "v", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	testutil.WriteArrow(t, own, array.NewRecordBatch(sc, []arrow.Array{k, v}, 3))
+	duck := filepath.Join(testutil.DataDir(t), "duckdb-parquet-testing")
+	for _, c := range []struct{ file, key, value, other string }{
+		{own, "k", `"a\xff"`, "v"},
+		{filepath.Join(duck, "invalid.parquet"), "X1", `"TREL\xc3"`, ""},
+		{filepath.Join(duck, "invalid_utf8_dictionary.parquet"), "X1", `"TREL\xc3"`, ""},
+	} {
+		if _, err := os.Stat(c.file); err != nil {
+			testutil.Missing(t, "%s: %v", c.file, err)
+			continue
+		}
+		out := filepath.Join(t.TempDir(), "out")
+		o := RunOptions{Inputs: []string{c.file}, Output: out, SliceKeys: []string{c.key}, MemoryLimit: 256 << 20}
+		refused := func(what string, err error) {
+			t.Helper()
+			if !errs.Is(err, errs.BadInput) {
+				t.Fatalf("%s %s: want bad input, got class %v: %v", what, c.file, errs.ClassOf(err), err)
+			}
+			msg := err.Error()
+			for _, want := range []string{`"` + c.key + `"`, c.value, c.file, "not valid UTF-8"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("%s %s: message %q does not name %s", what, c.file, msg, want)
+				}
+			}
+		}
+		_, err := Run(context.Background(), o)
+		refused("run", err)
+		if _, err := os.Stat(filepath.Join(out, "manifest.json")); err == nil {
+			t.Errorf("%s: refused but left a manifest", c.file)
+		}
+		_, err = DryRun(context.Background(), o)
+		refused("dry run", err)
+		_, err = Inspect(context.Background(), InspectOptions{Inputs: []string{c.file}, SliceKeys: []string{c.key}})
+		refused("inspect", err)
+		if c.other != "" {
+			o.SliceKeys, o.Output = []string{c.other}, filepath.Join(t.TempDir(), "other")
+			if _, err := Run(context.Background(), o); err != nil {
+				t.Errorf("%s sliced by %s: %v", c.file, c.other, err)
+			}
+		}
+	}
 }
