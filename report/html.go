@@ -120,11 +120,11 @@ func keyLabel(k manifests.KeyValues) string {
 	for i, kv := range k {
 		parts[i] = fmt.Sprintf("%s=%v", kv.Name, kv.Value)
 	}
-	s := strings.Join(parts, ", ")
-	if len(s) > 40 {
-		s = s[:39] + "…"
+	s := []rune(strings.Join(parts, ", "))
+	if len(s) > 40 { // cut between runes, not inside one
+		s = append(s[:39], '…')
 	}
-	return s
+	return string(s)
 }
 
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{

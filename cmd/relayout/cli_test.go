@@ -1033,3 +1033,18 @@ func TestHugePagesFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestShownEscapesControlCharacters: inspect and the dry run print a slice
+// key value as it is, unless it holds a rune that does not print (an
+// escape sequence would act on the operator's terminal, a newline break
+// the table): then quoted, escapes visible.
+func TestShownEscapesControlCharacters(t *testing.T) {
+	for v, want := range map[any]string{
+		"plain": "plain", "día": "día", "a b": "a b", int64(7): "7",
+		"red\x1b[31m": `"red\x1b[31m"`, "two\nlines": `"two\nlines"`, "tab\there": `"tab\there"`, "bell\a": `"bell\a"`,
+	} {
+		if got := shown(v); got != want {
+			t.Errorf("shown(%q) = %s, want %s", v, got, want)
+		}
+	}
+}

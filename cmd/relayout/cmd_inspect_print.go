@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/urfave/cli/v2"
 
@@ -50,7 +52,7 @@ func runInspect(c *cli.Context) error {
 	for _, s := range top {
 		var parts []string
 		for _, kv := range s.Key {
-			parts = append(parts, fmt.Sprint(kv.Value))
+			parts = append(parts, shown(kv.Value))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%.1fx\t\n", strings.Join(parts, "/"), s.Rows, s.RowGroupsTouched, s.RowGroupsRead, human(s.ReadBytes), human(s.ShareBytes), s.Amplification)
 	}
@@ -60,4 +62,16 @@ func runInspect(c *cli.Context) error {
 	}
 	fmt.Fprintf(w, "inspect read %s in %d requests\n", human(res.Cost.BytesRead), res.Cost.Requests)
 	return nil
+}
+
+// shown is a slice key value as a terminal line shows it: as it prints,
+// or quoted with escapes where it holds a control character or another
+// rune that does not print (a value with an escape sequence would
+// otherwise act on the operator's terminal, a newline break the table).
+func shown(v any) string {
+	s := fmt.Sprint(v)
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }

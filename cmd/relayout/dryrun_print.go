@@ -33,7 +33,7 @@ func printDryRun(w io.Writer, r *report.Report) {
 			for _, s := range r.Slices.List[:n] {
 				var k []string
 				for _, kv := range s.Key {
-					k = append(k, fmt.Sprintf("%s=%v", kv.Name, kv.Value))
+					k = append(k, kv.Name+"="+shown(kv.Value))
 				}
 				row(fmt.Sprintf("%s (%d rows)", strings.Join(k, ","), s.Rows), human(s.ReadBytesBefore), human(s.ReadBytesAfter))
 			}
