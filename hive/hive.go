@@ -68,8 +68,18 @@ func ParseMode(s string) (Mode, error) {
 // readers read as null).
 const DefaultPartition = "__HIVE_DEFAULT_PARTITION__"
 
-// Null reports whether a decoded folder value stands for null.
-func Null(v string) bool { return v == DefaultPartition || v == "NULL" }
+// Null reports whether a folder value as written (before its escapes are
+// decoded) stands for null, as DuckDB reads it: Hive's null, or "NULL" in
+// any case. A value escaped to spell one of these (Path writes "%4EULL"
+// for the string "NULL") is the string, to DuckDB and Spark alike.
+func Null(raw string) bool { return raw == DefaultPartition || strings.EqualFold(raw, "NULL") }
+
+// readsAsNull reports whether some reader would take a folder value as
+// written for null (Null, or Hive's null in another case): Path escapes
+// such a string.
+func readsAsNull(raw string) bool {
+	return strings.EqualFold(raw, DefaultPartition) || strings.EqualFold(raw, "NULL")
+}
 
 // typeNames are the types --hive-types accepts, with DuckDB's names as
 // aliases.
@@ -130,9 +140,11 @@ func ParseTypes(spec string) (map[string]arrow.DataType, error) {
 	return out, nil
 }
 
-// KV is one partition folder: its key and decoded value.
+// KV is one partition folder: its key and decoded value, and whether the
+// value stands for null (Null, judged before decoding).
 type KV struct {
 	Key, Value string
+	Null       bool
 }
 
 // Segments returns the key=value folders of a slash-separated path
@@ -146,7 +158,7 @@ func Segments(rel string) []KV {
 		if !ok || k == "" {
 			continue
 		}
-		out = append(out, KV{Key: unescape(k), Value: unescape(v)})
+		out = append(out, KV{Key: unescape(k), Value: unescape(v), Null: Null(v)})
 	}
 	return out
 }
@@ -227,7 +239,7 @@ func Discover(rels, urls []string, mode Mode, declared map[string]arrow.DataType
 		}
 		vals, nulls := make([]string, len(s)), make([]bool, len(s))
 		for j, kv := range s {
-			vals[j], nulls[j] = kv.Value, Null(kv.Value)
+			vals[j], nulls[j] = kv.Value, kv.Null
 		}
 		p.Values = append(p.Values, vals)
 		p.Nulls = append(p.Nulls, nulls)
@@ -375,7 +387,9 @@ func Escape(s string) string {
 const MaxSegment = 255
 
 // Path returns the folder of one partition: "k1=v1/k2=v2" with keys and
-// values escaped; a null value (values[i] == nil) is DefaultPartition. Every
+// values escaped; a null value (values[i] == nil) is DefaultPartition, and a
+// string a reader would take for null ("NULL" in any case, Hive's null)
+// has its first byte escaped, so DuckDB and Spark read the string. Every
 // segment starts with its escaped key and "=" and holds no "/", so no
 // value can name a folder outside the output. A segment longer than
 // MaxSegment is an error.
@@ -385,6 +399,9 @@ func Path(keys []string, values []*string) (string, error) {
 		v := DefaultPartition
 		if values[i] != nil {
 			v = Escape(*values[i])
+			if readsAsNull(v) { // the string "NULL", "null" or Hive's null: its first byte escaped
+				v = fmt.Sprintf("%%%02X", v[0]) + v[1:]
+			}
 		}
 		segs[i] = Escape(k) + "=" + v
 		if len(segs[i]) > MaxSegment {

@@ -14,7 +14,7 @@ import (
 
 func TestSegmentsDecode(t *testing.T) {
 	got := Segments("year=2024/plain/city=S%C3%A3o%20Paulo/x%2Fy=a%3Db/bad=%zz/=skipped/part-0.parquet")
-	want := []KV{{"year", "2024"}, {"city", "São Paulo"}, {"x/y", "a=b"}, {"bad", "%zz"}}
+	want := []KV{{"year", "2024", false}, {"city", "São Paulo", false}, {"x/y", "a=b", false}, {"bad", "%zz", false}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
@@ -105,10 +105,13 @@ func TestConstant(t *testing.T) {
 }
 
 // TestPathRoundTripsAndStaysInside: any value, written as a folder by Path
-// and read back by Segments, is the same value; the folders are exactly one
+// and read back by Segments, is the same value, and null only where it was
+// null (a string "NULL" was read back as null); the folders are exactly one
 // per key, and none is "." or ".." or holds a "/".
 func TestPathRoundTripsAndStaysInside(t *testing.T) {
-	fixed := []string{"", "a/b", "../..", "x=y", "100%", "sp ace", "São Paulo", "日本", "a\\b", "#?*:", "\x00\x01\n", ".", "..", DefaultPartition + "x"}
+	fixed := []string{"", "a/b", "../..", "x=y", "100%", "sp ace", "São Paulo", "日本", "a\\b", "#?*:", "\x00\x01\n", ".", "..", DefaultPartition + "x",
+		// strings a reader would take for null, were they written as they are
+		"NULL", "null", "Null", DefaultPartition, strings.ToLower(DefaultPartition), "%4EULL"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := []rune("a/=%. \\#:?é日\x00\x7f-_")
 	for i := 0; i < 2000; i++ {
@@ -136,7 +139,7 @@ func TestPathRoundTripsAndStaysInside(t *testing.T) {
 			}
 		}
 		got := Segments(p + "/part-00000.parquet")
-		if len(got) != 2 || got[0].Key != "k/1" || got[0].Value != v || got[1].Key != "date" || !Null(got[1].Value) {
+		if len(got) != 2 || got[0].Key != "k/1" || got[0].Value != v || got[0].Null || got[1].Key != "date" || !got[1].Null {
 			t.Fatalf("value %q: path %q read back as %v", v, p, got)
 		}
 	}

@@ -418,7 +418,7 @@ func folderKey(folder string, typ arrow.DataType) ([]byte, any, error) {
 		return nil, nil, fmt.Errorf("bad partition folder %q", folder)
 	}
 	var v *string
-	if !hive.Null(segs[0].Value) {
+	if !segs[0].Null {
 		v = &segs[0].Value
 	}
 	t := typ

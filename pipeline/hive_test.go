@@ -15,6 +15,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"gocloud.dev/blob"
 
+	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
@@ -468,7 +469,11 @@ func TestHiveOutputEscaping(t *testing.T) {
 		ID  int64   `parquet:"id"`
 		Key *string `parquet:"key,optional"`
 	}
-	vals := []string{"a/b", "x=y", "100%", "sp ace", "São Paulo", "日本", "", "..", "../../etc", "#?*:[]", "plain"}
+	// The last four are strings a reader takes for null if written as
+	// they are: DuckDB read "null" back as NULL, and the run refused
+	// Hive's own null word in its output check (exit 1).
+	vals := []string{"a/b", "x=y", "100%", "sp ace", "São Paulo", "日本", "", "..", "../../etc", "#?*:[]", "plain",
+		"NULL", "null", hive.DefaultPartition, "%4EULL"}
 	var rows []Row
 	for i := 0; i < 300; i++ {
 		r := Row{ID: int64(i)}
