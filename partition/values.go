@@ -84,6 +84,8 @@ func floatValue(f float64) any {
 		return "Inf"
 	case math.IsInf(f, -1):
 		return "-Inf"
+	case f == 0:
+		return 0.0 // -0 too: one slice with 0 (appendFloat), named as 0
 	}
 	return f
 }

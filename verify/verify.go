@@ -637,6 +637,9 @@ func verifyRowGroup(ctx context.Context, tbl *source.Table, url string, m *manif
 		for c := 0; c < nSlice; c++ {
 			gotJ, _ := json.Marshal(partition.Value(keys[c], i))
 			wantJ, _ := json.Marshal(want[c].Value)
+			if string(wantJ) == "-0" { // a manifest written before -0 was named as 0, its slice's
+				wantJ = []byte("0")
+			}
 			if !bytes.Equal(gotJ, wantJ) {
 				return fmt.Sprintf("%s: row group %d: key %s is %s, manifest says %s", url, g, m.SliceKeys[c], gotJ, wantJ)
 			}
