@@ -1066,3 +1066,16 @@ func TestDatasetRootReadsAsOneDataset(t *testing.T) {
 		t.Fatalf("the %s filter read %d samples, the part has %d", day, n, g.Parts[1].Rows)
 	}
 }
+
+// TestPythonRefusesBadArguments: the Python loader's arguments a training
+// script gets wrong are a ValueError naming them (python/tests/arguments.py):
+// slices={"country": "C0x"} or a key that is not a slice key read as an
+// empty epoch, samples_seen=-512 as one batch more than the epoch, and a
+// batch size of 0 was a ZeroDivisionError.
+func TestPythonRefusesBadArguments(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 3})
+	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 512 << 10, BlockSamples: 1000})
+	if res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "arguments.py"), out); strings.TrimSpace(string(res)) != "ok" {
+		t.Fatalf("arguments.py printed %q", res)
+	}
+}

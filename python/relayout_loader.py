@@ -2107,6 +2107,8 @@ class Dataset:
         self.rank, self.world, self.worker, self.num_workers = rank, world, worker, num_workers
         self.seed, self.epoch, self.shuffle = seed, epoch, shuffle
         self.samples_seen, self.drop_last = samples_seen, drop_last
+        if samples_seen < 0 or epoch < 0:  # as the Go loader (Assignment.check): -512 read one batch twice
+            raise ValueError(f"epoch {epoch} and samples_seen {samples_seen} must not be negative")
         self.verify_checksums = verify_checksums
         self.schema = self.tensors_info["schema"]
         self.by_name = {t["name"]: t for t in self.schema}
@@ -2150,9 +2152,15 @@ class Dataset:
                     raise ValueError(f"slice {s}: the manifest has {len(ms)} slices")
                 idx.add(s)
             elif isinstance(s, dict):
-                for i, sl in enumerate(ms):
-                    if all(sl["key"].get(k) == v for k, v in s.items()):
-                        idx.add(i)
+                keys = self.manifest.get("slice_keys") or []
+                for k in s:
+                    if k not in keys:
+                        raise ValueError(f"slices: {k!r} is not a slice key (the slice keys are {keys})")
+                found = [i for i, sl in enumerate(ms) if all(sl["key"].get(k) == v for k, v in s.items())]
+                if not found:  # a typo read as an empty epoch, silently
+                    some = sorted({json.dumps(sl["key"].get(k)) for sl in ms for k in s})[:5]
+                    raise ValueError(f"slices: {s!r} matches no slice of the manifest (values there: {', '.join(some)}, ...)")
+                idx.update(found)
             else:
                 raise TypeError("slices: want slice indices or dicts of key values")
         rs = sorted((ms[i]["first_row"], ms[i]["first_row"] + ms[i]["rows"]) for i in idx)
@@ -2318,6 +2326,13 @@ class Dataset:
         one's) instead of fresh memory, whose pages cost a fault each on
         first touch. Batches are copies either way; use a dict for one
         iteration at a time."""
+        import operator
+        try:
+            n = operator.index(n)  # an int, or a NumPy integer
+        except TypeError:
+            raise ValueError(f"batch size {n!r}: want a positive integer") from None
+        if n <= 0:
+            raise ValueError(f"batch size {n!r}: want a positive integer")
         if self.order != "window":
             if self._remote is not None and self.tensors_info["totals"]["bytes"] > self._remote.limit:
                 raise ValueError(f"cache {self._remote.dir}: the {self.order} order returns views of mapped shards, so a remote "
