@@ -224,6 +224,20 @@ func (d *Dataset) weigh() error {
 			return fmt.Errorf("weights: %q is not a slice key (the slice keys are %v)", k, m.SliceKeys)
 		}
 	}
+	// A value no slice has (a typo) would weigh nothing, silently.
+	seen := map[[2]string]bool{}
+	for _, s := range m.Slices {
+		for _, kv := range s.Key {
+			seen[[2]string{kv.Name, fmt.Sprint(kv.Value)}] = true
+		}
+	}
+	for k, vs := range d.opts.KeyWeights {
+		for v := range vs {
+			if !seen[[2]string{k, v}] {
+				return fmt.Errorf("weights: %s=%q matches no slice of the manifest", k, v)
+			}
+		}
+	}
 	for i, s := range m.Slices {
 		r := Range{s.FirstRow, s.FirstRow + s.Rows}
 		if d.sel != nil && len(cut([]Piece{r}, d.sel)) == 0 {

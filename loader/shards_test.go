@@ -1070,12 +1070,27 @@ func TestDatasetRootReadsAsOneDataset(t *testing.T) {
 // TestPythonRefusesBadArguments: the Python loader's arguments a training
 // script gets wrong are a ValueError naming them (python/tests/arguments.py):
 // slices={"country": "C0x"} or a key that is not a slice key read as an
-// empty epoch, samples_seen=-512 as one batch more than the epoch, and a
+// empty epoch, weights={"country": {"C0x": 5}} weighed nothing (in Go too), samples_seen=-512 as one batch more than the epoch, and a
 // batch size of 0 was a ZeroDivisionError.
 func TestPythonRefusesBadArguments(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 3})
 	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 512 << 10, BlockSamples: 1000})
 	if res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "arguments.py"), out); strings.TrimSpace(string(res)) != "ok" {
 		t.Fatalf("arguments.py printed %q", res)
+	}
+	// The Go loader: a key weight for a value no slice has weighed
+	// nothing, silently (as in Python).
+	for _, kw := range []map[string]map[string]float64{{"country": {"C0x": 5}}, {"contry": {"C01": 5}}} {
+		if d, err := loader.Open(out, loader.Options{KeyWeights: kw}); err == nil {
+			d.Close()
+			t.Errorf("KeyWeights %v: opened", kw)
+		} else if !strings.Contains(err.Error(), "matches no slice") && !strings.Contains(err.Error(), "is not a slice key") {
+			t.Errorf("KeyWeights %v: %v", kw, err)
+		}
+	}
+	if d, err := loader.Open(out, loader.Options{KeyWeights: map[string]map[string]float64{"country": {"C01": 2}}}); err != nil {
+		t.Errorf("KeyWeights of a value slices have: %v", err)
+	} else {
+		d.Close()
 	}
 }

@@ -2186,6 +2186,10 @@ class Dataset:
                 if k not in keys:
                     raise ValueError(f"weights: {k!r} is not a slice key (the slice keys are {keys})")
                 per_key[k] = {str(x): float(w) for x, w in v.items()}
+                have = {_key_str(sl["key"].get(k)) for sl in ms}
+                for x in per_key[k]:
+                    if x not in have:  # a typo would weigh nothing, silently
+                        raise ValueError(f"weights: {k}={x!r} matches no slice of the manifest")
             else:
                 raise TypeError("weights: want {slice index: weight} or {key: {value: weight}}")
         out = []

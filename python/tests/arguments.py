@@ -24,6 +24,9 @@ def refused(what, want, make, batch=512):
 # a dict of slice-key values that matches no slice read as an empty epoch
 refused("a value no slice has", "matches no slice", lambda: rl.Dataset(out, slices=[{"country": "C0x"}]))
 refused("a key that is not a slice key", "is not a slice key", lambda: rl.Dataset(out, slices=[{"contry": "C01"}]))
+# a weight for a value no slice has weighed nothing, silently
+refused("a weight for a value no slice has", "matches no slice", lambda: rl.Dataset(out, weights={"country": {"C0x": 5.0}}))
+refused("a weight for a key that is not a slice key", "is not a slice key", lambda: rl.Dataset(out, weights={"contry": {"C01": 5.0}}))
 # a negative resume point read one batch twice (the Go loader refuses it)
 refused("negative samples_seen", "must not be negative", lambda: rl.Dataset(out, samples_seen=-512))
 refused("negative epoch", "must not be negative", lambda: rl.Dataset(out, epoch=-1))
@@ -33,5 +36,6 @@ for order in ("window", "block"):
 # what is right still reads
 assert sum(1 for _ in rl.Dataset(out, seed=1).batches(np.int64(512))) == full
 some = sum(1 for _ in rl.Dataset(out, seed=1, slices=[{"country": "C01"}]).batches(512))
+assert sum(1 for _ in rl.Dataset(out, seed=1, weights={"country": {"C01": 2.0}}).batches(512)) > 0
 assert 0 < some < full, (some, full)
 print("ok")
