@@ -1048,3 +1048,28 @@ func TestShownEscapesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestReportRefusesWhatItCannotRender: `relayout report` refuses, exit 3
+// with one line, a file that is not JSON, JSON that is not a report, and
+// a report of a newer format version (rendered before, as if its fields
+// meant what version 1's do); the message had a trailing ": <nil>".
+func TestReportRefusesWhatItCannotRender(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct{ body, want string }{
+		"garbage.json": {"nope", "is not a relayout report: invalid character"},
+		"other.json":   {`{"format": "something-else"}`, `is not a relayout report (format "something-else", want "relayout-report")`},
+		"newer.json":   {`{"format": "relayout-report", "format_version": 99}`, "is report format version 99; this relayout renders version 1 and older"},
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := relayout(t, nil, "report", "--html", filepath.Join(dir, "page.html"), p)
+		if r.code != 3 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "<nil>") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 3 saying %q", name, r.code, r.stderr, c.want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "page.html")); err == nil {
+			t.Errorf("%s: a page was written", name)
+		}
+	}
+}

@@ -35,8 +35,15 @@ func reportCommand() *cli.Command {
 			}
 			var r report.Report
 			dec := json.NewDecoder(bytes.NewReader(data))
-			if err := dec.Decode(&r); err != nil || r.Format != report.Format {
-				return errs.BadInputf("%s is not a relayout report (format %q): %v", c.Args().First(), r.Format, err)
+			if err := dec.Decode(&r); err != nil {
+				return errs.BadInputf("%s is not a relayout report: %v", c.Args().First(), err)
+			}
+			if r.Format != report.Format {
+				return errs.BadInputf("%s is not a relayout report (format %q, want %q)", c.Args().First(), r.Format, report.Format)
+			}
+			if r.FormatVersion > report.FormatVersion { // its fields may mean what this page does not know
+				return errs.WithHint(errs.BadInputf("%s is report format version %d; this relayout renders version %d and older", c.Args().First(), r.FormatVersion, report.FormatVersion),
+					"render it with the relayout that wrote it, or a newer one")
 			}
 			var buf bytes.Buffer
 			if err := r.HTML(&buf); err != nil {
