@@ -18,6 +18,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/relayout/relayout/dataset"
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
@@ -1071,12 +1072,16 @@ func TestDatasetRootReadsAsOneDataset(t *testing.T) {
 // script gets wrong are a ValueError naming them (python/tests/arguments.py):
 // slices={"country": "C0x"} or a key that is not a slice key read as an
 // empty epoch, weights={"country": {"C0x": 5}} weighed nothing (in Go too), samples_seen=-512 as one batch more than the epoch, and a
-// batch size of 0 was a ZeroDivisionError.
+// batch size of 0 was a ZeroDivisionError, and a manifest of a newer format
+// version was read as version 1.
 func TestPythonRefusesBadArguments(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 3})
 	out := run(t, pipeline.RunOptions{Inputs: []string{in}, SliceKeys: []string{"country"}, Tensors: true, ShardBytes: 512 << 10, BlockSamples: 1000})
-	if res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "arguments.py"), out); strings.TrimSpace(string(res)) != "ok" {
-		t.Fatalf("arguments.py printed %q", res)
+	// It also reads only the manifest and generation format versions the Go
+	// loader reads.
+	want := fmt.Sprintf("ok %d %d", manifests.FormatVersion, dataset.FormatVersion)
+	if res := testutil.Python(t, filepath.Join(testutil.Root(), "python", "tests", "arguments.py"), out); strings.TrimSpace(string(res)) != want {
+		t.Fatalf("arguments.py printed %q, want %q", res, want)
 	}
 	// The Go loader: a key weight for a value no slice has weighed
 	// nothing, silently (as in Python).

@@ -39,6 +39,10 @@ __all__ = ["Dataset", "merge_parts", "open_generation", "read_header", "sequence
            "streams_of", "stream_windows", "window_batches", "window_samples", "tune_malloc"]
 
 ALGORITHM = "relayout-order-v1"
+# The manifest and dataset generation format versions this loader reads
+# (Go: manifests.FormatVersion, dataset.FormatVersion).
+MANIFEST_FORMAT_VERSION = 1
+GENERATION_FORMAT_VERSION = 1
 M64 = (1 << 64) - 1
 
 DTYPES = {
@@ -1983,8 +1987,10 @@ def _read_generation(root, generation, list_names, read):
             raise ValueError(f"{root}: no generation")
         generation = max(int(n[:-5]) for n in names)
     g = json.loads(read("generations/%08d.json" % generation))
-    if g.get("format") != "relayout-dataset-generation" or g.get("generation") != generation:
-        raise ValueError(f"{root}: generation {generation} is not a relayout dataset generation")
+    if g.get("format") != "relayout-dataset-generation" or g.get("generation") != generation \
+            or g.get("format_version") != GENERATION_FORMAT_VERSION:
+        raise ValueError(f"{root}: generation {generation} is not a relayout dataset generation "
+                         f"of format version {GENERATION_FORMAT_VERSION}")
     parts, paths = [], []
     for p in g["parts"]:
         parts.append(json.loads(read(p["path"].rstrip("/") + "/manifest.json")))
@@ -2097,6 +2103,9 @@ class Dataset:
         m = self.manifest
         if m.get("format") != "relayout-manifest":
             raise ValueError(f"{manifest}: not a relayout manifest")
+        if m.get("format_version") != MANIFEST_FORMAT_VERSION:  # as the Go loader (manifests.Parse)
+            raise ValueError(f"{manifest}: manifest format_version {m.get('format_version')} is not supported "
+                             f"(this loader reads {MANIFEST_FORMAT_VERSION})")
         self.tensors_info = m.get("tensors")
         if not self.tensors_info:
             raise ValueError(f"{manifest}: this output has no tensor shards (run relayout with --tensors)")

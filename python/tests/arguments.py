@@ -1,7 +1,10 @@
 """The Python loader's arguments a training script gets wrong, against a
 relayout output (argv[1]): each is a ValueError naming it, never a silent
 empty or longer epoch, nor a ZeroDivisionError; prints "ok"."""
+import json
+import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -33,9 +36,17 @@ refused("negative epoch", "must not be negative", lambda: rl.Dataset(out, epoch=
 for order in ("window", "block"):
     refused(f"batch size 0 ({order})", "positive integer", lambda: rl.Dataset(out, shuffle=order), batch=0)
     refused(f"batch size -1 ({order})", "positive integer", lambda: rl.Dataset(out, shuffle=order), batch=-1)
+# a manifest of a newer format version was read as if it were version 1
+with open(os.path.join(out, "manifest.json")) as f:
+    m = json.load(f)
+m["format_version"] = rl.MANIFEST_FORMAT_VERSION + 1
+newer = tempfile.mkdtemp()
+with open(os.path.join(newer, "manifest.json"), "w") as f:
+    json.dump(m, f)
+refused("a newer manifest format", "is not supported", lambda: rl.Dataset(newer))
 # what is right still reads
 assert sum(1 for _ in rl.Dataset(out, seed=1).batches(np.int64(512))) == full
 some = sum(1 for _ in rl.Dataset(out, seed=1, slices=[{"country": "C01"}]).batches(512))
 assert sum(1 for _ in rl.Dataset(out, seed=1, weights={"country": {"C01": 2.0}}).batches(512)) > 0
 assert 0 < some < full, (some, full)
-print("ok")
+print("ok", rl.MANIFEST_FORMAT_VERSION, rl.GENERATION_FORMAT_VERSION)
