@@ -572,8 +572,8 @@ func TestInputErrorsNameFileAndColumn(t *testing.T) {
 		keys   []string
 		want   []string
 	}{
-		{"type mismatch", []string{a, b}, nil, []string{"a.parquet", "b.parquet", `"x"`}},
-		{"column count", []string{a, c}, nil, []string{"a.parquet", "c.parquet"}},
+		{"type mismatch", []string{a, b}, nil, []string{"a.parquet", "b.parquet", `"x"`, "share one schema"}},
+		{"column count", []string{a, c}, nil, []string{"a.parquet", "c.parquet", "share one schema"}},
 		{"missing key", []string{a}, []string{"nope"}, []string{`"nope"`, "a.parquet"}},
 		{"corrupt", []string{bad}, nil, []string{"bad.parquet"}},
 		{"no input", []string{filepath.Join(dir, "none")}, nil, []string{"none"}},

@@ -504,22 +504,25 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 	return f, nil
 }
 
+// mismatchHint says what to do about inputs whose schemas differ.
+const mismatchHint = "the inputs of one run share one schema: rewrite the odd files to it, or run them separately"
+
 // match checks f's schema against the table's and fills f.colMap.
 func (t *Table) match(f *File) error {
 	first := t.Files[0]
 	f.colMap = make([]int, t.Schema.NumFields())
 	if f.schema.NumFields() != t.Schema.NumFields() {
-		return errs.BadInputf("schema mismatch: %s has %d columns, %s has %d", first.Obj.URL, t.Schema.NumFields(), f.Obj.URL, f.schema.NumFields())
+		return errs.WithHint(errs.BadInputf("schema mismatch: %s has %d columns, %s has %d", first.Obj.URL, t.Schema.NumFields(), f.Obj.URL, f.schema.NumFields()), mismatchHint)
 	}
 	fields := t.Schema.Fields()
 	for i, want := range fields {
 		idx := f.schema.FieldIndices(want.Name)
 		if len(idx) != 1 {
-			return errs.BadInputf("schema mismatch: column %q is in %s but not in %s", want.Name, first.Obj.URL, f.Obj.URL)
+			return errs.WithHint(errs.BadInputf("schema mismatch: column %q is in %s but not in %s", want.Name, first.Obj.URL, f.Obj.URL), mismatchHint)
 		}
 		got := f.schema.Field(idx[0])
 		if !arrow.TypeEqual(got.Type, want.Type) {
-			return errs.BadInputf("schema mismatch: column %q is %s in %s but %s in %s", want.Name, want.Type, first.Obj.URL, got.Type, f.Obj.URL)
+			return errs.WithHint(errs.BadInputf("schema mismatch: column %q is %s in %s but %s in %s", want.Name, want.Type, first.Obj.URL, got.Type, f.Obj.URL), mismatchHint)
 		}
 		if got.Nullable && !want.Nullable {
 			fields[i].Nullable = true
