@@ -77,9 +77,7 @@ func Null(raw string) bool { return raw == DefaultPartition || strings.EqualFold
 // readsAsNull reports whether some reader would take a folder value as
 // written for null (Null, or Hive's null in another case): Path escapes
 // such a string.
-func readsAsNull(raw string) bool {
-	return strings.EqualFold(raw, DefaultPartition) || strings.EqualFold(raw, "NULL")
-}
+func readsAsNull(raw string) bool { return Null(raw) || strings.EqualFold(raw, DefaultPartition) }
 
 // typeNames are the types --hive-types accepts, with DuckDB's names as
 // aliases.

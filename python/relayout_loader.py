@@ -28,6 +28,7 @@ import atexit
 import importlib.util
 import json
 import mmap
+import operator
 import os
 import struct
 import threading
@@ -2161,10 +2162,8 @@ class Dataset:
                     raise ValueError(f"slice {s}: the manifest has {len(ms)} slices")
                 idx.add(s)
             elif isinstance(s, dict):
-                keys = self.manifest.get("slice_keys") or []
                 for k in s:
-                    if k not in keys:
-                        raise ValueError(f"slices: {k!r} is not a slice key (the slice keys are {keys})")
+                    self._slice_key("slices", k)
                 found = [i for i, sl in enumerate(ms) if all(sl["key"].get(k) == v for k, v in s.items())]
                 if not found:  # a typo read as an empty epoch, silently
                     some = sorted({json.dumps(sl["key"].get(k)) for sl in ms for k in s})[:5]
@@ -2183,8 +2182,15 @@ class Dataset:
                 out.append((s, e))
         return out
 
+    def _slice_key(self, what, k):
+        """Refuse k where it is not a slice key (slices= and weights= name
+        slices by key values)."""
+        keys = self.manifest["slice_keys"]
+        if k not in keys:
+            raise ValueError(f"{what}: {k!r} is not a slice key (the slice keys are {keys})")
+
     def _weigh(self, weights):
-        ms, keys = self.manifest["slices"], self.manifest["slice_keys"]
+        ms = self.manifest["slices"]
         per_slice, per_key = {}, {}
         for k, v in weights.items():
             if isinstance(k, int):
@@ -2192,8 +2198,7 @@ class Dataset:
                     raise ValueError(f"weights: slice {k}: the manifest has {len(ms)} slices")
                 per_slice[k] = float(v)
             elif isinstance(k, str) and isinstance(v, dict):
-                if k not in keys:
-                    raise ValueError(f"weights: {k!r} is not a slice key (the slice keys are {keys})")
+                self._slice_key("weights", k)
                 per_key[k] = {str(x): float(w) for x, w in v.items()}
                 have = {_key_str(sl["key"].get(k)) for sl in ms}
                 for x in per_key[k]:
@@ -2339,7 +2344,6 @@ class Dataset:
         one's) instead of fresh memory, whose pages cost a fault each on
         first touch. Batches are copies either way; use a dict for one
         iteration at a time."""
-        import operator
         try:
             n = operator.index(n)  # an int, or a NumPy integer
         except TypeError:
