@@ -125,7 +125,7 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 		var kp int
 		for j := 0; j < m; j++ {
 			rec, ri := at(row(j), &kp)
-			v, err := fingerprint.ValueHash(rec.Column(c), ri)
+			v, err := fingerprint.ExactValueHash(rec.Column(c), ri)
 			if err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ func (d *Detector) AddBatches(recs []arrow.RecordBatch, ord []int64) error {
 		}
 		h := make([]uint64, starts[len(recs)])
 		for i, r := range recs {
-			if err := fingerprint.ValueHashesTo(r.Column(c), h[starts[i]:starts[i+1]]); err != nil {
+			if err := fingerprint.ExactValueHashesTo(r.Column(c), h[starts[i]:starts[i+1]]); err != nil {
 				return err
 			}
 		}

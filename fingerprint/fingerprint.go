@@ -19,6 +19,13 @@
 // Values are hashed by their logical value, not their encoding, so the
 // fingerprint of a Parquet file is the same however it is encoded, compressed
 // or split into row groups.
+//
+// The exact hashes (ExactValueHash, ExactRowHashes, an exact group of
+// RowHashesWith) are h(v) except for a float -0 and a NaN, which hash by
+// their own bits: two values with equal exact hashes are the same bits, as
+// packing needs to keep one value for every item of a query. They are not
+// part of the fingerprint and not a format: only values hashed by one build
+// are compared.
 package fingerprint
 
 import (
@@ -74,13 +81,13 @@ func (s Sum) String() string { return fmt.Sprintf("%016x", s.Hash) }
 
 // Record returns the fingerprint of the record's rows.
 func Record(rec arrow.RecordBatch) (Sum, error) {
-	return RecordWith(rec, nil, nil)
+	return RecordWith(rec, nil, nil, nil)
 }
 
 // RecordWith returns the fingerprint of the record's rows and fills extra
 // with per-row hashes of groups of its columns, as RowHashesWith does.
-func RecordWith(rec arrow.RecordBatch, group []int, extra [][]uint64) (Sum, error) {
-	hs, err := RowHashesWith(rec.Columns(), int(rec.NumRows()), group, extra)
+func RecordWith(rec arrow.RecordBatch, group []int, extra [][]uint64, exact []bool) (Sum, error) {
+	hs, err := RowHashesWith(rec.Columns(), int(rec.NumRows()), group, extra, exact)
 	if err != nil {
 		return Sum{}, err
 	}
@@ -94,7 +101,30 @@ func RecordWith(rec arrow.RecordBatch, group []int, extra [][]uint64) (Sum, erro
 
 // RowHashes returns each row's hash over the given columns.
 func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
-	return RowHashesWith(cols, n, nil, nil)
+	return RowHashesWith(cols, n, nil, nil, nil)
+}
+
+// ExactRowHashes returns each row's hash over the given columns from the
+// columns' exact hashes (see the package doc): rows whose hashes are
+// equal hold the same bits, up to a 64-bit collision.
+func ExactRowHashes(cols []arrow.Array, n int) ([]uint64, error) {
+	acc := make([]uint64, n)
+	for i := range acc {
+		acc[i] = seed
+	}
+	tmp := make([]uint64, n)
+	for _, c := range cols {
+		if err := valueHashes(c, tmp, &exactness{}); err != nil {
+			return nil, err
+		}
+		for i := range acc {
+			acc[i] = fold(acc[i], tmp[i])
+		}
+	}
+	for i := range acc {
+		acc[i] = mix(acc[i])
+	}
+	return acc, nil
 }
 
 // RowHashesWith returns each row's hash over cols, as RowHashes does, and
@@ -102,8 +132,10 @@ func RowHashes(cols []arrow.Array, n int) ([]uint64, error) {
 // == g (in their order), which is what RowHashes over those columns alone
 // returns. Each value is hashed once for both. group may be nil (no
 // extra), else one entry per column, negative for none; len(extra[g])
-// must be n.
-func RowHashesWith(cols []arrow.Array, n int, group []int, extra [][]uint64) ([]uint64, error) {
+// must be n. A group g with exact[g] set (exact may be nil or shorter:
+// none) is hashed from its columns' exact hashes, as ExactRowHashes; a
+// column holding a -0 or a NaN is then hashed twice.
+func RowHashesWith(cols []arrow.Array, n int, group []int, extra [][]uint64, exact []bool) ([]uint64, error) {
 	if group != nil && len(group) != len(cols) {
 		return nil, fmt.Errorf("internal: %d column groups for %d columns", len(group), len(cols))
 	}
@@ -131,17 +163,26 @@ func RowHashesWith(cols []arrow.Array, n int, group []int, extra [][]uint64) ([]
 		if tmp == nil {
 			tmp = make([]uint64, n)
 		}
-		if err := valueHashes(c, tmp); err != nil {
-			return nil, err
+		var x *exactness
+		if g >= 0 && g < len(exact) && exact[g] {
+			x = &exactness{}
 		}
-		for i := range acc {
-			acc[i] = fold(acc[i], tmp[i])
+		if err := valueHashes(c, tmp, x); err != nil {
+			return nil, err
 		}
 		if g >= 0 {
 			e := extra[g]
 			for i := range e {
 				e[i] = fold(e[i], tmp[i])
 			}
+		}
+		if x != nil && x.special { // the fingerprint's are h(v)
+			if err := valueHashes(c, tmp, nil); err != nil {
+				return nil, err
+			}
+		}
+		for i := range acc {
+			acc[i] = fold(acc[i], tmp[i])
 		}
 	}
 	for i := range acc {
@@ -211,8 +252,33 @@ func foldInts[T integer](acc []uint64, vs []T) {
 	}
 }
 
-// valueHashes fills out[i] with h(arr[i]); len(out) == arr.Len().
-func valueHashes(arr arrow.Array, out []uint64) error {
+// exactness asks valueHashes for exact hashes, and records whether any
+// differs from h(v) (a -0 or a NaN was seen).
+type exactness struct{ special bool }
+
+// exactSalt sets an exact hash of a -0 or a NaN apart from h of a value.
+const exactSalt uint64 = 0x9e3779b97f4a7c15
+
+// exactFloat reports whether f is a -0 or a NaN, whose exact hash,
+// mix(bits)^exactSalt, is not h(f).
+func exactFloat(f float64) bool { return f != f || (f == 0 && math.Signbit(f)) }
+
+func exactFloats[T float32 | float64](out []uint64, vs []T, bits func(T) uint64) bool {
+	seen := false
+	for i, v := range vs {
+		if exactFloat(float64(v)) {
+			out[i] = mix(bits(v)) ^ exactSalt
+			seen = true
+		}
+	}
+	return seen
+}
+
+func bits32(v float32) uint64 { return uint64(math.Float32bits(v)) }
+
+// valueHashes fills out[i] with h(arr[i]); len(out) == arr.Len(). With x,
+// the hashes are exact (see the package doc).
+func valueHashes(arr arrow.Array, out []uint64, x *exactness) error {
 	n := arr.Len()
 	switch a := arr.(type) {
 	case *array.Null:
@@ -258,15 +324,28 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 		ints(out, a.DurationValues())
 	case *array.Float16:
 		for i := 0; i < n; i++ {
-			out[i] = floatHash(float64(a.Value(i).Float32()))
+			f := float64(a.Value(i).Float32())
+			out[i] = floatHash(f)
+			if x != nil && exactFloat(f) {
+				out[i] = mix(uint64(a.Value(i).Uint16())) ^ exactSalt
+				x.special = true
+			}
 		}
 	case *array.Float32:
-		for i, v := range a.Float32Values() {
+		vs := a.Float32Values()
+		for i, v := range vs {
 			out[i] = floatHash(float64(v))
 		}
+		if x != nil && exactFloats(out, vs, bits32) {
+			x.special = true
+		}
 	case *array.Float64:
-		for i, v := range a.Float64Values() {
+		vs := a.Float64Values()
+		for i, v := range vs {
 			out[i] = floatHash(v)
+		}
+		if x != nil && exactFloats(out, vs, math.Float64bits) {
+			x.special = true
 		}
 	case *array.String:
 		for i := 0; i < n; i++ {
@@ -340,7 +419,7 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 			defer child.Release()
 		}
 		ch := make([]uint64, child.Len())
-		if err := valueHashes(child, ch); err != nil {
+		if err := valueHashes(child, ch, x); err != nil {
 			return err
 		}
 		for i := 0; i < n; i++ {
@@ -360,7 +439,7 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 		}
 		tmp := make([]uint64, n)
 		for f := 0; f < a.NumField(); f++ {
-			if err := valueHashes(a.Field(f), tmp); err != nil {
+			if err := valueHashes(a.Field(f), tmp, x); err != nil {
 				return err
 			}
 			for i := range out {
@@ -373,7 +452,7 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 	case *array.Dictionary:
 		dict := a.Dictionary()
 		dh := make([]uint64, dict.Len())
-		if err := valueHashes(dict, dh); err != nil {
+		if err := valueHashes(dict, dh, x); err != nil {
 			return err
 		}
 		for i := 0; i < n; i++ {
@@ -382,7 +461,7 @@ func valueHashes(arr arrow.Array, out []uint64) error {
 			}
 		}
 	case array.ExtensionArray:
-		if err := valueHashes(a.Storage(), out); err != nil {
+		if err := valueHashes(a.Storage(), out, x); err != nil {
 			return err
 		}
 	default:
@@ -440,7 +519,15 @@ func isListView(a arrow.Array) bool {
 
 // ValueHash returns h(arr[i]), what ValueHashesTo writes at i, hashing
 // that value alone.
-func ValueHash(arr arrow.Array, i int) (uint64, error) {
+func ValueHash(arr arrow.Array, i int) (uint64, error) { return valueHash(arr, i, nil) }
+
+// ExactValueHash returns arr[i]'s exact hash (see the package doc), what
+// ExactValueHashesTo writes at i.
+func ExactValueHash(arr arrow.Array, i int) (uint64, error) {
+	return valueHash(arr, i, &exactness{})
+}
+
+func valueHash(arr arrow.Array, i int, x *exactness) (uint64, error) {
 	if arr.IsNull(i) {
 		return nullHash, nil
 	}
@@ -451,20 +538,26 @@ func ValueHash(arr arrow.Array, i int) (uint64, error) {
 	case *array.Int64:
 		return intHash(a.Value(i)), nil
 	case *array.Float32:
+		if v := a.Value(i); x != nil && exactFloat(float64(v)) {
+			return mix(bits32(v)) ^ exactSalt, nil
+		}
 		return floatHash(float64(a.Value(i))), nil
 	case *array.Float64:
+		if v := a.Value(i); x != nil && exactFloat(v) {
+			return mix(math.Float64bits(v)) ^ exactSalt, nil
+		}
 		return floatHash(a.Value(i)), nil
 	case *array.String:
 		return xxhash.Sum64String(a.Value(i)), nil
 	case *array.Binary:
 		return xxhash.Sum64(a.Value(i)), nil
 	case *array.Dictionary: // not the whole dictionary for one value
-		return ValueHash(a.Dictionary(), a.GetValueIndex(i))
+		return valueHash(a.Dictionary(), a.GetValueIndex(i), x)
 	}
 	one := array.NewSlice(arr, int64(i), int64(i)+1)
 	defer one.Release()
 	var out [1]uint64
-	if err := valueHashes(one, out[:]); err != nil {
+	if err := valueHashes(one, out[:], x); err != nil {
 		return 0, err
 	}
 	return out[0], nil
@@ -477,5 +570,14 @@ func ValueHashesTo(arr arrow.Array, out []uint64) error {
 	if len(out) != arr.Len() {
 		return fmt.Errorf("internal: %d hashes for %d values", len(out), arr.Len())
 	}
-	return valueHashes(arr, out)
+	return valueHashes(arr, out, nil)
+}
+
+// ExactValueHashesTo writes arr[i]'s exact hash (see the package doc) to
+// out[i] for every value of the array; len(out) must be arr.Len().
+func ExactValueHashesTo(arr arrow.Array, out []uint64) error {
+	if len(out) != arr.Len() {
+		return fmt.Errorf("internal: %d hashes for %d values", len(out), arr.Len())
+	}
+	return valueHashes(arr, out, &exactness{})
 }

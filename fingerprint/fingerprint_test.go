@@ -275,7 +275,7 @@ func TestFoldedEqualsValueHashes(t *testing.T) {
 		for i := range acc {
 			acc[i] = seed
 		}
-		if err := valueHashes(c, tmp); err != nil {
+		if err := valueHashes(c, tmp, nil); err != nil {
 			t.Fatal(err)
 		}
 		for i := range acc {
@@ -374,7 +374,7 @@ func TestRowHashesWith(t *testing.T) {
 		for g := range extra {
 			extra[g] = make([]uint64, n)
 		}
-		got, err := RowHashesWith(rec.Columns(), n, group, extra)
+		got, err := RowHashesWith(rec.Columns(), n, group, extra, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +404,95 @@ func TestRowHashesWith(t *testing.T) {
 			}
 		}
 	}
-	if _, err := RowHashesWith(rec.Columns(), n, []int{0}, [][]uint64{make([]uint64, n)}); err == nil {
+	if _, err := RowHashesWith(rec.Columns(), n, []int{0}, [][]uint64{make([]uint64, n)}, nil); err == nil {
 		t.Fatal("a group list shorter than the columns was accepted")
+	}
+}
+
+// TestExactHashes: exact hashes tell a -0 from a 0 and NaNs of different
+// bits apart, at the top level and inside lists and structs, and are h(v)
+// for every other value; an exact group of RowHashesWith leaves the row
+// hashes (the fingerprint) as RowHashes gives them.
+func TestExactHashes(t *testing.T) {
+	negZero := math.Copysign(0, -1)
+	nan1, nan2 := math.Float64frombits(0x7ff8000000000001), math.Float64frombits(0xfff8000000000000)
+	vals := []float64{0, negZero, nan1, nan2, 1.5, negZero, 0, nan1}
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "f64", Type: arrow.PrimitiveTypes.Float64},
+		{Name: "f32", Type: arrow.PrimitiveTypes.Float32},
+		{Name: "list", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)},
+		{Name: "st", Type: arrow.StructOf(arrow.Field{Name: "y", Type: arrow.PrimitiveTypes.Float64})},
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for i, v := range vals {
+		b.Field(0).(*array.Float64Builder).Append(v)
+		b.Field(1).(*array.Float32Builder).Append(float32(v))
+		lb := b.Field(2).(*array.ListBuilder)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Float32Builder).Append(float32(v))
+		sb := b.Field(3).(*array.StructBuilder)
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.Float64Builder).Append(v)
+		b.Field(4).(*array.Int64Builder).Append(int64(i % 2))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	n := len(vals)
+	sameBits := func(i, j int) bool { return math.Float64bits(vals[i]) == math.Float64bits(vals[j]) }
+	for c := 0; c < 4; c++ {
+		col := rec.Column(c)
+		exact := make([]uint64, n)
+		if err := ExactValueHashesTo(col, exact); err != nil {
+			t.Fatal(err)
+		}
+		byValue := make([]uint64, n)
+		if err := ValueHashesTo(col, byValue); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			one, err := ExactValueHash(col, i)
+			if err != nil || one != exact[i] {
+				t.Fatalf("%s[%d]: ExactValueHash %x (%v), ExactValueHashesTo %x", sc.Field(c).Name, i, one, err, exact[i])
+			}
+			if special := vals[i] != vals[i] || (vals[i] == 0 && math.Signbit(vals[i])); !special && exact[i] != byValue[i] {
+				t.Fatalf("%s[%d] = %v: exact hash %x, h(v) %x", sc.Field(c).Name, i, vals[i], exact[i], byValue[i])
+			}
+			for j := 0; j < n; j++ {
+				if (exact[i] == exact[j]) != sameBits(i, j) {
+					t.Fatalf("%s: values %d and %d (%x, %x): exact hashes equal %v", sc.Field(c).Name, i, j, math.Float64bits(vals[i]), math.Float64bits(vals[j]), exact[i] == exact[j])
+				}
+			}
+		}
+		if byValue[0] != byValue[1] || byValue[2] != byValue[3] {
+			t.Fatalf("%s: h(v) tells -0 from 0 or one NaN from another", sc.Field(c).Name)
+		}
+	}
+	want, err := RowHashes(rec.Columns(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := [][]uint64{make([]uint64, n), make([]uint64, n)}
+	got, err := RowHashesWith(rec.Columns(), n, []int{1, 1, 1, 1, 0}, extra, []bool{false, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exactRows, err := ExactRowHashes(rec.Columns()[:4], n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("row %d: an exact group changed the row hash", i)
+		}
+		if extra[1][i] != exactRows[i] {
+			t.Fatalf("row %d: the exact group's hash %x, ExactRowHashes %x", i, extra[1][i], exactRows[i])
+		}
+		for j := 0; j < n; j++ {
+			if (exactRows[i] == exactRows[j]) != sameBits(i, j) {
+				t.Fatalf("rows %d and %d: exact row hashes equal %v", i, j, exactRows[i] == exactRows[j])
+			}
+		}
 	}
 }

@@ -303,6 +303,9 @@ type RowDigest struct {
 	// Group holds, per column of the table, the group it is hashed into
 	// (-1: none).
 	Group []int
+	// Exact, per group (nil or shorter: none), asks for the group's
+	// exact hashes (fingerprint.ExactRowHashes), which tell a -0 from a 0.
+	Exact []bool
 	// Hashes is filled by ReadAll: per group, a hash per row of the table,
 	// in row order.
 	Hashes [][]uint64
@@ -382,15 +385,16 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 				return err
 			}
 			var group []int
+			var exact []bool
 			extra := make([][]uint64, groups)
 			if dig != nil {
-				group = dig.Group
+				group, exact = dig.Group, dig.Exact
 				for g := range extra {
 					extra[g] = dig.Hashes[g][starts[i]:starts[i+1]]
 				}
 			}
 			var err error
-			if sums[i], err = recordSumWith(recs[i], refs[i].File.Obj.URL, group, extra); err != nil {
+			if sums[i], err = recordSumWith(recs[i], refs[i].File.Obj.URL, group, extra, exact); err != nil {
 				return errs.BadInputf("%s: %v", refs[i].File.Obj.URL, err)
 			}
 			progress(refs[i].Rows())
@@ -582,16 +586,16 @@ func NewRecord(schema *arrow.Schema, arrs []arrow.Array, n int64) arrow.RecordBa
 // damaged pages can make the hashing index out of range: that is bad input
 // (exit 3) naming what was read, not a crash.
 func RecordSum(rec arrow.RecordBatch, what string) (sum fingerprint.Sum, err error) {
-	return recordSumWith(rec, what, nil, nil)
+	return recordSumWith(rec, what, nil, nil, nil)
 }
 
 // recordSumWith is RecordSum, filling extra as fingerprint.RecordWith does.
-func recordSumWith(rec arrow.RecordBatch, what string, group []int, extra [][]uint64) (sum fingerprint.Sum, err error) {
+func recordSumWith(rec arrow.RecordBatch, what string, group []int, extra [][]uint64, exact []bool) (sum fingerprint.Sum, err error) {
 	if what == "" {
 		what = "fingerprint"
 	}
 	defer errs.Recover(&err, what)
-	sum, err = fingerprint.RecordWith(rec, group, extra)
+	sum, err = fingerprint.RecordWith(rec, group, extra, exact)
 	if err != nil && errs.ClassOf(err) == errs.Internal {
 		err = errs.BadInputf("%s: %v", what, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	apq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/relayout/relayout/internal/errs"
@@ -356,4 +357,76 @@ func TestFloatSliceKeyNegativeZero(t *testing.T) {
 			t.Errorf("%s: DuckDB counts %v in the output, want 3 zeros and 2 NaNs", typ, rows)
 		}
 	}
+}
+
+// TestNaNBitsKept: a float column of few values (one the writer would
+// dictionary-encode) holding NaNs of two bit patterns, np.nan's and the
+// -NaN of an x86 0/0, comes out with each row's bits, as parquet-go reads
+// them; arrow-go's dictionary encoder wrote every NaN with the first one's.
+// A column with one NaN pattern keeps its dictionary.
+func TestNaNBitsKept(t *testing.T) {
+	pats := []uint64{0x7ff8000000000001, 0xfff8000000000000, 0x8000000000000000, 0, 0x3ff8000000000000}
+	sc := arrow.NewSchema([]arrow.Field{{Name: "w", Type: arrow.PrimitiveTypes.Float64}, {Name: "one", Type: arrow.PrimitiveTypes.Float64}, {Name: "s", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	want := map[uint64]int{}
+	for i := 0; i < 20_000; i++ {
+		p := pats[i%len(pats)]
+		b.Field(0).(*array.Float64Builder).Append(math.Float64frombits(p))
+		b.Field(1).(*array.Float64Builder).Append(math.Float64frombits(pats[(i%3)*2]))
+		b.Field(2).(*array.Int64Builder).Append(int64(i % 2))
+		want[p]++
+	}
+	in := filepath.Join(t.TempDir(), "in.parquet")
+	testutil.WriteArrow(t, in, b.NewRecordBatch(), apq.WithDictionaryDefault(false))
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := Run(context.Background(), RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"s"}}); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(out, "parquet", "*.parquet"))
+	got := map[uint64]int{}
+	for _, f := range files {
+		rows, err := parquet.ReadFile[struct {
+			W float64 `parquet:"w"`
+		}](f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			got[math.Float64bits(r.W)]++
+		}
+		pf, err := parquet.OpenFile(mustOpen(t, f), fileSize(t, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rg := range pf.Metadata().RowGroups {
+			for _, c := range rg.Columns {
+				if name := c.MetaData.PathInSchema[0]; name == "one" && c.MetaData.DictionaryPageOffset == 0 {
+					t.Errorf("%s: column one, of one NaN pattern, lost its dictionary", f)
+				}
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bit patterns out %x, in %x", got, want)
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }

@@ -196,7 +196,7 @@ func (g *digester) add(u int, rec arrow.RecordBatch) error {
 	if err != nil {
 		return err
 	}
-	ch, err := fingerprint.RowHashes(cols(g.candCols), n)
+	ch, err := fingerprint.ExactRowHashes(cols(g.candCols), n)
 	if err != nil {
 		return err
 	}

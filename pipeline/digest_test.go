@@ -425,7 +425,7 @@ func TestDetectSorted(t *testing.T) {
 			var hashes [2][]uint64
 			for _, rec := range recs {
 				extra := [][]uint64{make([]uint64, rec.NumRows()), make([]uint64, rec.NumRows())}
-				if _, err := fingerprint.RecordWith(rec, dig.Group, extra); err != nil {
+				if _, err := fingerprint.RecordWith(rec, dig.Group, extra, dig.Exact); err != nil {
 					t.Fatal(err)
 				}
 				hashes[0], hashes[1] = append(hashes[0], extra[0]...), append(hashes[1], extra[1]...)

@@ -17,8 +17,9 @@ func detectUnit(det *dedupe.Detector, src *partition.UnitRows) error {
 }
 
 // rowDigest asks the in-memory read for the hashes detectSorted decides
-// from: per row, of the query key (group 0) and of the columns the plan's
-// probe left in doubt (group 1). Nil without a probe.
+// from: per row, of the query key (group 0, by value, as the key is
+// compared) and of the columns the plan's probe left in doubt (group 1,
+// exact, as the detector compares them). Nil without a probe.
 func rowDigest(probe *plan.Probe, schema *arrow.Schema, queryCols []int) *partition.RowDigest {
 	if probe == nil {
 		return nil
@@ -37,7 +38,7 @@ func rowDigest(probe *plan.Probe, schema *arrow.Schema, queryCols []int) *partit
 	for _, c := range cand {
 		group[c] = 1
 	}
-	return &partition.RowDigest{Group: group}
+	return &partition.RowDigest{Group: group, Exact: []bool{false, true}}
 }
 
 // detectSorted decides the detection of a table held in memory, in its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -285,5 +286,141 @@ func TestPackedRowGroupsEndAtSlices(t *testing.T) {
 	}
 	if worse > 0 {
 		t.Fatalf("%d of %d slices read more row groups packed than flat", worse, len(packed))
+	}
+}
+
+// TestPackingKeepsFloatBits: a float column whose items of one query hold
+// -0 and 0, or NaNs of two payloads, is an item column: packing keeps one
+// value per query only where every item has the same bits (the
+// fingerprint, which hashes values, cannot tell). A column holding -0 in
+// every item of its query stays query-level. The case is placed in the
+// plan's sample (the probe decides), in a later row group (the read's
+// digests, a map task's digests), and with the query split across two
+// map tasks; run, spilled run and the distributed steps agree byte for
+// byte, and DuckDB counts the input's negative zeros in the output.
+func TestPackingKeepsFloatBits(t *testing.T) {
+	negZero := math.Copysign(0, -1)
+	nan2 := math.Float64frombits(0x7ff8000000000002)
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "country", Type: arrow.BinaryTypes.String},
+		{Name: "query_id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "item", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "w", Type: arrow.PrimitiveTypes.Float64},                 // the case
+		{Name: "v", Type: arrow.PrimitiveTypes.Float64},                 // -0 in every item of a query
+		{Name: "emb", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}, // the case, nested
+	}, nil)
+	const queries, items = 600, 4
+	type odd struct {
+		q    int64
+		w    []float64
+		emb  float32
+		name string
+	}
+	for _, c := range []odd{
+		{3, []float64{0, negZero, 0, 0}, 1, "sample-zero"},
+		{450, []float64{0, 0, 0, negZero}, 1, "later-zero"},
+		{451, []float64{math.NaN(), math.NaN(), nan2, math.NaN()}, 1, "later-nan"},
+		{452, []float64{1, 1, 1, 1}, 0, "later-nested"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// Two files; query 450's items straddle them (two map tasks).
+			var recs [2]*array.RecordBuilder
+			for f := range recs {
+				recs[f] = array.NewRecordBuilder(memory.DefaultAllocator, sc)
+				defer recs[f].Release()
+			}
+			negZeros := 0
+			for q := int64(0); q < queries; q++ {
+				for i := int64(0); i < items; i++ {
+					b := recs[0]
+					if q*items+i >= queries*items*3/4+2 {
+						b = recs[1]
+					}
+					w, e := float64(q%7), float32(q%5)
+					if q == c.q {
+						w, e = c.w[i], c.emb
+						if c.emb == 0 && i%2 == 1 {
+							e = float32(negZero) // and 0 in the others
+						}
+					}
+					v := float64(q % 3)
+					if q%3 == 0 {
+						v = negZero
+						negZeros++
+					}
+					b.Field(0).(*array.StringBuilder).Append([]string{"DE", "FR"}[q%2])
+					b.Field(1).(*array.Int64Builder).Append(q)
+					b.Field(2).(*array.Int64Builder).Append(q*100 + i)
+					b.Field(3).(*array.Float64Builder).Append(w)
+					b.Field(4).(*array.Float64Builder).Append(v)
+					lb := b.Field(5).(*array.ListBuilder)
+					lb.Append(true)
+					lb.ValueBuilder().(*array.Float32Builder).Append(e)
+				}
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "in"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for f, b := range recs {
+				// Not dictionary-encoded: arrow-go's dictionary keeps one NaN.
+				testutil.WriteArrow(t, filepath.Join(dir, "in", fmt.Sprintf("%d.parquet", f)), b.NewRecordBatch(), parquet.WithMaxRowGroupLength(400), parquet.WithDictionaryDefault(false))
+			}
+			o := func(out string, mod func(*RunOptions)) RunOptions {
+				x := RunOptions{Inputs: []string{filepath.Join(dir, "in")}, Output: out, SliceKeys: []string{"country"}, QueryKey: []string{"query_id"},
+					RowGroupBytes: 16 << 10, MinRowGroupBytes: 2 << 10, FileBytes: 64 << 10}
+				if mod != nil {
+					mod(&x)
+				}
+				return x
+			}
+			ref := filepath.Join(dir, "run")
+			res, err := Run(context.Background(), o(ref, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := res.Manifest.Packing
+			wantItem := "w"
+			if c.emb == 0 {
+				wantItem = "emb"
+			}
+			if !slices.Contains(p.ItemColumns, wantItem) || !slices.Contains(p.QueryColumns, "v") {
+				t.Fatalf("query columns %v, item columns %v; want %s an item column, v a query column", p.QueryColumns, p.ItemColumns, wantItem)
+			}
+			if other := map[string]string{"w": "emb", "emb": "w"}[wantItem]; !slices.Contains(p.QueryColumns, other) {
+				t.Fatalf("query columns %v; want %s among them", p.QueryColumns, other)
+			}
+			// DuckDB counts the negative zeros of the input and of the
+			// output unpacked (an item column's values in items, a query
+			// column's on the query's row, once per item).
+			count := func(from string) string {
+				rows, _ := testutil.DuckDB(t, fmt.Sprintf(`select count(*) filter (where signbit(w)) as w, count(*) filter (where signbit(v)) as v,
+					sum(len(list_filter(emb, x -> signbit(x)))) as emb from %s`, from))
+				return fmt.Sprint(rows)
+			}
+			inCount := count(fmt.Sprintf("read_parquet('%s/in/*.parquet')", dir))
+			outCount := count(fmt.Sprintf("(select unnest(items, recursive := true), * exclude (items) from read_parquet('%s/parquet/*.parquet'))", ref))
+			if inCount != outCount || !strings.Contains(inCount, fmt.Sprintf("v:%d", negZeros)) {
+				t.Fatalf("DuckDB counts negative zeros %s in the output, %s in the input (want v:%d there)", outCount, inCount, negZeros)
+			}
+			want := readTree(t, ref)
+			spilled := filepath.Join(dir, "spilled")
+			if r, err := Run(context.Background(), o(spilled, func(x *RunOptions) { x.UnitRows = 500; x.TmpDir = t.TempDir() })); err != nil || r.Report.Units < 2 {
+				t.Fatalf("spilled run: %v (want several units)", err)
+			}
+			dist := filepath.Join(dir, "dist")
+			runDistributed(t, o(dist, nil), 32<<10, 1)
+			for _, out := range []string{spilled, dist} {
+				got := readTree(t, out)
+				for k, v := range want {
+					if !bytes.Equal(got[k], v) {
+						t.Fatalf("%s: %s differs from run's", filepath.Base(out), k)
+					}
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%s: %d files, run wrote %d", filepath.Base(out), len(got), len(want))
+				}
+			}
+		})
 	}
 }

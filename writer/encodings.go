@@ -17,7 +17,8 @@ const sampleRows = 32 << 10
 // dictionary encoding when values repeat (distinct <= 1/4 of the sampled
 // values), else BYTE_STREAM_SPLIT for floats (it lets zstd find the
 // exponent bytes' redundancy), DELTA_BINARY_PACKED for integers and PLAIN for
-// the rest. arrow-go's default, a dictionary for every column abandoned at
+// the rest. A float column whose sample holds NaNs of two bit patterns gets
+// no dictionary (mixedNaNs). arrow-go's default, a dictionary for every column abandoned at
 // 1 MiB, costs time on high-cardinality columns and bloats them. The choice
 // depends only on the sample, so it is deterministic.
 func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.WriterProperty {
@@ -62,7 +63,7 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 		if !ok {
 			continue
 		}
-		if nonNull == 0 || distinct*ratio <= nonNull {
+		if (nonNull == 0 || distinct*ratio <= nonNull) && !mixedNaNs(leaf, n) {
 			continue // keep the dictionary
 		}
 		props = append(props, parquet.WithDictionaryFor(path, false))
@@ -93,6 +94,35 @@ func leafArray(a arrow.Array, depth int) arrow.Array {
 		}
 	}
 	return nil
+}
+
+// mixedNaNs reports whether a's first n values are floats holding NaNs of
+// more than one bit pattern (np.nan and the -NaN an x86 0/0 gives, say):
+// arrow-go's dictionary encoder files every NaN under the first one's bits,
+// so such a column is written without a dictionary to keep them.
+func mixedNaNs(a arrow.Array, n int) bool {
+	first, seen := uint64(0), false
+	check := func(bits uint64) bool {
+		if !seen {
+			first, seen = bits, true
+		}
+		return bits != first
+	}
+	switch v := a.(type) {
+	case *array.Float32:
+		for i, f := range v.Float32Values()[:n] {
+			if f != f && v.IsValid(i) && check(uint64(math.Float32bits(f))) {
+				return true
+			}
+		}
+	case *array.Float64:
+		for i, f := range v.Float64Values()[:n] {
+			if f != f && v.IsValid(i) && check(math.Float64bits(f)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func nullsIn(a arrow.Array, n int) int {
