@@ -127,7 +127,7 @@ func Rebin(ctx context.Context, work storage.Location, segs []Segment, schema *a
 			}
 			at += r.NumRows()
 		}
-		return takeGroups(ctx, binSchema, schema, recs, byUnit, parallel, func(u int, part arrow.RecordBatch) error {
+		return takeGroups(ctx, binSchema, schema, recs, byUnit, parallel, 0, func(u, _ int, part arrow.RecordBatch) error {
 			defer part.Release()
 			return emit(u, part)
 		})

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"fmt"
+
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
@@ -94,6 +96,9 @@ const MinFitRowGroupBytes = 1 << 20
 // was made with: the run records them, so the output is what a run with
 // those explicit settings writes.
 func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
+	if err := InputRowGroupsFit(tbl, memRowBytes, r.MemoryLimit); err != nil {
+		return o, partition.Layout{}, Memory{}, err
+	}
 	o, layout, mp, err := fitRowGroups(tbl, hist, in, memRowBytes, o, r)
 	if err != nil || !r.FitFileBytes {
 		return o, layout, mp, err
@@ -145,6 +150,50 @@ const MinFitFileBytes = 1 << 20
 // decoded, the pieces routed from it, and 4 MiB more.
 func MapWorkerBytes(rows int64, memRowBytes float64) int64 {
 	return int64(2*float64(rows)*memRowBytes) + 4<<20
+}
+
+// DecodeBytes is what decoding a row group of rows rows of memRowBytes
+// decoded bytes each holds: arrow-go's column readers reserve every
+// column's values for the next power of two of the rows they read.
+func DecodeBytes(rows int64, memRowBytes float64) int64 {
+	p := int64(1)
+	for p < rows {
+		p <<= 1
+	}
+	return int64(float64(p) * memRowBytes)
+}
+
+// InputRowGroupsFit refuses (a usage error, exit 2) a table whose largest
+// input row group cannot be decoded within limit: row groups are read
+// whole, so a smaller output or unit does not help, and the run went over
+// the limit (2,001 float columns in one row group of 20,000 rows, 160 MB:
+// a peak of 300 MiB at --memory-limit 288MiB; 305-308 MiB at 290 to
+// 318MiB, two spinning processes beside it, once routing took pieces of
+// 2 MiB; this asks for 318). The refusal names the row
+// group and the limit it needs. limit <= 0: no limit.
+func InputRowGroupsFit(tbl *source.Table, memRowBytes float64, limit int64) error {
+	if limit <= 0 {
+		return nil
+	}
+	var big *source.File
+	rg, rows := 0, int64(0)
+	for _, f := range tbl.Files {
+		for i, n := range f.RowGroupRows {
+			if n > rows {
+				big, rg, rows = f, i, n
+			}
+		}
+	}
+	// Beside it, the pieces routed from it (partition.routeRows: 2 MiB
+	// each, taken and encoded two at a time) and a margin.
+	need := RuntimeReserve + DecodeBytes(rows, memRowBytes) + 12<<20
+	if big == nil || need <= limit {
+		return nil
+	}
+	mib := func(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
+	return errs.WithHint(errs.Usagef("--memory-limit %d MiB is too small for this input: row group %d of %s holds %d rows, about %d MiB decoded, and is read whole (%d MiB with the runtime)",
+		limit>>20, rg, big.Obj.URL, rows, mib(int64(float64(rows)*memRowBytes)), mib(need)),
+		fmt.Sprintf("raise --memory-limit to at least %dMiB, or rewrite the input with smaller row groups", mib(need)))
 }
 
 // maxFooterRowGroups is the most row groups a file may hold at this memory

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -259,6 +261,44 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 				t.Fatalf("verify after rerun: %s", r.stderr)
 			}
 		})
+	}
+}
+
+// TestWideRowGroupWithinMemoryLimit: a wide table in one large row group
+// (1,001 columns, 20,000 rows, about 80 MB decoded, as DuckDB writes it)
+// stays within --memory-limit, or is refused up front (exit 2) naming the
+// row group and the limit it needs, and that limit holds. Routing took each
+// unit's share of a row group whole: 482 MiB at --memory-limit 384MiB, and
+// 299 at 256MiB, before the pieces were bounded and the refusal added.
+func TestWideRowGroupWithinMemoryLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: writes an 80 MB table")
+	}
+	in := filepath.Join(t.TempDir(), "wide.parquet")
+	cols := make([]string, 1000)
+	for i := range cols {
+		cols[i] = fmt.Sprintf("(random()*%d)::FLOAT AS c%d", i+1, i)
+	}
+	testutil.DuckDB(t, fmt.Sprintf("COPY (SELECT (range%%10)::INT AS k, %s FROM range(20000)) TO '%s' (FORMAT parquet)", strings.Join(cols, ", "), in))
+	args := func(limit string) []string {
+		return []string{"run", "--quiet", "--input", in, "--output", filepath.Join(t.TempDir(), "out"), "--slice-keys", "k",
+			"--memory-limit", limit, "--tmp-dir", t.TempDir()}
+	}
+	r := relayout(t, nil, args("128MiB")...)
+	m := regexp.MustCompile(`row group 0 of \S*wide.parquet holds 20000 rows, .*raise --memory-limit to at least (\d+)MiB`).FindStringSubmatch(r.stderr)
+	if r.code != 2 || m == nil || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("at 128MiB: exit %d, %q; want exit 2, one line naming the row group and the limit it needs", r.code, r.stderr)
+	}
+	need, _ := strconv.Atoi(m[1])
+	if need <= 128 || need > 256 {
+		t.Fatalf("asks for %d MiB; the row group decodes to about 80 MB", need)
+	}
+	for _, limit := range []int{need, 384} {
+		peak := peakRSSOf(t, args(fmt.Sprintf("%dMiB", limit)))
+		t.Logf("peak RSS %d MiB at --memory-limit %dMiB", peak>>20, limit)
+		if peak > int64(limit)<<20 {
+			t.Fatalf("peak RSS %d MiB exceeds --memory-limit %dMiB", peak>>20, limit)
+		}
 	}
 }
 
