@@ -112,7 +112,8 @@ func (o RunOptions) layout(tr *tensorRun) plan.Options {
 // resources returns what the run may use.
 func (o RunOptions) resources() plan.Resources {
 	return plan.Resources{MemoryLimit: o.MemoryLimit, TmpDir: o.TmpDir, Parallel: o.Parallel, UnitRows: o.UnitRows,
-		FitRowGroups: o.autoRowGroupBytes, FitMinRowGroups: o.autoMinRowGroupBytes, FitFileBytes: o.autoFileBytes}
+		FitRowGroups: o.autoRowGroupBytes, FitMinRowGroups: o.autoMinRowGroupBytes, FitFileBytes: o.autoFileBytes,
+		Sample: o.sample}
 }
 
 // fitted takes the size targets the key pass laid out with (lowered to

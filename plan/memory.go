@@ -60,6 +60,9 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 		fixed += min(shard, int64(float64(tbl.Rows)*memRowBytes)) + chunkBytes
 	}
 	avail := r.MemoryLimit - fixed
+	if r.Sample {
+		avail = max(avail, 8<<20)
+	}
 	if avail < 8<<20 {
 		return Memory{}, errs.Usagef("--memory-limit %d MiB is too small for this table: writing alone needs about %d MiB (%d columns x %d KiB pages, a %d-row row group, the footer of a %d-row-group file, chunks in flight, a tensor shard); raise --memory-limit or lower --row-group-bytes, --file-bytes, --page-bytes or --shard-bytes",
 			r.MemoryLimit>>20, (fixed+8<<20)>>20, in.Leaves, o.PageBytes>>10, layout.TargetRows, footerRGs)
@@ -96,8 +99,10 @@ const MinFitRowGroupBytes = 1 << 20
 // was made with: the run records them, so the output is what a run with
 // those explicit settings writes.
 func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
-	if err := InputRowGroupsFit(tbl, memRowBytes, r.MemoryLimit); err != nil {
-		return o, partition.Layout{}, Memory{}, err
+	if !r.Sample {
+		if err := InputRowGroupsFit(tbl, memRowBytes, r.MemoryLimit); err != nil {
+			return o, partition.Layout{}, Memory{}, err
+		}
 	}
 	o, layout, mp, err := fitRowGroups(tbl, hist, in, memRowBytes, o, r)
 	if err != nil || !r.FitFileBytes {

@@ -78,6 +78,11 @@ type Resources struct {
 	// partitions); a distributed plan's reduce task reads only its own
 	// partition's units.
 	JoinPartitions bool
+	// Sample marks the dry run's run of its sample, which sizes memory
+	// but refuses no limit: the dry run checks the input's own figures
+	// against it (its sample is one row group, and its sizes are set to
+	// keep it one, so a refusal would quote those).
+	Sample bool
 }
 
 // RuntimeReserve is the memory budgeted for the Go runtime and the

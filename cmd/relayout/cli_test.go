@@ -302,6 +302,28 @@ func TestWideRowGroupWithinMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestDryRunRefusesAsTheRunDoes: a dry run refuses a --memory-limit with
+// the run's own line. Its run of the sample (here the whole input: 20 rows
+// of 1 MB strings) was held to the limit too, and refused with the sizes
+// the dry run gives that run: "a 1125881881-row row group".
+func TestDryRunRefusesAsTheRunDoes(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "docs.parquet")
+	testutil.DuckDB(t, fmt.Sprintf("COPY (SELECT (range%%4)::INT AS k, repeat(chr((65 + range%%26)::INT), 1000000) AS doc FROM range(20)) TO '%s' (FORMAT parquet)", in))
+	args := []string{"run", "--input", in, "--output", filepath.Join(t.TempDir(), "out"), "--slice-keys", "k", "--memory-limit", "256MiB"}
+	run := relayout(t, nil, args...)
+	dry := relayout(t, nil, append(args, "--dry-run")...)
+	if run.code != 2 || !strings.Contains(run.stderr, "--memory-limit 256 MiB is too small") {
+		t.Fatalf("run: exit %d, %q; want a refusal of the limit (exit 2)", run.code, run.stderr)
+	}
+	last := func(s string) string {
+		lines := strings.Split(strings.TrimSpace(s), "\n")
+		return lines[len(lines)-1]
+	}
+	if dry.code != run.code || last(dry.stderr) != last(run.stderr) {
+		t.Fatalf("dry run: exit %d, %q; the run: exit %d, %q", dry.code, last(dry.stderr), run.code, last(run.stderr))
+	}
+}
+
 // TestPeakRSSWithinMemoryLimit runs the binary on an input whose decoded
 // size is about 4x --memory-limit, as a Kubernetes pod whose memory limit
 // is the --memory-limit it passes: inside a memory cgroup of that size
