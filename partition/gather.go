@@ -493,6 +493,37 @@ func RouteRecords(ctx context.Context, recs []arrow.RecordBatch, refs []source.R
 	return sum, routeRows(ctx, joined, refs[0].Offset(), rt, sliceCols, parallel, emit)
 }
 
+// RouteSlices is RouteRecord for one input row group read in slices
+// (recs, consecutive, in order): each is fingerprinted, observed and
+// routed in turn.
+func RouteSlices(ctx context.Context, recs []arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
+	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
+	var sum fingerprint.Sum
+	var rows int64
+	for _, r := range recs {
+		rows += r.NumRows()
+	}
+	if rows != ref.Rows() {
+		return sum, errs.BadInputf("%s holds %d rows, its footer says %d", refName(ref), rows, ref.Rows())
+	}
+	off := ref.Offset()
+	for _, rec := range recs {
+		s, err := RecordSum(rec, refName(ref))
+		if err != nil {
+			return sum, err
+		}
+		if observe != nil {
+			observe(rec)
+		}
+		if err := routeRows(ctx, rec, off, rt, sliceCols, parallel, emit); err != nil {
+			return sum, err
+		}
+		sum.Add(s)
+		off += rec.NumRows()
+	}
+	return sum, nil
+}
+
 func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
 	if err := checkRows(rec, ref); err != nil {
 		return err

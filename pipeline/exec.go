@@ -116,7 +116,18 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 			r.Release()
 		}
 	}()
-	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, func(ref source.RowGroupRef, rec arrow.RecordBatch) error {
+	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, lp.sliceRows, func(ref source.RowGroupRef, recs []arrow.RecordBatch) error {
+		if len(recs) > 1 { // a large row group, read in slices: alone in its run
+			s, err := partition.RouteSlices(ctx, recs, ref, rt, keys.Slice, parallel, observe, emit)
+			if err != nil {
+				return err
+			}
+			fp.Add(s)
+			lp.opts.Progress.Add(ref.Rows())
+			run++
+			return nil
+		}
+		rec := recs[0]
 		rec.Retain()
 		held = append(held, rec)
 		from, to := runs[run], runs[run+1]
@@ -346,17 +357,35 @@ func (lp *loadedPlan) holdShuffle(sw *partition.ShuffleWriter, largestRows int64
 	}
 }
 
-// eachRowGroup reads refs in order and hands each to fn; with ahead, the
-// next row group is read while fn handles this one.
-func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroupRef, parallel int, ahead bool, fn func(source.RowGroupRef, arrow.RecordBatch) error) error {
+// eachRowGroup reads refs in order and hands each to fn, decoded: as one
+// record, or a large one (slice(ref) > 0) as records of that many rows
+// (source.Table.ReadSliced). With ahead, the next is read while fn
+// handles this one.
+func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroupRef, parallel int, ahead bool, slice func(source.RowGroupRef) int64,
+	fn func(source.RowGroupRef, []arrow.RecordBatch) error) error {
+	readOne := func(ref source.RowGroupRef) ([]arrow.RecordBatch, error) {
+		if n := slice(ref); n > 0 {
+			return tbl.ReadSliced(ctx, ref, nil, parallel, n)
+		}
+		rec, err := tbl.Read(ctx, ref, nil, parallel)
+		if err != nil {
+			return nil, err
+		}
+		return []arrow.RecordBatch{rec}, nil
+	}
+	release := func(recs []arrow.RecordBatch) {
+		for _, r := range recs {
+			r.Release()
+		}
+	}
 	if !ahead {
 		for _, ref := range refs {
-			rec, err := tbl.Read(ctx, ref, nil, parallel)
+			recs, err := readOne(ref)
 			if err != nil {
 				return err
 			}
-			err = fn(ref, rec)
-			rec.Release()
+			err = fn(ref, recs)
+			release(recs)
 			if err != nil {
 				return err
 			}
@@ -364,8 +393,8 @@ func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroup
 		return nil
 	}
 	type read struct {
-		rec arrow.RecordBatch
-		err error
+		recs []arrow.RecordBatch
+		err  error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -373,13 +402,11 @@ func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroup
 	go func() {
 		defer close(next)
 		for _, ref := range refs {
-			rec, err := tbl.Read(ctx, ref, nil, parallel)
+			recs, err := readOne(ref)
 			select {
-			case next <- read{rec, err}:
+			case next <- read{recs, err}:
 			case <-ctx.Done():
-				if rec != nil {
-					rec.Release()
-				}
+				release(recs)
 				return
 			}
 			if err != nil {
@@ -395,8 +422,8 @@ func eachRowGroup(ctx context.Context, tbl *source.Table, refs []source.RowGroup
 		if r.err != nil {
 			return r.err
 		}
-		err := fn(ref, r.rec)
-		r.rec.Release()
+		err := fn(ref, r.recs)
+		release(r.recs)
 		if err != nil {
 			return err
 		}
@@ -933,7 +960,21 @@ func mapRefs(tbl *source.Table, pm plan.Map, task int) ([]source.RowGroupRef, er
 // (partition.Runs): small ones joined where their rows follow on, since a
 // joined batch's input positions are counted from its first row.
 func (lp *loadedPlan) runs(refs []source.RowGroupRef) []int {
-	return partition.Runs(source.RowsOf(refs), lp.joinRows(), func(i int) bool { return refs[i].Follows(refs[i-1]) })
+	rows := source.RowsOf(refs)
+	for i, r := range refs {
+		if lp.sliceRows(r) > 0 { // routed alone, in slices
+			rows[i] = partition.SmallRows
+		}
+	}
+	return partition.Runs(rows, lp.joinRows(), func(i int) bool {
+		return refs[i].Follows(refs[i-1]) && lp.sliceRows(refs[i-1]) == 0
+	})
+}
+
+// sliceRows is the rows of the slices a map task decodes ref in, 0 for
+// all at once (plan.SliceRows).
+func (lp *loadedPlan) sliceRows(ref source.RowGroupRef) int64 {
+	return plan.SliceRows(ref.Rows(), lp.RowBytes*decodedPerInput, ref.File.Leaves)
 }
 
 // joinRows is how many rows of small input row groups a map routes at

@@ -645,9 +645,39 @@ func MapRuns(tbl *source.Table, mapBytes int64) [][2]int {
 // which column encodings are chosen.
 func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, error) {
 	for _, ref := range tbl.RowGroups() {
-		if ref.Rows() > 0 {
+		if ref.Rows() <= 0 {
+			continue
+		}
+		// A large row group is decoded in slices (as the map tasks read
+		// it), and only those that hold the rows choosing encodings kept,
+		// SliceAbove bytes of them at most.
+		rowBytes := float64(ref.File.UncompressedBytes) / float64(max(ref.File.Rows, 1))
+		n := SliceRows(ref.Rows(), rowBytes, ref.File.Leaves)
+		if n == 0 {
 			return tbl.Read(ctx, ref, nil, 2)
 		}
+		recs, err := tbl.ReadSliced(ctx, ref, nil, 2, n)
+		if err != nil {
+			return nil, err
+		}
+		keep, rows, bytes := 0, int64(0), int64(0)
+		for keep < len(recs) && rows < writer.SampleRows && bytes < SliceAbove {
+			rows += recs[keep].NumRows()
+			bytes += partition.RecordBytes(recs[keep])
+			keep++
+		}
+		for _, r := range recs[keep:] {
+			r.Release()
+		}
+		if keep == 1 {
+			return recs[0], nil
+		}
+		defer func() {
+			for _, r := range recs[:keep] {
+				r.Release()
+			}
+		}()
+		return partition.JoinBatches(recs[:keep], memory.DefaultAllocator)
 	}
 	return nil, nil
 }

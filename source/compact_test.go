@@ -174,3 +174,55 @@ func readPlain(t *testing.T, path string) arrow.RecordBatch {
 	}
 	return array.NewRecordBatch(tbl.Schema(), cols, tbl.NumRows())
 }
+
+// TestReadSlicedEqualsRead: a row group read in slices (ReadSliced) is, slice
+// by slice, the rows arrow-go decodes for it, every column, the last slice
+// holding the rest, each slice's buffers of about its own size.
+func TestReadSlicedEqualsRead(t *testing.T) {
+	const rows, rgRows = 2 * 65536, 65536
+	path := filepath.Join(t.TempDir(), "pow2.parquet")
+	writePow2File(t, path, rows, rgRows)
+	ctx := context.Background()
+	objs, err := storage.List(ctx, []string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := Open(ctx, objs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	tbl.Compact = true
+	want := readPlain(t, path)
+	defer want.Release()
+	for _, ref := range tbl.RowGroups() {
+		for _, slice := range []int64{10_000, rgRows, 3 * rgRows} {
+			recs, err := tbl.ReadSliced(ctx, ref, nil, 2, slice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := (rgRows + min(slice, rgRows) - 1) / min(slice, rgRows); int64(len(recs)) != n {
+				t.Fatalf("slices of %d rows: %d records, want %d", slice, len(recs), n)
+			}
+			from := ref.Offset()
+			for i, rec := range recs {
+				if rec.NumCols() != int64(tbl.Schema.NumFields()) || (i < len(recs)-1 && rec.NumRows() != slice) {
+					t.Fatalf("slice %d: %d columns, %d rows", i, rec.NumCols(), rec.NumRows())
+				}
+				for c := 0; c < int(rec.NumCols()); c++ {
+					w := array.NewSlice(want.Column(c), from, from+rec.NumRows())
+					if !array.Equal(rec.Column(c), w) {
+						t.Errorf("row group %d, slices of %d, slice %d, column %s: values differ from arrow-go's own read", ref.RowGroup, slice, i, tbl.Schema.Field(c).Name)
+					}
+					w.Release()
+					checkBacking(t, fmt.Sprintf("slice %d, column %d", i, c), rec.Column(c).Data())
+				}
+				from += rec.NumRows()
+				rec.Release()
+			}
+			if from != ref.Offset()+ref.Rows() {
+				t.Fatalf("slices of %d rows hold %d rows, the row group %d", slice, from-ref.Offset(), ref.Rows())
+			}
+		}
+	}
+}

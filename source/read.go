@@ -199,6 +199,60 @@ func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []in
 	return recs, nil
 }
 
+// ReadSliced reads the given columns (nil: all) of one row group as
+// consecutive records of sliceRows rows each, the last holding the rest,
+// columns decoded on up to parallel goroutines (File.ReadColumnSlices): a
+// large row group held in slices takes its decoded bytes, not the slack of
+// one array per column. On error nothing is returned and nothing is held.
+func (t *Table) ReadSliced(ctx context.Context, ref RowGroupRef, cols []int, parallel int, sliceRows int64) ([]arrow.RecordBatch, error) {
+	if cols == nil {
+		cols = make([]int, t.Schema.NumFields())
+		for i := range cols {
+			cols[i] = i
+		}
+	}
+	byCol := make([][]arrow.Array, len(cols))
+	release := func() {
+		for _, as := range byCol {
+			for _, a := range as {
+				a.Release()
+			}
+		}
+	}
+	err := par.ForEach(ctx, len(cols), parallel, func(k int) error {
+		var err error
+		byCol[k], err = ref.File.ReadColumnSlices(ctx, ref.RowGroup, cols[k], sliceRows)
+		return err
+	})
+	if err != nil {
+		release()
+		return nil, err
+	}
+	fields := make([]arrow.Field, len(cols))
+	for i, c := range cols {
+		fields[i] = t.Schema.Field(c)
+	}
+	sc := arrow.NewSchema(fields, nil)
+	n := len(byCol[0])
+	recs := make([]arrow.RecordBatch, n)
+	for s := 0; s < n; s++ {
+		arrs := make([]arrow.Array, len(cols))
+		for k := range cols {
+			if len(byCol[k]) != n || byCol[k][s].Len() != byCol[0][s].Len() {
+				for _, r := range recs[:s] {
+					r.Release()
+				}
+				release()
+				return nil, fmt.Errorf("internal: %s: row group %d read in slices that do not line up", ref.File.Obj.URL, ref.RowGroup)
+			}
+			arrs[k] = byCol[k][s]
+		}
+		recs[s] = array.NewRecordBatch(sc, arrs, int64(byCol[0][s].Len()))
+	}
+	release()
+	return recs, nil
+}
+
 // spanFiles returns the end of the refs from `from` that lie in at most
 // n files, and those files.
 func spanFiles(refs []RowGroupRef, from, n int) (int, []*File) {

@@ -13,6 +13,10 @@ import (
 // sampleRows is how many rows of the sample decide encodings.
 const sampleRows = 32 << 10
 
+// SampleRows is how many rows of a sample decide encodings (with lists,
+// the rows that hold as many of their values: TrimSample).
+const SampleRows = sampleRows
+
 // chooseEncodings picks each leaf column's encoding from a sample of the data:
 // dictionary encoding when values repeat (distinct <= 1/4 of the sampled
 // values), else BYTE_STREAM_SPLIT for floats (it lets zstd find the

@@ -264,41 +264,91 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 	}
 }
 
-// TestWideRowGroupWithinMemoryLimit: a wide table in one large row group
-// (1,001 columns, 20,000 rows, about 80 MB decoded, as DuckDB writes it)
-// stays within --memory-limit, or is refused up front (exit 2) naming the
-// row group and the limit it needs, and that limit holds. Routing took each
-// unit's share of a row group whole: 482 MiB at --memory-limit 384MiB, and
-// 299 at 256MiB, before the pieces were bounded and the refusal added.
-func TestWideRowGroupWithinMemoryLimit(t *testing.T) {
+// TestLargeRowGroupsWithinMemoryLimit: tables in one or a few large row
+// groups, as DuckDB writes them, stay within --memory-limit, or are refused
+// up front (exit 2) naming the row group and the limit it needs, and that
+// limit holds, as does a larger one; the output equals that of a run with
+// room to spare told the sizes the limited run fitted.
+//   - wide: 1,001 float columns, one row group of 20,000 rows (80 MB).
+//     Routing took each unit's share of a row group whole: 482 MiB at
+//     --memory-limit 384MiB, 299 at 256MiB, before routing's pieces were
+//     bounded and the refusal added.
+//   - blobs: 2,048 binaries of 40 KB a row group (80 MB), as images are
+//     stored. Decoded whole, a row group took three times its bytes (the
+//     strings' doubling, the copy to size): 726 MiB at 512MiB, for 98 KB
+//     binaries; it is now decoded in slices.
+func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: writes an 80 MB table")
+		t.Skip("-short: writes two tables of 80 MB and more")
 	}
-	in := filepath.Join(t.TempDir(), "wide.parquet")
 	cols := make([]string, 1000)
 	for i := range cols {
 		cols[i] = fmt.Sprintf("(random()*%d)::FLOAT AS c%d", i+1, i)
 	}
-	testutil.DuckDB(t, fmt.Sprintf("COPY (SELECT (range%%10)::INT AS k, %s FROM range(20000)) TO '%s' (FORMAT parquet)", strings.Join(cols, ", "), in))
-	args := func(limit string) []string {
-		return []string{"run", "--quiet", "--input", in, "--output", filepath.Join(t.TempDir(), "out"), "--slice-keys", "k",
-			"--memory-limit", limit, "--tmp-dir", t.TempDir()}
-	}
-	r := relayout(t, nil, args("128MiB")...)
-	m := regexp.MustCompile(`row group 0 of \S*wide.parquet holds 20000 rows, .*raise --memory-limit to at least (\d+)MiB`).FindStringSubmatch(r.stderr)
-	if r.code != 2 || m == nil || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-		t.Fatalf("at 128MiB: exit %d, %q; want exit 2, one line naming the row group and the limit it needs", r.code, r.stderr)
-	}
-	need, _ := strconv.Atoi(m[1])
-	if need <= 128 || need > 256 {
-		t.Fatalf("asks for %d MiB; the row group decodes to about 80 MB", need)
-	}
-	for _, limit := range []int{need, 384} {
-		peak := peakRSSOf(t, args(fmt.Sprintf("%dMiB", limit)))
-		t.Logf("peak RSS %d MiB at --memory-limit %dMiB", peak>>20, limit)
-		if peak > int64(limit)<<20 {
-			t.Fatalf("peak RSS %d MiB exceeds --memory-limit %dMiB", peak>>20, limit)
-		}
+	for _, tc := range []struct {
+		name, sql string
+		rows      int
+		more      int // MiB above the named limit also tried
+	}{
+		{"wide", fmt.Sprintf("SELECT (range%%10)::INT AS k, %s FROM range(20000)", strings.Join(cols, ", ")), 20000, 384},
+		{"blobs", "SELECT (range%8)::INT AS k, range AS id, (repeat(chr((65 + range%26)::INT), 20000) || md5(range::VARCHAR) || repeat(md5((range*3)::VARCHAR), 600))::BLOB AS image FROM range(4096)", 2048, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := filepath.Join(t.TempDir(), tc.name+".parquet")
+			testutil.DuckDB(t, fmt.Sprintf("COPY (%s) TO '%s' (FORMAT parquet, ROW_GROUP_SIZE %d)", tc.sql, in, tc.rows))
+			args := func(limit, out string) []string {
+				return []string{"run", "--quiet", "--input", in, "--output", out, "--slice-keys", "k",
+					"--memory-limit", limit, "--tmp-dir", t.TempDir()}
+			}
+			r := relayout(t, nil, args("128MiB", filepath.Join(t.TempDir(), "refused"))...)
+			m := regexp.MustCompile(fmt.Sprintf(`row group 0 of \S*%s.parquet holds %d rows, .*raise --memory-limit to at least (\d+)MiB`, tc.name, tc.rows)).FindStringSubmatch(r.stderr)
+			if r.code != 2 || m == nil || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Fatalf("at 128MiB: exit %d, %q; want exit 2, one line naming the row group and the limit it needs", r.code, r.stderr)
+			}
+			need, _ := strconv.Atoi(m[1])
+			if need <= 128 || need > 320 {
+				t.Fatalf("asks for %d MiB; the row group decodes to about 80 MB", need)
+			}
+			limits := []int{need, need * 3 / 2}
+			if tc.more > 0 {
+				limits = append(limits, tc.more)
+			}
+			var out string
+			for _, limit := range limits {
+				out = filepath.Join(t.TempDir(), "out")
+				peak := peakRSSOf(t, args(fmt.Sprintf("%dMiB", limit), out))
+				t.Logf("peak RSS %d MiB at --memory-limit %dMiB", peak>>20, limit)
+				if peak > int64(limit)<<20 {
+					t.Fatalf("peak RSS %d MiB exceeds --memory-limit %dMiB", peak>>20, limit)
+				}
+			}
+			var fitted struct {
+				Config struct {
+					RowGroupBytes    int64 `json:"row_group_bytes"`
+					MinRowGroupBytes int64 `json:"min_row_group_bytes"`
+					FileBytes        int64 `json:"file_bytes"`
+				} `json:"config"`
+			}
+			mb, _ := os.ReadFile(filepath.Join(out, "manifest.json"))
+			if err := json.Unmarshal(mb, &fitted); err != nil {
+				t.Fatal(err)
+			}
+			ref := filepath.Join(t.TempDir(), "ref")
+			c := fitted.Config
+			if r := relayout(t, nil, "run", "--quiet", "--input", in, "--output", ref, "--slice-keys", "k", "--memory-limit", "4GiB",
+				"--row-group-bytes", fmt.Sprint(c.RowGroupBytes), "--min-row-group-bytes", fmt.Sprint(c.MinRowGroupBytes), "--file-bytes", fmt.Sprint(c.FileBytes)); r.code != 0 {
+				t.Fatalf("reference run: %s", r.stderr)
+			}
+			got, want := testutil.ReadTree(t, out), testutil.ReadTree(t, ref)
+			if len(got) != len(want) {
+				t.Fatalf("%d files, the reference wrote %d", len(got), len(want))
+			}
+			for k, v := range want {
+				if k != "_report.json" && !bytes.Equal(got[k], v) {
+					t.Fatalf("%s differs from the reference run's", k)
+				}
+			}
+		})
 	}
 }
 
