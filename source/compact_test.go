@@ -27,23 +27,9 @@ import (
 // memory took 440 MB of heap for 305 MB of columns. The values must be the
 // ones arrow-go decodes (read again without relayout's reader).
 func TestReadColumnKeepsOnlyItsBytes(t *testing.T) {
-	const rows, rgRows = 3 * 65536, 65536
-	path := filepath.Join(t.TempDir(), "pow2.parquet")
-	writePow2File(t, path, rows, rgRows)
-
+	const rgRows = 65536
 	ctx := context.Background()
-	objs, err := storage.List(ctx, []string{path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := Open(ctx, objs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	tbl.Compact = true
-	want := readPlain(t, path)
-	defer want.Release()
+	tbl, want := openPow2(t, 3*rgRows, rgRows)
 
 	checked := 0
 	for rg := range tbl.Files[0].RowGroupRows {
@@ -179,22 +165,9 @@ func readPlain(t *testing.T, path string) arrow.RecordBatch {
 // by slice, the rows arrow-go decodes for it, every column, the last slice
 // holding the rest, each slice's buffers of about its own size.
 func TestReadSlicedEqualsRead(t *testing.T) {
-	const rows, rgRows = 2 * 65536, 65536
-	path := filepath.Join(t.TempDir(), "pow2.parquet")
-	writePow2File(t, path, rows, rgRows)
+	const rgRows = 65536
 	ctx := context.Background()
-	objs, err := storage.List(ctx, []string{path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := Open(ctx, objs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	tbl.Compact = true
-	want := readPlain(t, path)
-	defer want.Release()
+	tbl, want := openPow2(t, 2*rgRows, rgRows)
 	for _, ref := range tbl.RowGroups() {
 		for _, slice := range []int64{10_000, rgRows, 3 * rgRows} {
 			recs, err := tbl.ReadSliced(ctx, ref, nil, 2, slice)
@@ -225,4 +198,27 @@ func TestReadSlicedEqualsRead(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openPow2 writes a file of rows rows in row groups of rgRows (writePow2File)
+// and opens it as a compacting table; want is arrow-go's own read of it.
+// Both are released when the test ends.
+func openPow2(t *testing.T, rows, rgRows int) (tbl *Table, want arrow.RecordBatch) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pow2.parquet")
+	writePow2File(t, path, rows, rgRows)
+	ctx := context.Background()
+	objs, err := storage.List(ctx, []string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err = Open(ctx, objs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tbl.Close() })
+	tbl.Compact = true
+	want = readPlain(t, path)
+	t.Cleanup(want.Release)
+	return tbl, want
 }
