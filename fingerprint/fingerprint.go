@@ -263,15 +263,20 @@ const exactSalt uint64 = 0x9e3779b97f4a7c15
 // mix(bits)^exactSalt, is not h(f).
 func exactFloat(f float64) bool { return f != f || (f == 0 && math.Signbit(f)) }
 
-func exactFloats[T float32 | float64](out []uint64, vs []T, bits func(T) uint64) bool {
-	seen := false
-	for i, v := range vs {
-		if exactFloat(float64(v)) {
-			out[i] = mix(bits(v)) ^ exactSalt
-			seen = true
-		}
+// floatHashOf is h(v), or, with x, v's exact hash.
+func floatHashOf[T float32 | float64](v T, bits func(T) uint64, x *exactness) uint64 {
+	if x != nil && exactFloat(float64(v)) {
+		x.special = true
+		return mix(bits(v)) ^ exactSalt
 	}
-	return seen
+	return floatHash(float64(v))
+}
+
+// floatHashes writes floatHashOf of each of vs to out.
+func floatHashes[T float32 | float64](out []uint64, vs []T, bits func(T) uint64, x *exactness) {
+	for i, v := range vs {
+		out[i] = floatHashOf(v, bits, x)
+	}
 }
 
 func bits32(v float32) uint64 { return uint64(math.Float32bits(v)) }
@@ -332,21 +337,9 @@ func valueHashes(arr arrow.Array, out []uint64, x *exactness) error {
 			}
 		}
 	case *array.Float32:
-		vs := a.Float32Values()
-		for i, v := range vs {
-			out[i] = floatHash(float64(v))
-		}
-		if x != nil && exactFloats(out, vs, bits32) {
-			x.special = true
-		}
+		floatHashes(out, a.Float32Values(), bits32, x)
 	case *array.Float64:
-		vs := a.Float64Values()
-		for i, v := range vs {
-			out[i] = floatHash(v)
-		}
-		if x != nil && exactFloats(out, vs, math.Float64bits) {
-			x.special = true
-		}
+		floatHashes(out, a.Float64Values(), math.Float64bits, x)
 	case *array.String:
 		for i := 0; i < n; i++ {
 			out[i] = xxhash.Sum64String(a.Value(i))
@@ -538,15 +531,9 @@ func valueHash(arr arrow.Array, i int, x *exactness) (uint64, error) {
 	case *array.Int64:
 		return intHash(a.Value(i)), nil
 	case *array.Float32:
-		if v := a.Value(i); x != nil && exactFloat(float64(v)) {
-			return mix(bits32(v)) ^ exactSalt, nil
-		}
-		return floatHash(float64(a.Value(i))), nil
+		return floatHashOf(a.Value(i), bits32, x), nil
 	case *array.Float64:
-		if v := a.Value(i); x != nil && exactFloat(v) {
-			return mix(math.Float64bits(v)) ^ exactSalt, nil
-		}
-		return floatHash(a.Value(i)), nil
+		return floatHashOf(a.Value(i), math.Float64bits, x), nil
 	case *array.String:
 		return xxhash.Sum64String(a.Value(i)), nil
 	case *array.Binary:

@@ -436,22 +436,47 @@ func ReadAll(ctx context.Context, t *source.Table, parallel int, progress func(r
 // with UnitColumn appended.
 func RouteRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
 	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
+	return RouteSlices(ctx, []arrow.RecordBatch{rec}, ref, rt, sliceCols, parallel, observe, emit)
+}
+
+// RouteSlices is RouteRecord for one input row group read in slices
+// (recs, consecutive, in order; one for the whole row group): each is
+// fingerprinted, observed and routed in turn, the fingerprint and observe
+// alongside the routing.
+func RouteSlices(ctx context.Context, recs []arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
+	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
 	var sum fingerprint.Sum
-	var sumErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sum, sumErr = RecordSum(rec, refName(ref))
-		if sumErr == nil && observe != nil {
-			observe(rec)
-		}
-	}()
-	err := routeRecord(ctx, rec, ref, rt, sliceCols, parallel, emit)
-	<-done
-	if sumErr != nil { // damaged values: say so before any routing error they caused
-		return sum, sumErr
+	var rows int64
+	for _, r := range recs {
+		rows += r.NumRows()
 	}
-	return sum, err
+	if err := checkRowCount(rows, ref); err != nil {
+		return sum, err
+	}
+	off := ref.Offset()
+	for _, rec := range recs {
+		var s fingerprint.Sum
+		var sumErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s, sumErr = RecordSum(rec, refName(ref))
+			if sumErr == nil && observe != nil {
+				observe(rec)
+			}
+		}()
+		err := routeRows(ctx, rec, off, rt, sliceCols, parallel, emit)
+		<-done
+		if sumErr != nil { // damaged values: say so before any routing error they caused
+			return sum, sumErr
+		}
+		if err != nil {
+			return sum, err
+		}
+		sum.Add(s)
+		off += rec.NumRows()
+	}
+	return sum, nil
 }
 
 // RouteRecords is RouteRecord for consecutive row groups of one map task
@@ -493,44 +518,6 @@ func RouteRecords(ctx context.Context, recs []arrow.RecordBatch, refs []source.R
 	return sum, routeRows(ctx, joined, refs[0].Offset(), rt, sliceCols, parallel, emit)
 }
 
-// RouteSlices is RouteRecord for one input row group read in slices
-// (recs, consecutive, in order): each is fingerprinted, observed and
-// routed in turn.
-func RouteSlices(ctx context.Context, recs []arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int,
-	observe func(arrow.RecordBatch), emit func(u int, part arrow.RecordBatch) error) (fingerprint.Sum, error) {
-	var sum fingerprint.Sum
-	var rows int64
-	for _, r := range recs {
-		rows += r.NumRows()
-	}
-	if rows != ref.Rows() {
-		return sum, errs.BadInputf("%s holds %d rows, its footer says %d", refName(ref), rows, ref.Rows())
-	}
-	off := ref.Offset()
-	for _, rec := range recs {
-		s, err := RecordSum(rec, refName(ref))
-		if err != nil {
-			return sum, err
-		}
-		if observe != nil {
-			observe(rec)
-		}
-		if err := routeRows(ctx, rec, off, rt, sliceCols, parallel, emit); err != nil {
-			return sum, err
-		}
-		sum.Add(s)
-		off += rec.NumRows()
-	}
-	return sum, nil
-}
-
-func routeRecord(ctx context.Context, rec arrow.RecordBatch, ref source.RowGroupRef, rt *Router, sliceCols []int, parallel int, emit func(u int, part arrow.RecordBatch) error) error {
-	if err := checkRows(rec, ref); err != nil {
-		return err
-	}
-	return routeRows(ctx, rec, ref.Offset(), rt, sliceCols, parallel, emit)
-}
-
 // refName names a row group in messages.
 func refName(ref source.RowGroupRef) string {
 	return fmt.Sprintf("%s: row group %d", ref.File.Obj.URL, ref.RowGroup)
@@ -538,8 +525,14 @@ func refName(ref source.RowGroupRef) string {
 
 // checkRows refuses a decoded row group whose rows are not its footer's.
 func checkRows(rec arrow.RecordBatch, ref source.RowGroupRef) error {
-	if rec.NumRows() != ref.Rows() {
-		return errs.BadInputf("%s holds %d rows, its footer says %d", refName(ref), rec.NumRows(), ref.Rows())
+	return checkRowCount(rec.NumRows(), ref)
+}
+
+// checkRowCount refuses n decoded rows of a row group whose footer says
+// otherwise.
+func checkRowCount(n int64, ref source.RowGroupRef) error {
+	if n != ref.Rows() {
+		return errs.BadInputf("%s holds %d rows, its footer says %d", refName(ref), n, ref.Rows())
 	}
 	return nil
 }

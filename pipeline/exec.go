@@ -116,7 +116,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 			r.Release()
 		}
 	}()
-	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, lp.sliceRows, func(ref source.RowGroupRef, recs []arrow.RecordBatch) error {
+	err = eachRowGroup(ctx, tbl, refs, parallel, ahead, plan.SliceRowsOf, func(ref source.RowGroupRef, recs []arrow.RecordBatch) error {
 		if len(recs) > 1 { // a large row group, read in slices: alone in its run
 			s, err := partition.RouteSlices(ctx, recs, ref, rt, keys.Slice, parallel, observe, emit)
 			if err != nil {
@@ -962,19 +962,13 @@ func mapRefs(tbl *source.Table, pm plan.Map, task int) ([]source.RowGroupRef, er
 func (lp *loadedPlan) runs(refs []source.RowGroupRef) []int {
 	rows := source.RowsOf(refs)
 	for i, r := range refs {
-		if lp.sliceRows(r) > 0 { // routed alone, in slices
+		if plan.SliceRowsOf(r) > 0 { // routed alone, in slices
 			rows[i] = partition.SmallRows
 		}
 	}
 	return partition.Runs(rows, lp.joinRows(), func(i int) bool {
-		return refs[i].Follows(refs[i-1]) && lp.sliceRows(refs[i-1]) == 0
+		return refs[i].Follows(refs[i-1]) && plan.SliceRowsOf(refs[i-1]) == 0
 	})
-}
-
-// sliceRows is the rows of the slices a map task decodes ref in, 0 for
-// all at once (plan.SliceRows).
-func (lp *loadedPlan) sliceRows(ref source.RowGroupRef) int64 {
-	return plan.SliceRows(ref.Rows(), lp.RowBytes*decodedPerInput, ref.File.Leaves)
 }
 
 // joinRows is how many rows of small input row groups a map routes at

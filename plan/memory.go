@@ -157,28 +157,29 @@ func MapWorkerBytes(rows int64, memRowBytes float64) int64 {
 	return int64(2*float64(rows)*memRowBytes) + 4<<20
 }
 
-// Row groups of more than SliceAbove decoded bytes are decoded in slices
-// of about SliceBytes, and of at least SliceColumnBytes a leaf column
-// (SliceRows).
+// Row groups of more than SliceAbove bytes are decoded in slices of about
+// SliceBytes, and of at least SliceColumnBytes a leaf column (SliceRowsOf).
 const (
 	SliceAbove       = 32 << 20
 	SliceBytes       = 2 << 20
 	SliceColumnBytes = 256 << 10
 )
 
-// SliceRows is the rows of the slices a map task decodes a row group of
-// rows rows of memRowBytes decoded bytes each, in leaves leaf columns, in
-// (source.Table.ReadSliced); 0 for the whole row group at once. A large
-// row group of heavy rows (documents, images: 2,048 binaries of 98 KB, 200
-// MB) is decoded in slices of about SliceBytes, 16 rows at least; a wide
-// one is not sliced finer than SliceColumnBytes a column (2,001 float
-// columns in slices of 1,024 rows, 4 KB a column, took twice the heap of
-// one read).
-func SliceRows(rows int64, memRowBytes float64, leaves int64) int64 {
-	if float64(rows)*memRowBytes <= SliceAbove {
+// SliceRowsOf is the rows of the slices a row group is decoded in
+// (source.Table.ReadSliced), 0 for all at once, from its file's footer, so
+// that the plan, its sample and every map task decide alike: a row group
+// of more than SliceAbove bytes is decoded in slices of about SliceBytes,
+// 16 rows at least, and not finer than SliceColumnBytes a leaf column. A
+// large row group of heavy rows (documents, images: 2,048 binaries of 98
+// KB, 200 MB) is sliced; a wide one is not (2,001 float columns in slices
+// of 1,024 rows, 4 KB a column, took twice the heap of one read).
+func SliceRowsOf(ref source.RowGroupRef) int64 {
+	f := ref.File
+	rows, rowBytes := ref.Rows(), float64(f.UncompressedBytes)/float64(max(f.Rows, 1))
+	if float64(rows)*rowBytes <= SliceAbove {
 		return 0
 	}
-	n := max(int64(SliceBytes/max(memRowBytes, 1)), int64(float64(SliceColumnBytes*max(leaves, 1))/max(memRowBytes, 1)), 16)
+	n := max(int64(SliceBytes/max(rowBytes, 1)), int64(float64(SliceColumnBytes*max(f.Leaves, 1))/max(rowBytes, 1)), 16)
 	if n >= rows {
 		return 0
 	}
@@ -186,19 +187,19 @@ func SliceRows(rows int64, memRowBytes float64, leaves int64) int64 {
 }
 
 // DecodeBytes is what decoding a row group of rows rows of memRowBytes
-// decoded bytes each holds, in leaves leaf columns: arrow-go's column
-// readers reserve every column's values for the next power of two of the
-// rows they read. A large row group is decoded in slices (SliceRows) and
-// held whole while it is routed, with what its strings' doubling and the
-// slices in flight leave, and the encoding sample of up to SliceAbove
-// bytes the run keeps: 2.25 times its bytes and those. Measured at the
-// limit this asks for, one spinning process beside each run: 78 MiB of 40
-// KB binaries peaked at 253-255 MiB of 273, 192 MiB of 98 KB binaries at
-// 500-515 of 531, 242 MiB of 2 KB strings at 608-610 of 645 (at twice the
-// bytes, 98 KB binaries went 20 MiB over, at 1.75 times 40 KB ones 6).
-func DecodeBytes(rows int64, memRowBytes float64, leaves int64) int64 {
-	if s := SliceRows(rows, memRowBytes, leaves); s > 0 {
-		return int64(2.25*float64(rows)*memRowBytes) + 4*int64(float64(s)*memRowBytes) + SliceAbove
+// decoded bytes each holds, slice its slice rows (SliceRowsOf): arrow-go's
+// column readers reserve every column's values for the next power of two
+// of the rows they read. A row group decoded in slices is held whole while
+// it is routed, with what its strings' doubling and the slices in flight
+// leave, and the encoding sample of up to SliceAbove bytes the run keeps:
+// 2.25 times its bytes and those. Measured at the limit this asks for, one
+// spinning process beside each run: 78 MiB of 40 KB binaries peaked at
+// 253-255 MiB of 273, 192 MiB of 98 KB binaries at 500-515 of 531, 242 MiB
+// of 2 KB strings at 608-610 of 645 (at twice the bytes, 98 KB binaries
+// went 20 MiB over, at 1.75 times 40 KB ones 6).
+func DecodeBytes(rows int64, memRowBytes float64, slice int64) int64 {
+	if slice > 0 {
+		return int64(2.25*float64(rows)*memRowBytes) + 4*int64(float64(slice)*memRowBytes) + SliceAbove
 	}
 	p := int64(1)
 	for p < rows {
@@ -207,39 +208,36 @@ func DecodeBytes(rows int64, memRowBytes float64, leaves int64) int64 {
 	return int64(float64(p) * memRowBytes)
 }
 
-// InputRowGroupsFit refuses (a usage error, exit 2) a table whose largest
-// input row group cannot be decoded within limit: row groups are read
-// whole, so a smaller output or unit does not help, and the run went over
-// the limit (2,001 float columns in one row group of 20,000 rows, 160 MB:
-// a peak of 300 MiB at --memory-limit 288MiB; 305-308 MiB at 290 to
-// 318MiB, two spinning processes beside it, once routing took pieces of
-// 2 MiB; this asks for 318). The refusal names the row
-// group and the limit it needs. limit <= 0: no limit.
+// InputRowGroupsFit refuses (a usage error, exit 2) a table one of whose
+// input row groups cannot be decoded within limit (DecodeBytes, beside the
+// runtime, the pieces routed from it, 2 MiB each taken and encoded two at
+// a time, and a margin): a smaller output or unit does not help, and the
+// run went over the limit (2,001 float columns in one row group of 20,000
+// rows, 160 MB: a peak of 300 MiB at --memory-limit 288MiB; 305-308 MiB at
+// 290 to 318MiB, two spinning processes beside it; this asks for 318). The
+// refusal names the row group needing most and the limit it needs.
+// limit <= 0: no limit.
 func InputRowGroupsFit(tbl *source.Table, memRowBytes float64, limit int64) error {
 	if limit <= 0 {
 		return nil
 	}
-	var big *source.File
-	rg, rows := 0, int64(0)
+	var big source.RowGroupRef
+	var most int64
 	for _, f := range tbl.Files {
 		for i, n := range f.RowGroupRows {
-			if n > rows {
-				big, rg, rows = f, i, n
+			ref := source.RowGroupRef{File: f, RowGroup: i}
+			if need := DecodeBytes(n, memRowBytes, SliceRowsOf(ref)); need > most {
+				big, most = ref, need
 			}
 		}
 	}
-	// Beside it, the pieces routed from it (partition.routeRows: 2 MiB
-	// each, taken and encoded two at a time) and a margin.
-	if big == nil {
-		return nil
-	}
-	need := RuntimeReserve + DecodeBytes(rows, memRowBytes, big.Leaves) + 12<<20
-	if need <= limit {
+	need := RuntimeReserve + most + 12<<20
+	if big.File == nil || need <= limit {
 		return nil
 	}
 	mib := func(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
 	return errs.WithHint(errs.Usagef("--memory-limit %d MiB is too small for this input: row group %d of %s holds %d rows, about %d MiB decoded, and is read whole (%d MiB with the runtime)",
-		limit>>20, rg, big.Obj.URL, rows, mib(int64(float64(rows)*memRowBytes)), mib(need)),
+		limit>>20, big.RowGroup, big.File.Obj.URL, big.Rows(), mib(int64(float64(big.Rows())*memRowBytes)), mib(need)),
 		fmt.Sprintf("raise --memory-limit to at least %dMiB, or rewrite the input with smaller row groups", mib(need)))
 }
 

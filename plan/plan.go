@@ -651,8 +651,7 @@ func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, erro
 		// A large row group is decoded in slices (as the map tasks read
 		// it), and only those that hold the rows choosing encodings kept,
 		// SliceAbove bytes of them at most.
-		rowBytes := float64(ref.File.UncompressedBytes) / float64(max(ref.File.Rows, 1))
-		n := SliceRows(ref.Rows(), rowBytes, ref.File.Leaves)
+		n := SliceRowsOf(ref)
 		if n == 0 {
 			return tbl.Read(ctx, ref, nil, 2)
 		}
