@@ -24,12 +24,13 @@ const SampleRows = sampleRows
 // the rest. A float column whose sample holds NaNs of two bit patterns gets
 // no dictionary (mixedNaNs). arrow-go's default, a dictionary for every column abandoned at
 // 1 MiB, costs time on high-cardinality columns and bloats them. The choice
-// depends only on the sample, so it is deterministic.
-func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.WriterProperty {
+// depends only on the sample, so it is deterministic. It also returns the
+// largest average bytes of a leaf value in the sample (valueBytes), from
+// which pageBatch sizes the batches a page is cut between.
+func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) (props []parquet.WriterProperty, valueBytes float64) {
 	if sample == nil || sample.NumRows() == 0 {
-		return nil
+		return nil, 0
 	}
-	var props []parquet.WriterProperty
 	for i := 0; i < pqs.NumColumns(); i++ {
 		col := pqs.Column(i)
 		path := col.Path()
@@ -53,6 +54,9 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 			continue
 		}
 		nonNull := n - nullsIn(leaf, n)
+		if nonNull > 0 {
+			valueBytes = max(valueBytes, float64(dataBytes(leaf, n))/float64(nonNull))
+		}
 		// Floats repeated in runs (query-level features) compress as well
 		// with zstd as with a dictionary, which costs a hash per value;
 		// keep dictionaries for floats only at very low cardinality.
@@ -78,7 +82,58 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) []parquet.Wri
 			props = append(props, parquet.WithEncodingFor(path, parquet.Encodings.DeltaBinaryPacked))
 		}
 	}
-	return props
+	return props, valueBytes
+}
+
+// pageBatch is how many values arrow-go writes between its checks of a
+// page's size (its WriteBatchSize, 1,024 by default) for leaf values of
+// valueBytes bytes on average, so that a page ends near pageBytes: arrow-go
+// cuts a page only between batches, so 1,024 images of 1 MB made one page
+// of a whole row group (120 MB at --page-bytes 1MiB), which a reader then
+// holds whole to read one row. 0 keeps arrow-go's default, as it does for
+// every column of values under a KiB at the default page size.
+func pageBatch(valueBytes float64, pageBytes int64) int64 {
+	const arrowDefault = 1024
+	if valueBytes <= 0 || float64(pageBytes)/valueBytes >= arrowDefault {
+		return 0
+	}
+	return max(int64(float64(pageBytes)/valueBytes), 1)
+}
+
+// dataBytes is the bytes of a's first n values' data: the value bytes of
+// variable-length types, the width of fixed-length ones (0 for types of
+// neither kind).
+func dataBytes(a arrow.Array, n int) int64 {
+	switch v := a.(type) {
+	case *array.String:
+		o := v.ValueOffsets()
+		return int64(o[n] - o[0])
+	case *array.Binary:
+		o := v.ValueOffsets()
+		return int64(o[n] - o[0])
+	case *array.LargeString:
+		o := v.ValueOffsets()
+		return o[n] - o[0]
+	case *array.LargeBinary:
+		o := v.ValueOffsets()
+		return o[n] - o[0]
+	case *array.StringView:
+		var b int64
+		for i := 0; i < n; i++ {
+			b += int64(v.ValueLen(i))
+		}
+		return b
+	case *array.BinaryView:
+		var b int64
+		for i := 0; i < n; i++ {
+			b += int64(v.ValueLen(i))
+		}
+		return b
+	}
+	if fw, ok := a.DataType().(arrow.FixedWidthDataType); ok {
+		return int64(n) * int64(max(fw.BitWidth()/8, 1))
+	}
+	return 0
 }
 
 // leafArray returns the primitive values under a top-level column whose

@@ -225,10 +225,14 @@ func NewParquet(ctx context.Context, out storage.Location, schema *arrow.Schema,
 	if len(sorting) > 0 {
 		base = append(base, parquet.WithSortingColumns(sorting))
 	}
-	if opts.Encodings != nil {
-		base = append(base, opts.Encodings.props...)
-	} else {
-		base = append(base, chooseEncodings(opts.Sample, pqs)...)
+	enc := opts.Encodings
+	if enc == nil {
+		enc = &Encodings{}
+		enc.props, enc.valueBytes = chooseEncodings(opts.Sample, pqs)
+	}
+	base = append(base, enc.props...)
+	if n := pageBatch(enc.valueBytes, opts.PageBytes); n > 0 {
+		base = append(base, parquet.WithBatchSize(n))
 	}
 	w.props = parquet.NewWriterProperties(base...)
 	if pqs, err = pqarrow.ToParquet(schema, w.props, w.arrow); err != nil {
@@ -301,6 +305,8 @@ func baseProps(opts ParquetOptions) []parquet.WriterProperty {
 // Encodings are the column encodings chosen from a sample of the rows.
 type Encodings struct {
 	props []parquet.WriterProperty
+	// valueBytes is the sample's largest average leaf value (pageBatch).
+	valueBytes float64
 }
 
 // NewEncodings chooses the encodings for sinks of schema sc (without its
@@ -319,7 +325,9 @@ func NewEncodings(sample arrow.RecordBatch, sc *arrow.Schema, hiveColumns []stri
 	if err != nil {
 		return nil, Unwritable(sc, err)
 	}
-	return &Encodings{props: chooseEncodings(sample, pqs)}, nil
+	e := &Encodings{}
+	e.props, e.valueBytes = chooseEncodings(sample, pqs)
+	return e, nil
 }
 
 // withUTCTimes declares isAdjustedToUTC=true on the TIME columns, at any

@@ -323,3 +323,60 @@ func TestHiveRefusesRowsOffTheirFolder(t *testing.T) {
 		w.Abort()
 	}
 }
+
+// TestLargeValuesCutPagesAtPageBytes: a column of 200 KB values is written
+// in pages near --page-bytes, not 1,024 values a page (arrow-go checks a
+// page's size only between batches of its WriteBatchSize: 1,024 images of
+// 1 MB made one page of a whole row group). The page sizes come from
+// parquet-go's reading of the offset index, and the values from
+// arrow-go's read of the file.
+func TestLargeValuesCutPagesAtPageBytes(t *testing.T) {
+	const n, size = 300, 200 << 10
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "image", Type: arrow.BinaryTypes.Binary},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	for i := 0; i < n; i++ {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		v := make([]byte, size)
+		for j := range v {
+			v[j] = byte(i*31 + j*7 + j>>9) // little for zstd to find
+		}
+		b.Field(1).(*array.BinaryBuilder).Append(v)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	const pageBytes = 1 << 20
+	out, dir := outDir(t)
+	w, err := NewParquet(context.Background(), out, schema, []FileLayout{{RowGroups: []int64{n}}}, ParquetOptions{Sample: rec, PageBytes: pageBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, got.Files[0].Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locs := f.OffsetIndexes()[1].PageLocations // row group 0, column image
+	var most int64
+	for _, l := range locs {
+		most = max(most, int64(l.CompressedPageSize))
+	}
+	// Values of 200 KB fill a 1 MiB page in 5 and close it at the sixth.
+	if most > 2*pageBytes || len(locs) < n*size/(2*pageBytes) {
+		t.Fatalf("%d pages of %d KB values, the largest %d bytes stored; want pages of at most %d bytes", len(locs), size>>10, most, 2*pageBytes)
+	}
+	requireSameRows(t, rec, readArrowGo(t, data))
+}
