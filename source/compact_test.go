@@ -200,6 +200,43 @@ func TestReadSlicedEqualsRead(t *testing.T) {
 	}
 }
 
+// TestReadSlicedHead: the head of a row group read in slices is its first
+// rows, in slices of the size asked for, the last cut at the head's end.
+func TestReadSlicedHead(t *testing.T) {
+	const rgRows = 65536
+	ctx := context.Background()
+	tbl, want := openPow2(t, 2*rgRows, rgRows)
+	ref := tbl.RowGroups()[1]
+	for _, tc := range []struct{ slice, head int64 }{{10_000, 25_000}, {10_000, 30_000}, {4096, 1}, {10_000, 3 * rgRows}} {
+		recs, err := tbl.ReadSlicedHead(ctx, ref, nil, 2, tc.slice, tc.head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := min(tc.head, rgRows)
+		if n := (head + tc.slice - 1) / tc.slice; int64(len(recs)) != n {
+			t.Fatalf("head %d in slices of %d: %d records, want %d", tc.head, tc.slice, len(recs), n)
+		}
+		from := ref.Offset()
+		for i, rec := range recs {
+			if i < len(recs)-1 && rec.NumRows() != tc.slice {
+				t.Fatalf("slice %d of head %d: %d rows", i, tc.head, rec.NumRows())
+			}
+			for c := 0; c < int(rec.NumCols()); c++ {
+				w := array.NewSlice(want.Column(c), from, from+rec.NumRows())
+				if !array.Equal(rec.Column(c), w) {
+					t.Errorf("head %d, slice %d, column %s: values differ from arrow-go's own read", tc.head, i, tbl.Schema.Field(c).Name)
+				}
+				w.Release()
+			}
+			from += rec.NumRows()
+			rec.Release()
+		}
+		if from-ref.Offset() != head {
+			t.Fatalf("head %d: %d rows read", tc.head, from-ref.Offset())
+		}
+	}
+}
+
 // openPow2 writes a file of rows rows in row groups of rgRows (writePow2File)
 // and opens it as a compacting table; want is arrow-go's own read of it.
 // Both are released when the test ends.

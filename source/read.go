@@ -205,6 +205,13 @@ func (t *Table) ReadRowGroups(ctx context.Context, refs []RowGroupRef, cols []in
 // large row group held in slices takes its decoded bytes, not the slack of
 // one array per column. On error nothing is returned and nothing is held.
 func (t *Table) ReadSliced(ctx context.Context, ref RowGroupRef, cols []int, parallel int, sliceRows int64) ([]arrow.RecordBatch, error) {
+	return t.ReadSlicedHead(ctx, ref, cols, parallel, sliceRows, ref.Rows())
+}
+
+// ReadSlicedHead is ReadSliced of the row group's first headRows rows
+// (File.ReadColumnHead): the plan's encoding sample of a row group too
+// large to decode whole within --memory-limit.
+func (t *Table) ReadSlicedHead(ctx context.Context, ref RowGroupRef, cols []int, parallel int, sliceRows, headRows int64) ([]arrow.RecordBatch, error) {
 	if cols == nil {
 		cols = make([]int, t.Schema.NumFields())
 		for i := range cols {
@@ -221,7 +228,7 @@ func (t *Table) ReadSliced(ctx context.Context, ref RowGroupRef, cols []int, par
 	}
 	err := par.ForEach(ctx, len(cols), parallel, func(k int) error {
 		var err error
-		byCol[k], err = ref.File.ReadColumnSlices(ctx, ref.RowGroup, cols[k], sliceRows)
+		byCol[k], err = ref.File.ReadColumnHead(ctx, ref.RowGroup, cols[k], sliceRows, headRows)
 		return err
 	})
 	if err != nil {

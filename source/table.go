@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/arrow-go/v18/parquet/schema"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/relayout/relayout/hive"
 	"github.com/relayout/relayout/internal/arrowipc"
@@ -62,6 +63,9 @@ type File struct {
 	// holds each table field's leaf column indices in this file.
 	colMap []int
 	leaves [][]int
+
+	pagesMu sync.Mutex
+	pages   map[int]Page // LargestPage by row group
 }
 
 // handle is an open file: its reader, footer and Arrow reader. Footer
@@ -571,7 +575,15 @@ func (f *File) ReadColumn(ctx context.Context, rg, col int) (arrow.Array, error)
 // KB, 200 MB, took 557 MB of heap decoded whole). The caller releases
 // them.
 func (f *File) ReadColumnSlices(ctx context.Context, rg, col int, sliceRows int64) (arrs []arrow.Array, err error) {
-	rows := f.RowGroupRows[rg]
+	return f.ReadColumnHead(ctx, rg, col, sliceRows, f.RowGroupRows[rg])
+}
+
+// ReadColumnHead is ReadColumnSlices of the row group's first headRows
+// rows: the slices that hold them, the last cut to end there. The column
+// chunk is still read (and its pages' CRCs checked) up to the last page
+// decoded, not the decoding of the rest.
+func (f *File) ReadColumnHead(ctx context.Context, rg, col int, sliceRows, headRows int64) (arrs []arrow.Array, err error) {
+	rows := min(f.RowGroupRows[rg], max(headRows, 0))
 	if sliceRows <= 0 || sliceRows > rows {
 		sliceRows = max(rows, 1)
 	}
@@ -620,7 +632,7 @@ func (f *File) ReadColumnSlices(ctx context.Context, rg, col int, sliceRows int6
 	var read int64
 	for read < rows || read == 0 {
 		n := min(sliceRows, rows-read)
-		arr, err := f.readSlice(cr, rg, col, n, sliceRows == rows, what)
+		arr, err := f.readSlice(cr, rg, col, n, sliceRows == f.RowGroupRows[rg], what)
 		if err != nil {
 			return arrs, err
 		}
@@ -1138,4 +1150,120 @@ func (f *File) PartitionValue(col int) arrow.Array {
 		return nil
 	}
 	return a
+}
+
+// Page is a data page's size: Bytes decompressed, Stored as stored.
+type Page struct{ Bytes, Stored int64 }
+
+// LargestPage is the largest data page (by its decompressed bytes) of row
+// group rg, among the column chunks that hold more than half the row
+// group's bytes (in the others no page can outweigh the rest of the row
+// group): a reader holds the page it decodes whole, however few of its rows
+// it asks for, and arrow-based writers close a page only between batches of
+// 1,024 values (1,024 images of 1 MB make one page; DuckDB cuts at 100
+// MiB). The sizes come from the chunk's offset index where it has one (the
+// largest stored page, scaled by the chunk's compression ratio), else from
+// its first 16 page headers (the rest taken to be no larger), else the
+// whole chunk. The zero Page where no chunk qualifies.
+func (f *File) LargestPage(rg int) (Page, error) {
+	f.pagesMu.Lock()
+	defer f.pagesMu.Unlock()
+	if p, ok := f.pages[rg]; ok {
+		return p, nil
+	}
+	h, err := f.t.acquire(f)
+	if err != nil {
+		return Page{}, err
+	}
+	defer f.t.release(f)
+	md := h.pq.MetaData()
+	if rg >= md.NumRowGroups() {
+		return Page{}, nil
+	}
+	rgm := md.RowGroup(rg)
+	var total int64
+	for c := 0; c < rgm.NumColumns(); c++ {
+		if cc, err := rgm.ColumnChunk(c); err == nil {
+			total += cc.TotalUncompressedSize()
+		}
+	}
+	var most Page
+	for c := 0; c < rgm.NumColumns(); c++ {
+		cc, err := rgm.ColumnChunk(c)
+		if err != nil || 2*cc.TotalUncompressedSize() <= total {
+			continue
+		}
+		page, ok := Page{}, false
+		if cc.GetOffsetIndexLocation() != nil {
+			page, ok = offsetIndexPage(h.pq, rg, c, cc)
+		}
+		if !ok {
+			page, ok = walkPages(h.ra, cc)
+		}
+		if !ok {
+			page = Page{Bytes: cc.TotalUncompressedSize(), Stored: cc.TotalCompressedSize()}
+		}
+		if page.Bytes > most.Bytes {
+			most = page
+		}
+	}
+	if f.pages == nil {
+		f.pages = map[int]Page{}
+	}
+	f.pages[rg] = most
+	return most, nil
+}
+
+// offsetIndexPage is the largest page of a chunk by its offset index: the
+// largest stored page, scaled by the chunk's compression ratio.
+func offsetIndexPage(pq *file.Reader, rg, c int, cc *metadata.ColumnChunkMetaData) (Page, bool) {
+	idx, err := pq.GetPageIndexReader().RowGroup(rg)
+	if err != nil || idx == nil {
+		return Page{}, false
+	}
+	oi, err := idx.GetOffsetIndex(c)
+	if err != nil || oi == nil || len(oi.GetPageLocations()) == 0 {
+		return Page{}, false
+	}
+	var stored int64
+	for _, pl := range oi.GetPageLocations() {
+		stored = max(stored, int64(pl.CompressedPageSize))
+	}
+	unc, comp := cc.TotalUncompressedSize(), max(cc.TotalCompressedSize(), 1)
+	return Page{Bytes: min(unc, int64(float64(stored)*float64(unc)/float64(comp))), Stored: stored}, true
+}
+
+// walkPages is the largest page among a chunk's first 16 page headers,
+// read one at a time (4 KiB each; a header that does not parse in 64 KiB
+// ends the walk, not ok).
+func walkPages(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (Page, bool) {
+	pos := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < pos {
+		pos = cc.DictionaryPageOffset()
+	}
+	end := pos + cc.TotalCompressedSize()
+	var most Page
+	for i := 0; i < 16 && pos < end; i++ {
+		var ph *format.PageHeader
+		var n int
+		for _, size := range []int64{4 << 10, 64 << 10} {
+			buf := make([]byte, min(size, end-pos))
+			if k, err := ra.ReadAt(buf, pos); err != nil && !(err == io.EOF && k == len(buf)) {
+				return Page{}, false
+			}
+			var err error
+			if ph, n, err = parsePageHeader(buf); err == nil {
+				break
+			}
+			ph = nil
+		}
+		if ph == nil || ph.CompressedPageSize < 0 {
+			return Page{}, false
+		}
+		if b := int64(ph.UncompressedPageSize); b > most.Bytes {
+			most = Page{Bytes: b, Stored: int64(ph.CompressedPageSize)}
+		}
+		pos += int64(n) + int64(ph.CompressedPageSize)
+	}
+	return most, true
 }
