@@ -113,8 +113,9 @@ func Rebin(ctx context.Context, work storage.Location, segs []Segment, schema *a
 		recs := held
 		held, heldRows = nil, 0
 		byUnit := map[int][]int64{}
-		var at int64
+		var at, bytes int64
 		for _, r := range recs {
+			bytes += RecordBytes(r)
 			us := r.Column(r.Schema().NumFields() - 1).(*array.Int32)
 			if us.NullN() > 0 {
 				for _, r := range recs {
@@ -127,7 +128,7 @@ func Rebin(ctx context.Context, work storage.Location, segs []Segment, schema *a
 			}
 			at += r.NumRows()
 		}
-		return takeGroups(ctx, binSchema, schema, recs, byUnit, parallel, 0, func(u, _ int, part arrow.RecordBatch) error {
+		return takeGroups(ctx, binSchema, schema, recs, byUnit, parallel, pieceRowsOf(bytes, at), func(u, _ int, part arrow.RecordBatch) error {
 			defer part.Release()
 			return emit(u, part)
 		})

@@ -564,11 +564,7 @@ func routeRows(ctx context.Context, rec arrow.RecordBatch, off int64, rt *Router
 		byUnit[u] = append(byUnit[u], int64(i))
 	}
 	rec.Retain()
-	pieceRows := 0
-	if n := rec.NumRows(); n > 0 {
-		pieceRows = int(max(routePieceBytes/max(RecordBytes(rec)/n, 1), minPieceRows))
-	}
-	return takeGroups(ctx, rec.Schema(), rec.Schema(), []arrow.RecordBatch{rec}, byUnit, parallel, pieceRows, func(u, first int, part arrow.RecordBatch) error {
+	return takeGroups(ctx, rec.Schema(), rec.Schema(), []arrow.RecordBatch{rec}, byUnit, parallel, pieceRowsOf(RecordBytes(rec), rec.NumRows()), func(u, first int, part arrow.RecordBatch) error {
 		if unitsOf != nil {
 			part = withUnits(binSchema, part, unitsOf[u][first:first+int(part.NumRows())])
 		}
@@ -583,10 +579,20 @@ func routeRows(ctx context.Context, rec arrow.RecordBatch, off int64, rt *Router
 // the shuffle's scratch buffers (2,001 float columns, one 160 MB row group,
 // two units: 650 MiB of heap and a peak RSS of 882 MiB under
 // --memory-limit 768MiB; 538 MiB with pieces of 8 MiB, fewer with 2).
+// Rows of a MiB or more (images, audio) make pieces of minPieceRows.
 const (
 	routePieceBytes = 2 << 20
-	minPieceRows    = 1024
+	minPieceRows    = 16
 )
+
+// pieceRowsOf is the rows of the pieces rows rows of bytes decoded bytes
+// are taken in (0 for none).
+func pieceRowsOf(bytes, rows int64) int {
+	if rows <= 0 {
+		return 0
+	}
+	return int(max(routePieceBytes/max(bytes/rows, 1), minPieceRows))
+}
 
 // takeGroups takes each group's rows (positions in recs, which it owns and
 // releases) as batches of schema, groups in ascending order and up to

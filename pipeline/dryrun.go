@@ -81,6 +81,11 @@ func DryRun(ctx context.Context, opts RunOptions) (rep *report.Report, err error
 	rep.Input = report.Input{Files: len(tbl.Files), Bytes: in.Bytes, Rows: tbl.Rows, RowGroups: tbl.NumRowGroups()}
 	_, rep.ConfigHash = configOf(opts, tr)
 
+	// A limit the input's row groups cannot be read within is refused
+	// before anything is read, as the run refuses it.
+	if err := plan.InputFits(tbl, opts.resources()); err != nil {
+		return nil, err
+	}
 	// The sample and its in-memory run do not depend on the key pass: run
 	// them alongside it.
 	type sampled struct {

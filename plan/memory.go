@@ -38,7 +38,9 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	if in.Uncompressed > 0 {
 		compRatio = min(max(float64(in.Bytes)/float64(in.Uncompressed), 0.05), 1)
 	}
-	chunkRows := min(max(int64((4<<20)/max(in.RowBytes, 1)), 1024), 64<<10)
+	// The writer's batch: 4 MiB of rows, 16 rows at least (it was 1,024,
+	// a GiB of 1 MB images, gathered three at a time).
+	chunkRows := min(max(int64((4<<20)/max(in.RowBytes, 1)), 16), 64<<10)
 	chunkBytes := int64(float64(chunkRows) * memRowBytes)
 	rowGroupBytes := int64(float64(min(layout.TargetRows, max(tbl.Rows, 1))) * in.RowBytes)
 	pending := min(in.Leaves*o.PageBytes, rowGroupBytes) // pages not yet cut
@@ -80,7 +82,8 @@ func SizeMemory(tbl *source.Table, in Sizes, layout partition.Layout, memRowByte
 	}
 	// The map phase runs before the units are gathered: its budget is the
 	// limit less the runtime, the kept encoding sample and headroom.
-	perMap := MapWorkerBytes(tbl.LargestRowGroup(), memRowBytes)
+	_, decode := InputNeed(tbl, memRowBytes)
+	perMap := max(MapWorkerBytes(tbl.LargestRowGroup(), memRowBytes), decode)
 	sampleBytes := int64(float64(min(tbl.Rows, 32<<10)) * memRowBytes)
 	mapWorkers := int(min(max((r.MemoryLimit-RuntimeReserve-UnitHeadroom-sampleBytes)/max(perMap, 1), 1), int64(max(r.Parallel, 1))))
 	return Memory{Fixed: fixed, UnitRows: unitRows, ChunkRows: chunkRows, MemRowBytes: memRowBytes, MapWorkers: mapWorkers,
@@ -100,7 +103,7 @@ const MinFitRowGroupBytes = 1 << 20
 // those explicit settings writes.
 func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
 	if !r.Sample {
-		if err := InputRowGroupsFit(tbl, memRowBytes, r.MemoryLimit); err != nil {
+		if err := InputRowGroupsFit(tbl, max(memRowBytes, SizesOf(tbl).RowBytes), r.MemoryLimit); err != nil {
 			return o, partition.Layout{}, Memory{}, err
 		}
 	}
@@ -169,7 +172,7 @@ const (
 // (source.Table.ReadSliced), 0 for all at once, from its file's footer, so
 // that the plan, its sample and every map task decide alike: a row group
 // of more than SliceAbove bytes is decoded in slices of about SliceBytes,
-// 16 rows at least, and not finer than SliceColumnBytes a leaf column. A
+// a row at least, and not finer than SliceColumnBytes a leaf column. A
 // large row group of heavy rows (documents, images: 2,048 binaries of 98
 // KB, 200 MB) is sliced; a wide one is not (2,001 float columns in slices
 // of 1,024 rows, 4 KB a column, took twice the heap of one read).
@@ -179,7 +182,7 @@ func SliceRowsOf(ref source.RowGroupRef) int64 {
 	if float64(rows)*rowBytes <= SliceAbove {
 		return 0
 	}
-	n := max(int64(SliceBytes/max(rowBytes, 1)), int64(float64(SliceColumnBytes*max(f.Leaves, 1))/max(rowBytes, 1)), 16)
+	n := max(int64(SliceBytes/max(rowBytes, 1)), int64(float64(SliceColumnBytes*max(f.Leaves, 1))/max(rowBytes, 1)), 1)
 	if n >= rows {
 		return 0
 	}
@@ -196,16 +199,54 @@ func SliceRowsOf(ref source.RowGroupRef) int64 {
 // spinning process beside each run: 78 MiB of 40 KB binaries peaked at
 // 253-255 MiB of 273, 192 MiB of 98 KB binaries at 500-515 of 531, 242 MiB
 // of 2 KB strings at 608-610 of 645 (at twice the bytes, 98 KB binaries
-// went 20 MiB over, at 1.75 times 40 KB ones 6).
-func DecodeBytes(rows int64, memRowBytes float64, slice int64) int64 {
+// went 20 MiB over, at 1.75 times 40 KB ones 6). A page is decoded whole
+// however few of its rows a slice asks for, so a row group in few large
+// pages (page: its largest, source.File.LargestPage) holds its bytes and
+// what decoding that page holds (pageHeld), when that is more: 120 rows of
+// 1 MB binaries in one zstd page of 116 MiB (63 MiB stored) went to
+// 497-502 MiB at the 426 MiB that 2.25 times the bytes asked for; at the
+// 533 MiB this asks for, 518 MiB, one spinning process beside it.
+func DecodeBytes(rows int64, memRowBytes float64, slice int64, page source.Page) int64 {
 	if slice > 0 {
-		return int64(2.25*float64(rows)*memRowBytes) + 4*int64(float64(slice)*memRowBytes) + SliceAbove
+		b := float64(rows) * memRowBytes
+		return int64(max(2.25*b, b+pageHeld(page))) + 4*int64(float64(slice)*memRowBytes) + SliceAbove
 	}
 	p := int64(1)
 	for p < rows {
 		p <<= 1
 	}
 	return int64(float64(p) * memRowBytes)
+}
+
+// pageHeld is what decoding from a page holds beside the values decoded:
+// the page decompressed and half as much again (the decoder's builders
+// grow by doubling), its stored copy and the column chunk it is cut from
+// (arrow-go reads a chunk whole). Measured, with one spinning process
+// beside each run at the limit it gives: 40 KB binaries in one 77 MiB
+// snappy page of 8 MiB stored, 290 MiB of 320; 1 MB binaries in one zstd
+// page of 116 MiB, 63 MiB stored, 518 of 533.
+func pageHeld(p source.Page) float64 {
+	return 1.5*float64(p.Bytes) + 2*float64(p.Stored)
+}
+
+// InputNeed is the most memory decoding one of the table's row groups
+// takes (DecodeBytes, with the largest page of one decoded in slices:
+// source.File.LargestPage), and that row group. A page that cannot be
+// sized counts as none: reading it reports why.
+func InputNeed(tbl *source.Table, memRowBytes float64) (big source.RowGroupRef, most int64) {
+	for _, f := range tbl.Files {
+		for i, n := range f.RowGroupRows {
+			ref := source.RowGroupRef{File: f, RowGroup: i}
+			slice, page := SliceRowsOf(ref), source.Page{}
+			if slice > 0 {
+				page, _ = f.LargestPage(i)
+			}
+			if need := DecodeBytes(n, memRowBytes, slice, page); need > most {
+				big, most = ref, need
+			}
+		}
+	}
+	return big, most
 }
 
 // InputRowGroupsFit refuses (a usage error, exit 2) a table one of whose
@@ -222,25 +263,41 @@ func InputRowGroupsFit(tbl *source.Table, memRowBytes float64, limit int64) erro
 	if limit <= 0 {
 		return nil
 	}
-	var big source.RowGroupRef
-	var most int64
-	for _, f := range tbl.Files {
-		for i, n := range f.RowGroupRows {
-			ref := source.RowGroupRef{File: f, RowGroup: i}
-			if need := DecodeBytes(n, memRowBytes, SliceRowsOf(ref)); need > most {
-				big, most = ref, need
-			}
-		}
-	}
+	big, most := InputNeed(tbl, memRowBytes)
 	need := RuntimeReserve + most + 24<<20
 	if big.File == nil || need <= limit {
 		return nil
 	}
 	mib := func(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
-	return errs.WithHint(errs.Usagef("--memory-limit %d MiB is too small for this input: row group %d of %s holds %d rows, about %d MiB decoded, and is read whole (%d MiB with the runtime)",
-		limit>>20, big.RowGroup, big.File.Obj.URL, big.Rows(), mib(int64(float64(big.Rows())*memRowBytes)), mib(need)),
+	pages := ""
+	if page, _ := big.File.LargestPage(big.RowGroup); SliceRowsOf(big) > 0 && pageHeld(page) > 1.25*float64(big.Rows())*memRowBytes {
+		pages = fmt.Sprintf(" in pages of up to %d MiB", mib(page.Bytes))
+	}
+	return errs.WithHint(errs.Usagef("--memory-limit %d MiB is too small for this input: row group %d of %s holds %d rows, about %d MiB decoded%s; reading it takes %d MiB with the runtime",
+		limit>>20, big.RowGroup, big.File.Obj.URL, big.Rows(), mib(int64(float64(big.Rows())*memRowBytes)), pages, mib(need)),
 		fmt.Sprintf("raise --memory-limit to at least %dMiB, or rewrite the input with smaller row groups", mib(need)))
 }
+
+// InputFits is InputRowGroupsFit from the footers alone, for the plan to
+// refuse a limit too small for the input before it reads anything: reading
+// the sample first took a 577 MiB row group of 1 MB binaries to 914 MiB of
+// RSS, and a pod given the limit as its own would be killed instead of
+// told. It counts the footers' uncompressed bytes per row and a tenth more
+// (FooterDecodeSlack), so that the limit it names also passes FitMemory's
+// check after the sample, which counts the decoded bytes where they are
+// more (a 1,001-column float table decodes 3% above its footer's figure;
+// columns whose dictionaries decode to many times their indices can still
+// be refused there with a larger figure). The dry run's run of its sample
+// (r.Sample) refuses nothing.
+func InputFits(tbl *source.Table, r Resources) error {
+	if r.Sample || tbl.Rows == 0 {
+		return nil
+	}
+	return InputRowGroupsFit(tbl, SizesOf(tbl).RowBytes*FooterDecodeSlack, r.MemoryLimit)
+}
+
+// FooterDecodeSlack is what InputFits adds to the footers' bytes per row.
+const FooterDecodeSlack = 1.1
 
 // maxFooterRowGroups is the most row groups a file may hold at this memory
 // limit when the plan sizes files: their footer metadata within a

@@ -344,6 +344,9 @@ func Analyze(ctx context.Context, tbl *source.Table, keys Keys, o Options, r Res
 // AnalyzeSized is Analyze with the input's sizes given (the dry run's
 // in-memory run plans its sample with the real input's bytes per row).
 func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o Options, r Resources) (*KeyPass, error) {
+	if err := InputFits(tbl, r); err != nil {
+		return nil, err
+	}
 	// The first row group is decoded while the key pass runs: alone, its
 	// decode (a fresh heap faulted in, columns of uneven cost on two
 	// decoders) left a core idle for about 0.1 s of a 2.2 s run of the
@@ -375,6 +378,9 @@ func AnalyzeSized(ctx context.Context, tbl *source.Table, keys Keys, in Sizes, o
 // fit completes a key pass with the encoding sample, the memory plan and
 // the layout that fits it.
 func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Options, r Resources) (*KeyPass, error) {
+	if err := InputFits(tbl, r); err != nil {
+		return nil, err
+	}
 	sample, err := readSample(ctx, tbl)
 	if err != nil {
 		return nil, err
@@ -649,13 +655,17 @@ func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, erro
 			continue
 		}
 		// A large row group is decoded in slices (as the map tasks read
-		// it), and only those that hold the rows choosing encodings kept,
-		// SliceAbove bytes of them at most.
+		// it), and only those that hold the rows choosing encodings, about
+		// SliceAbove bytes of them at most: decoding the rest to drop it
+		// took a 577 MiB row group of 1 MB binaries to 1.5 GiB before
+		// the run could refuse the limit.
 		n := SliceRowsOf(ref)
 		if n == 0 {
 			return tbl.Read(ctx, ref, nil, 2)
 		}
-		recs, err := tbl.ReadSliced(ctx, ref, nil, 2, n)
+		rowBytes := float64(ref.File.UncompressedBytes) / float64(max(ref.File.Rows, 1))
+		head := min(max(int64(SliceAbove/max(rowBytes, 1)), n), writer.SampleRows)
+		recs, err := tbl.ReadSlicedHead(ctx, ref, nil, 2, n, head)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -277,6 +278,14 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 //     stored. Decoded whole, a row group took three times its bytes (the
 //     strings' doubling, the copy to size): 726 MiB at 512MiB, for 98 KB
 //     binaries; it is now decoded in slices.
+//   - images: 256 values of 1 MB in one row group and one page of up to
+//     100 MiB a column chunk, as DuckDB writes them. The writer gathered
+//     1,024 rows at a time whatever their size, and was refused below 3 GiB
+//     ("writing alone needs about 3138 MiB"); routing and the shuffle moved
+//     them in pieces of 1,024 rows; the refusal decoded the row group first,
+//     to 1.5 GiB at a 128 MiB limit.
+//
+// The refusal itself stays within the limit it refuses.
 func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: writes two tables of 80 MB and more")
@@ -289,9 +298,11 @@ func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 		name, sql string
 		rows      int
 		more      int // MiB above the named limit also tried
+		most      int // MiB the refusal may ask for
 	}{
-		{"wide", fmt.Sprintf("SELECT (range%%10)::INT AS k, %s FROM range(20000)", strings.Join(cols, ", ")), 20000, 384},
-		{"blobs", "SELECT (range%8)::INT AS k, range AS id, (repeat(chr((65 + range%26)::INT), 20000) || md5(range::VARCHAR) || repeat(md5((range*3)::VARCHAR), 600))::BLOB AS image FROM range(4096)", 2048, 0},
+		{"wide", fmt.Sprintf("SELECT (range%%10)::INT AS k, %s FROM range(20000)", strings.Join(cols, ", ")), 20000, 384, 400},
+		{"blobs", "SELECT (range%8)::INT AS k, range AS id, (repeat(chr((65 + range%26)::INT), 20000) || md5(range::VARCHAR) || repeat(md5((range*3)::VARCHAR), 600))::BLOB AS image FROM range(4096)", 2048, 0, 400},
+		{"images", "SELECT (range%4)::INT AS k, range AS id, (repeat(chr((65 + range%26)::INT), 1000000) || md5(range::VARCHAR))::BLOB AS image FROM range(256)", 256, 0, 800},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := filepath.Join(t.TempDir(), tc.name+".parquet")
@@ -300,14 +311,17 @@ func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 				return []string{"run", "--quiet", "--input", in, "--output", out, "--slice-keys", "k",
 					"--memory-limit", limit, "--tmp-dir", t.TempDir()}
 			}
-			r := relayout(t, nil, args("128MiB", filepath.Join(t.TempDir(), "refused"))...)
-			m := regexp.MustCompile(fmt.Sprintf(`row group 0 of \S*%s.parquet holds %d rows, .*raise --memory-limit to at least (\d+)MiB`, tc.name, tc.rows)).FindStringSubmatch(r.stderr)
-			if r.code != 2 || m == nil || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-				t.Fatalf("at 128MiB: exit %d, %q; want exit 2, one line naming the row group and the limit it needs", r.code, r.stderr)
+			peak, code, stderr := peakRSSExit(t, args("128MiB", filepath.Join(t.TempDir(), "refused")))
+			m := regexp.MustCompile(fmt.Sprintf(`row group \d+ of \S*%s.parquet holds %d rows, .*raise --memory-limit to at least (\d+)MiB`, tc.name, tc.rows)).FindStringSubmatch(stderr)
+			if code != 2 || m == nil || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+				t.Fatalf("at 128MiB: exit %d, %q; want exit 2, one line naming the row group and the limit it needs", code, stderr)
+			}
+			if peak > 128<<20 {
+				t.Fatalf("refusing --memory-limit 128MiB took %d MiB", peak>>20)
 			}
 			need, _ := strconv.Atoi(m[1])
-			if need <= 128 || need > 320 {
-				t.Fatalf("asks for %d MiB; the row group decodes to about 80 MB", need)
+			if need <= 128 || need > tc.most {
+				t.Fatalf("asks for %d MiB; at most %d expected", need, tc.most)
 			}
 			limits := []int{need, need * 3 / 2}
 			if tc.more > 0 {
@@ -353,24 +367,32 @@ func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 }
 
 // TestDryRunRefusesAsTheRunDoes: a dry run refuses a --memory-limit with
-// the run's own line. Its run of the sample (here the whole input: 20 rows
-// of 1 MB strings) was held to the limit too, and refused with the sizes
-// the dry run gives that run: "a 1125881881-row row group".
+// the run's own line, and accepts one the run accepts. Its run of the
+// sample (here the whole input: 20 rows of 1 MB strings) was held to the
+// limit too, and refused with the sizes the dry run gives that run: "a
+// 1125881881-row row group".
 func TestDryRunRefusesAsTheRunDoes(t *testing.T) {
 	in := filepath.Join(t.TempDir(), "docs.parquet")
 	testutil.DuckDB(t, fmt.Sprintf("COPY (SELECT (range%%4)::INT AS k, repeat(chr((65 + range%%26)::INT), 1000000) AS doc FROM range(20)) TO '%s' (FORMAT parquet)", in))
-	args := []string{"run", "--input", in, "--output", filepath.Join(t.TempDir(), "out"), "--slice-keys", "k", "--memory-limit", "256MiB"}
-	run := relayout(t, nil, args...)
-	dry := relayout(t, nil, append(args, "--dry-run")...)
-	if run.code != 2 || !strings.Contains(run.stderr, "--memory-limit 256 MiB is too small") {
-		t.Fatalf("run: exit %d, %q; want a refusal of the limit (exit 2)", run.code, run.stderr)
-	}
 	last := func(s string) string {
 		lines := strings.Split(strings.TrimSpace(s), "\n")
 		return lines[len(lines)-1]
 	}
-	if dry.code != run.code || last(dry.stderr) != last(run.stderr) {
-		t.Fatalf("dry run: exit %d, %q; the run: exit %d, %q", dry.code, last(dry.stderr), run.code, last(run.stderr))
+	// 64 MiB is too small for the row group; 256 MiB fits (until 1 MB rows
+	// were written a few at a time, the run refused it too).
+	for _, tc := range []struct {
+		limit string
+		code  int
+	}{{"64MiB", 2}, {"256MiB", 0}} {
+		args := []string{"run", "--input", in, "--output", filepath.Join(t.TempDir(), "out"), "--slice-keys", "k", "--memory-limit", tc.limit}
+		dry := relayout(t, nil, append(args, "--dry-run")...)
+		run := relayout(t, nil, args...)
+		if run.code != tc.code || (tc.code == 2 && !strings.Contains(run.stderr, "is too small")) {
+			t.Fatalf("run at %s: exit %d, %q; want exit %d", tc.limit, run.code, run.stderr, tc.code)
+		}
+		if dry.code != run.code || (run.code != 0 && last(dry.stderr) != last(run.stderr)) {
+			t.Fatalf("dry run at %s: exit %d, %q; the run: exit %d, %q", tc.limit, dry.code, last(dry.stderr), run.code, last(run.stderr))
+		}
 	}
 }
 
@@ -490,6 +512,34 @@ func peakRSSOf(t *testing.T, args []string) int64 {
 	t.Helper()
 	peak, _ := peakRSSAndOutput(t, args)
 	return peak
+}
+
+// peakRSSExit runs the binary under /usr/bin/time, whatever its exit, and
+// returns its peak RSS, exit code and stderr (time's own line left out).
+func peakRSSExit(t *testing.T, args []string) (int64, int, string) {
+	t.Helper()
+	timeFile := filepath.Join(t.TempDir(), "time")
+	cmd := exec.Command("/usr/bin/time", append([]string{"-o", timeFile, "-f", "%M", bin}, args...)...)
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	code := 0
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("run: %v", err)
+		}
+		code = ee.ExitCode()
+	}
+	tf, err := os.ReadFile(timeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(tf)), "\n")
+	var peakKB int64
+	if _, err := fmt.Sscan(lines[len(lines)-1], &peakKB); err != nil {
+		t.Fatalf("/usr/bin/time output %q: %v", tf, err)
+	}
+	return peakKB * 1024, code, se.String()
 }
 
 // peakRSSAndOutput is peakRSSOf that also returns what the run printed.
