@@ -17,6 +17,70 @@ const sampleRows = 32 << 10
 // the rows that hold as many of their values: TrimSample).
 const SampleRows = sampleRows
 
+// SampleBytes bounds the rows of a flat sample that choose encodings: a
+// table of wide rows (1,001 float columns, images) keeps as many of its
+// first rows as hold SampleBytes, not sampleRows rows (80 MB of the
+// 1,001-column table, held by a run to its end, written by the plan step
+// for its tasks and read by each: a reduce task at --memory-limit 210MiB
+// peaked at 264 MiB).
+const SampleBytes = 16 << 20
+
+// SampleRowsOf is how many of sample's first rows choose encodings: the
+// first sampleRows, or as many as hold the first sampleRows values of
+// every list column; of a table without lists whose rows hold more than
+// twice SampleBytes, as many as hold about SampleBytes, one at least.
+func SampleRowsOf(sample arrow.RecordBatch) int64 {
+	n := sample.NumRows()
+	rows := min(n, int64(sampleRows))
+	lists := false
+	for _, c := range sample.Columns() {
+		l, ok := c.(array.ListLike)
+		if !ok {
+			continue
+		}
+		lists = true
+		if rows == n {
+			continue
+		}
+		start, _ := l.ValueOffsets(0)
+		need := n
+		for r := 0; r < l.Len(); r++ {
+			if _, end := l.ValueOffsets(r); end-start >= sampleRows {
+				need = int64(r) + 1
+				break
+			}
+		}
+		rows = max(rows, need)
+	}
+	if lists || n == 0 {
+		return rows
+	}
+	var bytes int64
+	for _, c := range sample.Columns() {
+		bytes += bufferBytes(c.Data())
+	}
+	// Above twice SampleBytes only, so that a trimmed sample (about
+	// SampleBytes, its buffers padded) keeps all its rows.
+	if bytes > 2*SampleBytes {
+		rows = min(rows, max(int64(float64(SampleBytes)/float64(bytes)*float64(n)), 1))
+	}
+	return rows
+}
+
+// bufferBytes is the bytes of d's buffers and its children's.
+func bufferBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += bufferBytes(c)
+	}
+	return n
+}
+
 // chooseEncodings picks each leaf column's encoding from a sample of the data:
 // dictionary encoding when values repeat (distinct <= 1/4 of the sampled
 // values), else BYTE_STREAM_SPLIT for floats (it lets zstd find the
@@ -31,6 +95,7 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) (props []parq
 	if sample == nil || sample.NumRows() == 0 {
 		return nil, 0
 	}
+	rows := SampleRowsOf(sample)
 	for i := 0; i < pqs.NumColumns(); i++ {
 		col := pqs.Column(i)
 		path := col.Path()
@@ -50,6 +115,9 @@ func chooseEncodings(sample arrow.RecordBatch, pqs *schema.Schema) (props []parq
 			continue
 		}
 		n := min(leaf.Len(), sampleRows)
+		if depth == 1 {
+			n = min(n, int(rows))
+		}
 		if n == 0 {
 			continue
 		}
@@ -243,32 +311,16 @@ func distinctOf(n, limit int, val func(int) uint64, a arrow.Array) int {
 }
 
 // TrimSample returns a compact copy of the rows of sample that
-// chooseEncodings reads (the first sampleRows rows, or as many as hold the
-// first sampleRows values of every list column), so a caller can keep the
-// sample for a whole run without holding a whole decoded row group. The
-// encodings chosen from the copy are those chosen from sample. The caller
-// releases both.
+// chooseEncodings reads (SampleRowsOf), so a caller can keep the sample for
+// a whole run without holding a whole decoded row group. The encodings
+// chosen from the copy are those chosen from sample. The caller releases
+// both.
 func TrimSample(sample arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
 	if sample == nil {
 		return nil, nil
 	}
 	n := sample.NumRows()
-	rows := min(n, int64(sampleRows))
-	for _, c := range sample.Columns() {
-		l, ok := c.(array.ListLike)
-		if !ok || rows == n {
-			continue
-		}
-		start, _ := l.ValueOffsets(0)
-		need := n
-		for r := 0; r < l.Len(); r++ {
-			if _, end := l.ValueOffsets(r); end-start >= sampleRows {
-				need = int64(r) + 1
-				break
-			}
-		}
-		rows = max(rows, need)
-	}
+	rows := SampleRowsOf(sample)
 	if rows == n {
 		sample.Retain()
 		return sample, nil

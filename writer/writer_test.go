@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	apq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
 	"github.com/parquet-go/parquet-go"
 
@@ -379,4 +381,62 @@ func TestLargeValuesCutPagesAtPageBytes(t *testing.T) {
 		t.Fatalf("%d pages of %d KB values, the largest %d bytes stored; want pages of at most %d bytes", len(locs), size>>10, most, 2*pageBytes)
 	}
 	requireSameRows(t, rec, readArrowGo(t, data))
+}
+
+// TestWideSampleIsBounded: the sample of a wide table keeps the rows that
+// hold about SampleBytes, trimming it again keeps them all, and the
+// encodings chosen from the trimmed sample are those chosen from the whole.
+func TestWideSampleIsBounded(t *testing.T) {
+	const cols, n = 300, 20000 // 24 MB of float64
+	fields := make([]arrow.Field, cols)
+	arrs := make([]arrow.Array, cols)
+	for c := range fields {
+		fields[c] = arrow.Field{Name: fmt.Sprintf("c%d", c), Type: arrow.PrimitiveTypes.Float64}
+		b := array.NewFloat64Builder(memory.DefaultAllocator)
+		for i := 0; i < n; i++ {
+			if c%3 == 0 {
+				b.Append(float64(i % 5)) // few values: a dictionary
+			} else {
+				b.Append(float64(i*cols+c) / 7)
+			}
+		}
+		arrs[c] = b.NewArray()
+		b.Release()
+	}
+	sample := array.NewRecordBatch(arrow.NewSchema(fields, nil), arrs, n)
+	for _, a := range arrs {
+		a.Release()
+	}
+	defer sample.Release()
+	rows := SampleRowsOf(sample)
+	if want := int64(SampleBytes / (cols * 8)); rows < want*9/10 || rows > want {
+		t.Fatalf("a sample of %d rows of %d bytes keeps %d rows, want about %d", n, cols*8, rows, want)
+	}
+	trimmed, err := TrimSample(sample, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trimmed.Release()
+	if trimmed.NumRows() != rows || SampleRowsOf(trimmed) != rows {
+		t.Fatalf("trimmed to %d rows, which keep %d; want %d", trimmed.NumRows(), SampleRowsOf(trimmed), rows)
+	}
+	pqs, err := pqarrow.ToParquet(sample.Schema(), apq.NewWriterProperties(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, av := chooseEncodings(sample, pqs)
+	b, bv := chooseEncodings(trimmed, pqs)
+	pa, pb := apq.NewWriterProperties(a...), apq.NewWriterProperties(b...)
+	for c := 0; c < cols; c++ {
+		p := pqs.Column(c).ColumnPath()
+		if pa.DictionaryEnabledFor(p.String()) != pb.DictionaryEnabledFor(p.String()) || pa.EncodingFor(p.String()) != pb.EncodingFor(p.String()) {
+			t.Fatalf("column %s: encodings differ between the sample and its trimmed copy", p)
+		}
+		if wantDict := c%3 == 0; pa.DictionaryEnabledFor(p.String()) != wantDict {
+			t.Fatalf("column %s: dictionary %v, want %v", p, pa.DictionaryEnabledFor(p.String()), wantDict)
+		}
+	}
+	if av != bv {
+		t.Fatalf("value bytes %v from the sample, %v trimmed", av, bv)
+	}
 }

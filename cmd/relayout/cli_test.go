@@ -285,7 +285,9 @@ func TestKilledRunLeavesNoManifest(t *testing.T) {
 //     them in pieces of 1,024 rows; the refusal decoded the row group first,
 //     to 1.5 GiB at a 128 MiB limit.
 //
-// The refusal itself stays within the limit it refuses.
+// The refusal itself stays within the limit it refuses, and so do the
+// distributed steps at the limit it names (a reduce task decoded a
+// segment of compressible 1 MB values whole: 757 MiB at 717).
 func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: writes two tables of 80 MB and more")
@@ -334,6 +336,47 @@ func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 				t.Logf("peak RSS %d MiB at --memory-limit %dMiB", peak>>20, limit)
 				if peak > int64(limit)<<20 {
 					t.Fatalf("peak RSS %d MiB exceeds --memory-limit %dMiB", peak>>20, limit)
+				}
+			}
+			// The distributed steps at the limit named, each within it,
+			// write what run writes there.
+			steps := filepath.Join(t.TempDir(), "steps")
+			lim := []string{"--memory-limit", fmt.Sprintf("%dMiB", need), "--quiet", "--tmp-dir", t.TempDir()}
+			peak, printed := peakRSSAndOutput(t, append([]string{"plan", "--input", in, "--output", steps, "--slice-keys", "k"}, lim...))
+			var counts struct {
+				Plan        string `json:"plan"`
+				MapTasks    int    `json:"map_tasks"`
+				ReduceTasks int    `json:"reduce_tasks"`
+			}
+			if err := json.Unmarshal([]byte(printed), &counts); err != nil || counts.MapTasks < 1 || counts.ReduceTasks < 1 {
+				t.Fatalf("plan printed %q (%v)", printed, err)
+			}
+			peaks := []string{fmt.Sprintf("plan %d", peak>>20)}
+			for _, step := range []struct {
+				name string
+				n    int
+			}{{"plan", 0}, {"map", counts.MapTasks}, {"reduce", counts.ReduceTasks}, {"commit", 0}} {
+				if step.name != "plan" {
+					a := append([]string{step.name, "--plan", counts.Plan}, lim...)
+					if step.n > 0 {
+						a = append(a, "--task", fmt.Sprintf("0-%d", step.n-1))
+					}
+					peak = peakRSSOf(t, a)
+					peaks = append(peaks, fmt.Sprintf("%s %d", step.name, peak>>20))
+				}
+				if peak > int64(need)<<20 {
+					t.Fatalf("%s: peak RSS %d MiB exceeds --memory-limit %dMiB", step.name, peak>>20, need)
+				}
+			}
+			t.Logf("steps at --memory-limit %dMiB, peak RSS MiB: %s", need, strings.Join(peaks, ", "))
+			atNeed := filepath.Join(t.TempDir(), "at-need")
+			if r := relayout(t, nil, args(fmt.Sprintf("%dMiB", need), atNeed)...); r.code != 0 {
+				t.Fatalf("run at %d MiB: %s", need, r.stderr)
+			}
+			stepsTree, runTree := testutil.ReadTree(t, steps), testutil.ReadTree(t, atNeed)
+			for k, v := range runTree {
+				if k != "_report.json" && k != "manifest.json" && !bytes.Equal(stepsTree[k], v) {
+					t.Fatalf("the steps' %s differs from run's", k)
 				}
 			}
 			var fitted struct {
