@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/partition"
@@ -231,23 +233,47 @@ func pageHeld(p source.Page) float64 {
 
 // InputNeed is the most memory decoding one of the table's row groups
 // takes (DecodeBytes, with the largest page of one decoded in slices:
-// source.File.LargestPage), and that row group. A page that cannot be
+// source.File.LargestPage), and that row group. Pages are sized for the
+// pagedRowGroups row groups of most rows decoded in slices (a request each
+// where the input is in an object store: a table of 80,000 row groups of
+// images would otherwise cost the plan 80,000 of them); the others, no
+// larger, are taken to hold the largest page found. A page that cannot be
 // sized counts as none: reading it reports why.
 func InputNeed(tbl *source.Table, memRowBytes float64) (big source.RowGroupRef, most int64) {
+	var sliced []source.RowGroupRef
 	for _, f := range tbl.Files {
 		for i, n := range f.RowGroupRows {
 			ref := source.RowGroupRef{File: f, RowGroup: i}
-			slice, page := SliceRowsOf(ref), source.Page{}
-			if slice > 0 {
-				page, _ = f.LargestPage(i)
+			if slice := SliceRowsOf(ref); slice > 0 {
+				sliced = append(sliced, ref)
+				continue
 			}
-			if need := DecodeBytes(n, memRowBytes, slice, page); need > most {
+			if need := DecodeBytes(n, memRowBytes, 0, source.Page{}); need > most {
 				big, most = ref, need
 			}
 		}
 	}
+	// Most rows first; ties in input order, so the row group named is the
+	// same every time.
+	slices.SortStableFunc(sliced, func(a, b source.RowGroupRef) int { return cmp.Compare(b.Rows(), a.Rows()) })
+	var largest source.Page
+	for k, ref := range sliced {
+		page := largest
+		if k < pagedRowGroups {
+			page, _ = ref.File.LargestPage(ref.RowGroup)
+			if page.Bytes > largest.Bytes {
+				largest = page
+			}
+		}
+		if need := DecodeBytes(ref.Rows(), memRowBytes, SliceRowsOf(ref), page); need > most || (need == most && big.File != nil && ref.Offset() < big.Offset()) {
+			big, most = ref, need
+		}
+	}
 	return big, most
 }
+
+// pagedRowGroups is how many row groups InputNeed sizes the pages of.
+const pagedRowGroups = 8
 
 // InputRowGroupsFit refuses (a usage error, exit 2) a table one of whose
 // input row groups cannot be decoded within limit (DecodeBytes, beside the

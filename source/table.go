@@ -580,8 +580,7 @@ func (f *File) ReadColumnSlices(ctx context.Context, rg, col int, sliceRows int6
 
 // ReadColumnHead is ReadColumnSlices of the row group's first headRows
 // rows: the slices that hold them, the last cut to end there. The column
-// chunk is still read (and its pages' CRCs checked) up to the last page
-// decoded, not the decoding of the rest.
+// chunk is still read and checked whole; the decoding stops at the head.
 func (f *File) ReadColumnHead(ctx context.Context, rg, col int, sliceRows, headRows int64) (arrs []arrow.Array, err error) {
 	rows := min(f.RowGroupRows[rg], max(headRows, 0))
 	if sliceRows <= 0 || sliceRows > rows {
@@ -1163,8 +1162,8 @@ type Page struct{ Bytes, Stored int64 }
 // 1,024 values (1,024 images of 1 MB make one page; DuckDB cuts at 100
 // MiB). The sizes come from the chunk's offset index where it has one (the
 // largest stored page, scaled by the chunk's compression ratio), else from
-// its first 16 page headers (the rest taken to be no larger), else the
-// whole chunk. The zero Page where no chunk qualifies.
+// its first data page's header (walkPages), else the whole chunk. The zero
+// Page where no chunk qualifies.
 func (f *File) LargestPage(rg int) (Page, error) {
 	f.pagesMu.Lock()
 	defer f.pagesMu.Unlock()
@@ -1233,9 +1232,13 @@ func offsetIndexPage(pq *file.Reader, rg, c int, cc *metadata.ColumnChunkMetaDat
 	return Page{Bytes: min(unc, int64(float64(stored)*float64(unc)/float64(comp))), Stored: stored}, true
 }
 
-// walkPages is the largest page among a chunk's first 16 page headers,
-// read one at a time (4 KiB each; a header that does not parse in 64 KiB
-// ends the walk, not ok).
+// walkPages is a chunk's first data page, by its header (and the
+// dictionary page's before it), taken as its largest: writers cut pages by
+// one rule (1,024 values; DuckDB's 100 MiB), and one read a chunk keeps
+// the plan to one request per large row group of a table in an object
+// store. A header is read 4 KiB at a time (64 KiB where it does not parse
+// in 4: statistics of long values); one that does not parse in 64 KiB
+// is not ok.
 func walkPages(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (Page, bool) {
 	pos := cc.DataPageOffset()
 	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < pos {
@@ -1243,7 +1246,7 @@ func walkPages(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (Page, bool) {
 	}
 	end := pos + cc.TotalCompressedSize()
 	var most Page
-	for i := 0; i < 16 && pos < end; i++ {
+	for i := 0; i < 2 && pos < end; i++ {
 		var ph *format.PageHeader
 		var n int
 		for _, size := range []int64{4 << 10, 64 << 10} {
@@ -1262,6 +1265,9 @@ func walkPages(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (Page, bool) {
 		}
 		if b := int64(ph.UncompressedPageSize); b > most.Bytes {
 			most = Page{Bytes: b, Stored: int64(ph.CompressedPageSize)}
+		}
+		if ph.Type != format.DictionaryPage {
+			break
 		}
 		pos += int64(n) + int64(ph.CompressedPageSize)
 	}
