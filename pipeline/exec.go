@@ -896,6 +896,15 @@ func (lp *loadedPlan) assemble(tbl *source.Table, maps, reduces []*TaskManifest,
 		if err := tr.fix(outSchema, packed, lp.opts); err != nil {
 			return nil, nil, nil, err
 		}
+		// A task manifest is a file anyone may edit (its checksum guards
+		// against damage, not edits): a shard's byte counts are one per
+		// tensor, or the report would index past the schema (found by
+		// FuzzPlanAndTaskManifests: a panic in commit).
+		for _, s := range shards {
+			if n := len(tr.plan.Tensors()); len(s.TensorBytes) != n {
+				return nil, nil, nil, errs.Preconditionf("re-run the reduce task that wrote it", "shard %s lists %d tensors' bytes, the plan has %d tensors", s.Path, len(s.TensorBytes), n)
+			}
+		}
 		m.Tensors = tr.manifest(m, shards, lp.opts)
 		if m.Tensors.Totals.Rows != m.Totals.Rows || (m.Packing != nil && m.Tensors.Totals.Items != m.Packing.Items) {
 			return nil, nil, nil, fmt.Errorf("the shards hold %d samples and %d items, the Parquet files %d; nothing committed", m.Tensors.Totals.Rows, m.Tensors.Totals.Items, m.Totals.Rows)
