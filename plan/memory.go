@@ -105,7 +105,7 @@ const MinFitRowGroupBytes = 1 << 20
 // those explicit settings writes.
 func FitMemory(tbl *source.Table, hist *partition.Histogram, in Sizes, memRowBytes float64, o Options, r Resources) (Options, partition.Layout, Memory, error) {
 	if !r.Sample {
-		if err := InputRowGroupsFit(tbl, max(memRowBytes, SizesOf(tbl).RowBytes), r.MemoryLimit); err != nil {
+		if err := InputRowGroupsFit(tbl, max(memRowBytes, in.RowBytes), r.MemoryLimit); err != nil {
 			return o, partition.Layout{}, Memory{}, err
 		}
 	}
@@ -240,12 +240,16 @@ func pageHeld(p source.Page) float64 {
 // larger, are taken to hold the largest page found. A page that cannot be
 // sized counts as none: reading it reports why.
 func InputNeed(tbl *source.Table, memRowBytes float64) (big source.RowGroupRef, most int64) {
-	var sliced []source.RowGroupRef
+	type slicedRef struct {
+		ref   source.RowGroupRef
+		slice int64
+	}
+	var sliced []slicedRef
 	for _, f := range tbl.Files {
 		for i, n := range f.RowGroupRows {
 			ref := source.RowGroupRef{File: f, RowGroup: i}
 			if slice := SliceRowsOf(ref); slice > 0 {
-				sliced = append(sliced, ref)
+				sliced = append(sliced, slicedRef{ref, slice})
 				continue
 			}
 			if need := DecodeBytes(n, memRowBytes, 0, source.Page{}); need > most {
@@ -255,18 +259,18 @@ func InputNeed(tbl *source.Table, memRowBytes float64) (big source.RowGroupRef, 
 	}
 	// Most rows first; ties in input order, so the row group named is the
 	// same every time.
-	slices.SortStableFunc(sliced, func(a, b source.RowGroupRef) int { return cmp.Compare(b.Rows(), a.Rows()) })
+	slices.SortStableFunc(sliced, func(a, b slicedRef) int { return cmp.Compare(b.ref.Rows(), a.ref.Rows()) })
 	var largest source.Page
-	for k, ref := range sliced {
+	for k, s := range sliced {
 		page := largest
 		if k < pagedRowGroups {
-			page, _ = ref.File.LargestPage(ref.RowGroup)
+			page, _ = s.ref.File.LargestPage(s.ref.RowGroup)
 			if page.Bytes > largest.Bytes {
 				largest = page
 			}
 		}
-		if need := DecodeBytes(ref.Rows(), memRowBytes, SliceRowsOf(ref), page); need > most || (need == most && big.File != nil && ref.Offset() < big.Offset()) {
-			big, most = ref, need
+		if need := DecodeBytes(s.ref.Rows(), memRowBytes, s.slice, page); need > most || (need == most && big.File != nil && s.ref.Offset() < big.Offset()) {
+			big, most = s.ref, need
 		}
 	}
 	return big, most
