@@ -663,8 +663,7 @@ func readSample(ctx context.Context, tbl *source.Table) (arrow.RecordBatch, erro
 		if n == 0 {
 			return tbl.Read(ctx, ref, nil, 2)
 		}
-		rowBytes := float64(ref.File.UncompressedBytes) / float64(max(ref.File.Rows, 1))
-		head := min(max(int64(SliceAbove/max(rowBytes, 1)), n), writer.SampleRows)
+		head := min(max(int64(SliceAbove/ref.File.DecodedRowBytes()), n), writer.SampleRows)
 		recs, err := tbl.ReadSlicedHead(ctx, ref, nil, 2, n, head)
 		if err != nil {
 			return nil, err

@@ -44,6 +44,16 @@ type File struct {
 	// UncompressedBytes and CompressedBytes sum the file's column chunks.
 	UncompressedBytes int64
 	CompressedBytes   int64
+	// DecodedFloor is the decoded bytes the footer proves at least: each
+	// column chunk's uncompressed bytes, or its values times the width
+	// they decode to where that is more (decodedWidth). Numbers held as
+	// dictionary indices decode to several times their uncompressed
+	// bytes: 256-float embeddings of 10,000 distinct values, 64 MiB in
+	// the footer, decode to 123 MiB. DecodedEstimate adds what the footer
+	// does not prove but Arrow mostly holds (decodedEstimate): a string's
+	// offset besides its bytes where the file stores lengths more tightly,
+	// validity bitmaps, list offsets.
+	DecodedFloor, DecodedEstimate int64
 
 	// RowGroupBytes is each row group's stored bytes (its column chunks);
 	// Leaves the file's leaf columns.
@@ -491,14 +501,21 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		f.RowGroupOffsets = append(f.RowGroupOffsets, off)
 		off += n
 		f.UncompressedBytes += rg.TotalByteSize()
-		var stored int64
+		var stored, floor, est int64
 		for c := 0; c < rg.NumColumns(); c++ {
 			cc, err := rg.ColumnChunk(c)
 			if err != nil {
 				return nil, badData(fmt.Sprintf("open %s: row group %d column %d", obj.URL, i, c), err)
 			}
 			stored += cc.TotalCompressedSize()
+			col := md.Schema.Column(c)
+			fl := max(cc.TotalUncompressedSize(), cc.NumValues()*decodedWidth(col))
+			floor += fl
+			est += decodedEstimate(cc, col, fl, n)
 		}
+		// Some writers' total_byte_size is more than their chunks' sum.
+		f.DecodedFloor += max(floor, rg.TotalByteSize())
+		f.DecodedEstimate += max(est, rg.TotalByteSize())
 		f.CompressedBytes += stored
 		f.RowGroupBytes = append(f.RowGroupBytes, stored)
 	}
@@ -506,6 +523,117 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		return nil, errs.BadInputf("open %s: row groups hold %d rows but the footer says %d", obj.URL, off, f.Rows)
 	}
 	return f, nil
+}
+
+// DecodedRowBytes is the file's decoded bytes a row as its footer
+// estimates them (DecodedEstimate), at least 1.
+func (f *File) DecodedRowBytes() float64 {
+	return max(float64(f.DecodedEstimate)/float64(max(f.Rows, 1)), 1)
+}
+
+// decodedWidth is the fewest bytes one value of a leaf column takes in
+// Arrow: the width of the fixed-size types it decodes to (an INT32 of 8 or
+// 16 bits is read as int8 or int16; INT96 as a 64-bit timestamp), a
+// string's 32-bit offset, nothing for booleans (bits).
+func decodedWidth(col *schema.Column) int64 {
+	switch col.PhysicalType() {
+	case parquet.Types.Int32:
+		if lt, ok := col.LogicalType().(schema.IntLogicalType); ok && lt.BitWidth() < 32 {
+			return int64(lt.BitWidth() / 8)
+		}
+		return 4
+	case parquet.Types.Float:
+		return 4
+	case parquet.Types.Int64, parquet.Types.Double, parquet.Types.Int96:
+		return 8
+	case parquet.Types.FixedLenByteArray:
+		return int64(max(col.TypeLength(), 0))
+	case parquet.Types.ByteArray:
+		return 4
+	}
+	return 0
+}
+
+// decodedEstimate is what a column chunk of rows rows mostly decodes to,
+// from its footer: its floor (see File.DecodedFloor); for strings stored
+// other than PLAIN (which keeps a 4-byte length with each value, as Arrow
+// keeps an offset) an offset a value more, as DELTA_LENGTH_BYTE_ARRAY
+// packs the lengths in a few bits; for strings held as a dictionary,
+// which keeps each distinct value once, each value at the average length
+// of its statistics' min and max, where those are kept; a validity bit a
+// value where the values may be null; a list's offsets, 4 bytes a row for
+// each level of repetition. Arrow holds each of these, but a list of
+// structs shares one list's offsets among its leaves and a dictionary's
+// values may not be as long as its extremes, so it is an estimate, not a
+// bound. On the generated log it comes to 1.24 times the footers' bytes,
+// and the first row group decodes to 0.99 times it; on 1M rows of 100
+// distinct 44-byte URLs, 9 bytes a row in the footer, to 61 of 61.
+func decodedEstimate(cc *metadata.ColumnChunkMetaData, col *schema.Column, floor, rows int64) int64 {
+	return decodedEstimateDict(cc, col, floor, rows, -1)
+}
+
+// decodedEstimateDict is decodedEstimate with the average length of a
+// string column's dictionary entries, where it is known (>= 0), in place
+// of its statistics'.
+func decodedEstimateDict(cc *metadata.ColumnChunkMetaData, col *schema.Column, floor, rows int64, dictAvg float64) int64 {
+	nv := cc.NumValues()
+	est := floor
+	if col.PhysicalType() == parquet.Types.ByteArray && !plainOnly(cc) {
+		est = cc.TotalUncompressedSize() + 4*nv
+		if hasDictionary(cc) {
+			values := nv
+			if dictAvg < 0 {
+				dictAvg, values = statsLength(cc)
+			}
+			if dictAvg >= 0 {
+				est = max(est, 4*nv+int64(float64(values)*dictAvg))
+			}
+		}
+	}
+	if col.SchemaNode().RepetitionType() == parquet.Repetitions.Optional {
+		est += (nv + 7) / 8
+	}
+	return est + 4*rows*int64(col.MaxRepetitionLevel())
+}
+
+// statsLength is the average length of a string chunk's min and max
+// statistics and the values not null; -1 where the footer keeps no usable
+// statistics.
+func statsLength(cc *metadata.ColumnChunkMetaData) (float64, int64) {
+	st, err := cc.Statistics()
+	if err != nil || st == nil {
+		return -1, 0
+	}
+	ba, ok := st.(*metadata.ByteArrayStatistics)
+	if !ok || !ba.HasMinMax() {
+		return -1, 0
+	}
+	values := cc.NumValues()
+	if ba.HasNullCount() {
+		values = max(values-ba.NullCount(), 0)
+	}
+	return float64(len(ba.Min())+len(ba.Max())) / 2, values
+}
+
+// plainOnly reports whether a chunk's values are stored PLAIN (its levels
+// RLE or bit-packed).
+func plainOnly(cc *metadata.ColumnChunkMetaData) bool {
+	for _, e := range cc.Encodings() {
+		if e != parquet.Encodings.Plain && e != parquet.Encodings.RLE && e != parquet.Encodings.BitPacked {
+			return false
+		}
+	}
+	return true
+}
+
+// hasDictionary reports whether a chunk's values are dictionary-encoded.
+func hasDictionary(cc *metadata.ColumnChunkMetaData) bool {
+	for _, e := range cc.Encodings() {
+		if e == parquet.Encodings.PlainDict || e == parquet.Encodings.RLEDict {
+			return true
+		}
+	}
+	return false
 }
 
 // mismatchHint says what to do about inputs whose schemas differ.
@@ -1211,6 +1339,69 @@ func (f *File) LargestPage(rg int) (Page, error) {
 	}
 	f.pages[rg] = most
 	return most, nil
+}
+
+// DecodedEstimateOf is a row group's part of DecodedEstimate, with its
+// strings held as a dictionary counted at their dictionary's average
+// entry length: it reads the header of each such column's dictionary page
+// (4 KiB a column), so it is asked only for the limit a refusal names. The
+// footer's figure alone counted 17 bytes a row for a column of 100
+// distinct 44-byte URLs, which decode to 61.
+func (f *File) DecodedEstimateOf(rg int) (int64, error) {
+	h, err := f.t.acquire(f)
+	if err != nil {
+		return 0, err
+	}
+	defer f.t.release(f)
+	md := h.pq.MetaData()
+	if rg >= md.NumRowGroups() {
+		return 0, nil
+	}
+	rgm := md.RowGroup(rg)
+	var est int64
+	for c := 0; c < rgm.NumColumns(); c++ {
+		cc, err := rgm.ColumnChunk(c)
+		if err != nil {
+			return 0, badData(fmt.Sprintf("read %s: row group %d column %d", f.Obj.URL, rg, c), err)
+		}
+		col := md.Schema.Column(c)
+		floor := max(cc.TotalUncompressedSize(), cc.NumValues()*decodedWidth(col))
+		avg := -1.0
+		if col.PhysicalType() == parquet.Types.ByteArray && hasDictionary(cc) {
+			if n, b, ok := dictionaryHeader(h.ra, cc); ok && n > 0 {
+				avg = max(float64(b)/float64(n)-4, 0) // PLAIN entries: a 4-byte length each
+			}
+		}
+		est += decodedEstimateDict(cc, col, floor, rgm.NumRows(), avg)
+	}
+	return max(est, rgm.TotalByteSize()), nil
+}
+
+// dictionaryHeader is the entries and uncompressed bytes of a chunk's
+// dictionary page, from its header; not ok where the chunk's first page
+// is not one or its header does not parse.
+func dictionaryHeader(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (entries, bytes int64, ok bool) {
+	pos := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < pos {
+		pos = cc.DictionaryPageOffset()
+	}
+	end := pos + cc.TotalCompressedSize()
+	for _, size := range []int64{4 << 10, 64 << 10} {
+		buf := make([]byte, min(size, end-pos))
+		if k, err := ra.ReadAt(buf, pos); err != nil && !(err == io.EOF && k == len(buf)) {
+			return 0, 0, false
+		}
+		ph, _, err := parsePageHeader(buf)
+		if err != nil {
+			continue
+		}
+		dh, isDict := ph.DictionaryPageHeader.Get()
+		if ph.Type != format.DictionaryPage || !isDict {
+			return 0, 0, false
+		}
+		return int64(dh.NumValues), int64(ph.UncompressedPageSize), true
+	}
+	return 0, 0, false
 }
 
 // offsetIndexPage is the largest page of a chunk by its offset index: the
