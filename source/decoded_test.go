@@ -1,4 +1,4 @@
-package source
+package source_test
 
 import (
 	"context"
@@ -6,29 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
 	"github.com/relayout/relayout/internal/testutil"
+	"github.com/relayout/relayout/partition"
+	"github.com/relayout/relayout/source"
 	"github.com/relayout/relayout/storage"
 )
-
-// bufferBytes is the bytes of an array's buffers, its children's and
-// its dictionary's: what a decoded row group holds.
-func bufferBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += bufferBytes(c)
-	}
-	if d.DataType().ID() == arrow.DICTIONARY && d.Dictionary() != nil {
-		n += bufferBytes(d.Dictionary())
-	}
-	return n
-}
 
 // TestDecodedEstimate: the footer's floor (File.DecodedFloor) is at most
 // what each file decodes to, and its estimate (DecodedEstimate, and
@@ -57,7 +39,7 @@ func TestDecodedEstimate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tbl, err := Open(ctx, objs, nil)
+			tbl, err := source.Open(ctx, objs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,13 +47,11 @@ func TestDecodedEstimate(t *testing.T) {
 			f := tbl.Files[0]
 			var decoded, withDict int64
 			for rg := range f.RowGroupRows {
-				rec, err := tbl.Read(ctx, RowGroupRef{File: f, RowGroup: rg}, nil, 2)
+				rec, err := tbl.Read(ctx, source.RowGroupRef{File: f, RowGroup: rg}, nil, 2)
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, col := range rec.Columns() {
-					decoded += bufferBytes(col.Data())
-				}
+				decoded += partition.RecordBytes(rec) // its buffers' bytes
 				rec.Release()
 				est, err := f.DecodedEstimateOf(rg)
 				if err != nil {
