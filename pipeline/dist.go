@@ -794,6 +794,7 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 		return nil, err
 	}
 	defer tbl.Close()
+	tbl.DecodeScale = lp.DecodeScale // row groups sliced as the plan sliced them
 	keys, err := resolveKeys(tbl, lp.opts)
 	if err != nil {
 		return nil, err

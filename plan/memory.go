@@ -352,6 +352,7 @@ func InputFits(tbl *source.Table, r Resources) error {
 	if r.Sample || tbl.Rows == 0 {
 		return nil
 	}
+	scaleFromDictionaries(tbl) // row groups judged for slicing as the run will judge them
 	floor, est := FooterRowBytes(tbl)
 	return inputRowGroupsFit(tbl, floor*FooterDecodeSlack, func() float64 {
 		// The check after the sample counts the first non-empty row

@@ -74,8 +74,9 @@ type File struct {
 	colMap []int
 	leaves [][]int
 
-	pagesMu sync.Mutex
-	pages   map[int]Page // LargestPage by row group
+	pagesMu   sync.Mutex
+	pages     map[int]Page  // LargestPage by row group
+	estimates map[int]int64 // DecodedEstimateOf by row group
 }
 
 // handle is an open file: its reader, footer and Arrow reader. Footer
@@ -279,6 +280,12 @@ type Table struct {
 	// table held in memory) or whose heap is tight (a spilling run's map).
 	// Other reads (checks, map tasks given room) reuse the grown buffers.
 	Compact bool
+	// DecodeScale is what the plan found the table decodes to over its
+	// footers' estimate (File.DecodedEstimate), where that is more: strings
+	// held as a dictionary in files without statistics decode to several
+	// times it. File.DecodedRowBytes counts it. Set before the table is
+	// read; 0 counts as 1.
+	DecodeScale float64
 
 	// parts are the Hive partitions (nil: none); partCol maps a table
 	// field to its partition key (-1: none). Fields past the files' own
@@ -526,9 +533,14 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 }
 
 // DecodedRowBytes is the file's decoded bytes a row as its footer
-// estimates them (DecodedEstimate), at least 1.
+// estimates them (DecodedEstimate) times the table's DecodeScale, at least
+// 1.
 func (f *File) DecodedRowBytes() float64 {
-	return max(float64(f.DecodedEstimate)/float64(max(f.Rows, 1)), 1)
+	b := float64(f.DecodedEstimate) / float64(max(f.Rows, 1))
+	if f.t != nil && f.t.DecodeScale > 1 {
+		b *= f.t.DecodeScale
+	}
+	return max(b, 1)
 }
 
 // decodedWidth is the fewest bytes one value of a leaf column takes in
@@ -1344,10 +1356,27 @@ func (f *File) LargestPage(rg int) (Page, error) {
 // DecodedEstimateOf is a row group's part of DecodedEstimate, with its
 // strings held as a dictionary counted at their dictionary's average
 // entry length: it reads the header of each such column's dictionary page
-// (4 KiB a column), so it is asked only for the limit a refusal names. The
-// footer's figure alone counted 17 bytes a row for a column of 100
-// distinct 44-byte URLs, which decode to 61.
+// (4 KiB a column, once: the figure is kept), so the plan asks it of one
+// row group. The footer's figure alone counted 17 bytes a row for a column
+// of 100 distinct 44-byte URLs, which decode to 61.
 func (f *File) DecodedEstimateOf(rg int) (int64, error) {
+	f.pagesMu.Lock()
+	defer f.pagesMu.Unlock()
+	if est, ok := f.estimates[rg]; ok {
+		return est, nil
+	}
+	est, err := f.decodedEstimateOf(rg)
+	if err != nil {
+		return 0, err
+	}
+	if f.estimates == nil {
+		f.estimates = map[int]int64{}
+	}
+	f.estimates[rg] = est
+	return est, nil
+}
+
+func (f *File) decodedEstimateOf(rg int) (int64, error) {
 	h, err := f.t.acquire(f)
 	if err != nil {
 		return 0, err
