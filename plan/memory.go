@@ -358,14 +358,10 @@ func InputFits(tbl *source.Table, r Resources) error {
 		// The check after the sample counts the first non-empty row
 		// group's bytes a row for every row group: so does this, with
 		// its dictionaries' entries measured.
-		for _, ref := range tbl.RowGroups() {
-			if ref.Rows() <= 0 {
-				continue
-			}
-			if b, err := ref.File.DecodedEstimateOf(ref.RowGroup); err == nil {
+		if ref, ok := firstRowGroup(tbl); ok {
+			if b, err := ref.File.DecodedEstimateOf(ref.RowGroup); err == nil { // kept from scaleFromDictionaries
 				est = max(est, float64(b)/float64(ref.Rows()))
 			}
-			break
 		}
 		return max(floor*FooterDecodeSlack, est*FooterEstimateSlack)
 	}, r.MemoryLimit)

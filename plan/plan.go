@@ -401,7 +401,7 @@ func fitSample(tbl *source.Table, kp *KeyPass, sample arrow.RecordBatch, in Size
 	if sample != nil && sample.NumRows() > 0 {
 		memRowBytes = float64(partition.RecordBytes(sample)) / float64(sample.NumRows())
 		if ref, ok := firstRowGroup(tbl); ok {
-			raiseDecodeScale(tbl, memRowBytes/footerRowBytes(ref.File))
+			raiseDecodeScale(tbl, memRowBytes/ref.File.EstimateRowBytes())
 		}
 	}
 	first := sample
@@ -677,15 +677,9 @@ func raiseDecodeScale(tbl *source.Table, s float64) {
 func scaleFromDictionaries(tbl *source.Table) {
 	if ref, ok := firstRowGroup(tbl); ok {
 		if est, err := ref.File.DecodedEstimateOf(ref.RowGroup); err == nil {
-			raiseDecodeScale(tbl, float64(est)/float64(ref.Rows())/footerRowBytes(ref.File))
+			raiseDecodeScale(tbl, float64(est)/float64(ref.Rows())/ref.File.EstimateRowBytes())
 		}
 	}
-}
-
-// footerRowBytes is a file's decoded bytes a row as its footer estimates
-// them, unscaled.
-func footerRowBytes(f *source.File) float64 {
-	return max(float64(f.DecodedEstimate)/float64(max(f.Rows, 1)), 1)
 }
 
 // firstRowGroup is the first non-empty row group: the sample's.

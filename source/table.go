@@ -508,21 +508,12 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		f.RowGroupOffsets = append(f.RowGroupOffsets, off)
 		off += n
 		f.UncompressedBytes += rg.TotalByteSize()
-		var stored, floor, est int64
-		for c := 0; c < rg.NumColumns(); c++ {
-			cc, err := rg.ColumnChunk(c)
-			if err != nil {
-				return nil, badData(fmt.Sprintf("open %s: row group %d column %d", obj.URL, i, c), err)
-			}
-			stored += cc.TotalCompressedSize()
-			col := md.Schema.Column(c)
-			fl := max(cc.TotalUncompressedSize(), cc.NumValues()*decodedWidth(col))
-			floor += fl
-			est += decodedEstimate(cc, col, fl, n)
+		stored, floor, est, err := rowGroupDecoded(md, i, "open "+obj.URL, nil)
+		if err != nil {
+			return nil, err
 		}
-		// Some writers' total_byte_size is more than their chunks' sum.
-		f.DecodedFloor += max(floor, rg.TotalByteSize())
-		f.DecodedEstimate += max(est, rg.TotalByteSize())
+		f.DecodedFloor += floor
+		f.DecodedEstimate += est
 		f.CompressedBytes += stored
 		f.RowGroupBytes = append(f.RowGroupBytes, stored)
 	}
@@ -532,15 +523,44 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 	return f, nil
 }
 
-// DecodedRowBytes is the file's decoded bytes a row as its footer
-// estimates them (DecodedEstimate) times the table's DecodeScale, at least
-// 1.
+// EstimateRowBytes is the file's decoded bytes a row as its footer
+// estimates them (DecodedEstimate), at least 1.
+func (f *File) EstimateRowBytes() float64 {
+	return max(float64(f.DecodedEstimate)/float64(max(f.Rows, 1)), 1)
+}
+
+// DecodedRowBytes is EstimateRowBytes times the table's DecodeScale.
 func (f *File) DecodedRowBytes() float64 {
-	b := float64(f.DecodedEstimate) / float64(max(f.Rows, 1))
 	if f.t != nil && f.t.DecodeScale > 1 {
-		b *= f.t.DecodeScale
+		return f.EstimateRowBytes() * f.t.DecodeScale
 	}
-	return max(b, 1)
+	return f.EstimateRowBytes()
+}
+
+// rowGroupDecoded is a row group's stored bytes, and the floor and estimate
+// of its decoded bytes (File.DecodedFloor, DecodedEstimate), at least its
+// total_byte_size (some writers' is more than their chunks' sum). dictAvg,
+// where not nil, gives a string chunk's dictionary entries' average length
+// (< 0: unknown), in place of its statistics'. what names the file for an
+// error.
+func rowGroupDecoded(md *metadata.FileMetaData, rg int, what string, dictAvg func(*metadata.ColumnChunkMetaData) float64) (stored, floor, est int64, err error) {
+	rgm := md.RowGroup(rg)
+	for c := 0; c < rgm.NumColumns(); c++ {
+		cc, err := rgm.ColumnChunk(c)
+		if err != nil {
+			return 0, 0, 0, badData(fmt.Sprintf("%s: row group %d column %d", what, rg, c), err)
+		}
+		stored += cc.TotalCompressedSize()
+		col := md.Schema.Column(c)
+		fl := max(cc.TotalUncompressedSize(), cc.NumValues()*decodedWidth(col))
+		avg := -1.0
+		if dictAvg != nil && col.PhysicalType() == parquet.Types.ByteArray && hasDictionary(cc) {
+			avg = dictAvg(cc)
+		}
+		floor += fl
+		est += decodedEstimate(cc, col, fl, rgm.NumRows(), avg)
+	}
+	return stored, max(floor, rgm.TotalByteSize()), max(est, rgm.TotalByteSize()), nil
 }
 
 // decodedWidth is the fewest bytes one value of a leaf column takes in
@@ -580,14 +600,9 @@ func decodedWidth(col *schema.Column) int64 {
 // bound. On the generated log it comes to 1.24 times the footers' bytes,
 // and the first row group decodes to 0.99 times it; on 1M rows of 100
 // distinct 44-byte URLs, 9 bytes a row in the footer, to 61 of 61.
-func decodedEstimate(cc *metadata.ColumnChunkMetaData, col *schema.Column, floor, rows int64) int64 {
-	return decodedEstimateDict(cc, col, floor, rows, -1)
-}
-
-// decodedEstimateDict is decodedEstimate with the average length of a
-// string column's dictionary entries, where it is known (>= 0), in place
-// of its statistics'.
-func decodedEstimateDict(cc *metadata.ColumnChunkMetaData, col *schema.Column, floor, rows int64, dictAvg float64) int64 {
+// dictAvg, where known (>= 0), is a string column's dictionary entries'
+// average length, in place of its statistics'.
+func decodedEstimate(cc *metadata.ColumnChunkMetaData, col *schema.Column, floor, rows int64, dictAvg float64) int64 {
 	nv := cc.NumValues()
 	est := floor
 	if col.PhysicalType() == parquet.Types.ByteArray && !plainOnly(cc) {
@@ -1386,51 +1401,19 @@ func (f *File) decodedEstimateOf(rg int) (int64, error) {
 	if rg >= md.NumRowGroups() {
 		return 0, nil
 	}
-	rgm := md.RowGroup(rg)
-	var est int64
-	for c := 0; c < rgm.NumColumns(); c++ {
-		cc, err := rgm.ColumnChunk(c)
-		if err != nil {
-			return 0, badData(fmt.Sprintf("read %s: row group %d column %d", f.Obj.URL, rg, c), err)
+	_, _, est, err := rowGroupDecoded(md, rg, "read "+f.Obj.URL, func(cc *metadata.ColumnChunkMetaData) float64 {
+		pos := chunkStart(cc)
+		ph, _, ok := readPageHeader(h.ra, pos, pos+cc.TotalCompressedSize())
+		if !ok || ph.Type != format.DictionaryPage {
+			return -1
 		}
-		col := md.Schema.Column(c)
-		floor := max(cc.TotalUncompressedSize(), cc.NumValues()*decodedWidth(col))
-		avg := -1.0
-		if col.PhysicalType() == parquet.Types.ByteArray && hasDictionary(cc) {
-			if n, b, ok := dictionaryHeader(h.ra, cc); ok && n > 0 {
-				avg = max(float64(b)/float64(n)-4, 0) // PLAIN entries: a 4-byte length each
-			}
+		dh, ok := ph.DictionaryPageHeader.Get()
+		if !ok || dh.NumValues <= 0 {
+			return -1
 		}
-		est += decodedEstimateDict(cc, col, floor, rgm.NumRows(), avg)
-	}
-	return max(est, rgm.TotalByteSize()), nil
-}
-
-// dictionaryHeader is the entries and uncompressed bytes of a chunk's
-// dictionary page, from its header; not ok where the chunk's first page
-// is not one or its header does not parse.
-func dictionaryHeader(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (entries, bytes int64, ok bool) {
-	pos := cc.DataPageOffset()
-	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < pos {
-		pos = cc.DictionaryPageOffset()
-	}
-	end := pos + cc.TotalCompressedSize()
-	for _, size := range []int64{4 << 10, 64 << 10} {
-		buf := make([]byte, min(size, end-pos))
-		if k, err := ra.ReadAt(buf, pos); err != nil && !(err == io.EOF && k == len(buf)) {
-			return 0, 0, false
-		}
-		ph, _, err := parsePageHeader(buf)
-		if err != nil {
-			continue
-		}
-		dh, isDict := ph.DictionaryPageHeader.Get()
-		if ph.Type != format.DictionaryPage || !isDict {
-			return 0, 0, false
-		}
-		return int64(dh.NumValues), int64(ph.UncompressedPageSize), true
-	}
-	return 0, 0, false
+		return max(float64(ph.UncompressedPageSize)/float64(dh.NumValues)-4, 0) // PLAIN entries: a 4-byte length each
+	})
+	return est, err
 }
 
 // offsetIndexPage is the largest page of a chunk by its offset index: the
@@ -1456,31 +1439,14 @@ func offsetIndexPage(pq *file.Reader, rg, c int, cc *metadata.ColumnChunkMetaDat
 // dictionary page's before it), taken as its largest: writers cut pages by
 // one rule (1,024 values; DuckDB's 100 MiB), and one read a chunk keeps
 // the plan to one request per large row group of a table in an object
-// store. A header is read 4 KiB at a time (64 KiB where it does not parse
-// in 4: statistics of long values); one that does not parse in 64 KiB
-// is not ok.
+// store. A header that cannot be read (readPageHeader) is not ok.
 func walkPages(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (Page, bool) {
-	pos := cc.DataPageOffset()
-	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < pos {
-		pos = cc.DictionaryPageOffset()
-	}
+	pos := chunkStart(cc)
 	end := pos + cc.TotalCompressedSize()
 	var most Page
 	for i := 0; i < 2 && pos < end; i++ {
-		var ph *format.PageHeader
-		var n int
-		for _, size := range []int64{4 << 10, 64 << 10} {
-			buf := make([]byte, min(size, end-pos))
-			if k, err := ra.ReadAt(buf, pos); err != nil && !(err == io.EOF && k == len(buf)) {
-				return Page{}, false
-			}
-			var err error
-			if ph, n, err = parsePageHeader(buf); err == nil {
-				break
-			}
-			ph = nil
-		}
-		if ph == nil || ph.CompressedPageSize < 0 {
+		ph, n, ok := readPageHeader(ra, pos, end)
+		if !ok || ph.CompressedPageSize < 0 {
 			return Page{}, false
 		}
 		if b := int64(ph.UncompressedPageSize); b > most.Bytes {
@@ -1492,4 +1458,31 @@ func walkPages(ra io.ReaderAt, cc *metadata.ColumnChunkMetaData) (Page, bool) {
 		pos += int64(n) + int64(ph.CompressedPageSize)
 	}
 	return most, true
+}
+
+// chunkStart is where a column chunk's first page starts: its dictionary
+// page's, where it has one before its data pages.
+func chunkStart(cc *metadata.ColumnChunkMetaData) int64 {
+	pos := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < pos {
+		pos = cc.DictionaryPageOffset()
+	}
+	return pos
+}
+
+// readPageHeader reads and parses the page header at pos, before end: 4
+// KiB first, 64 KiB where it does not parse in 4 (statistics of long
+// values); not ok where it does not parse in 64 KiB or cannot be read. n
+// is the header's length.
+func readPageHeader(ra io.ReaderAt, pos, end int64) (ph *format.PageHeader, n int, ok bool) {
+	for _, size := range []int64{4 << 10, 64 << 10} {
+		buf := make([]byte, min(size, end-pos))
+		if k, err := ra.ReadAt(buf, pos); err != nil && !(err == io.EOF && k == len(buf)) {
+			return nil, 0, false
+		}
+		if ph, n, err := parsePageHeader(buf); err == nil {
+			return ph, n, true
+		}
+	}
+	return nil, 0, false
 }

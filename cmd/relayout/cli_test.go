@@ -361,33 +361,8 @@ func TestLargeRowGroupsWithinMemoryLimit(t *testing.T) {
 			// write what run writes there.
 			steps := filepath.Join(t.TempDir(), "steps")
 			lim := []string{"--memory-limit", fmt.Sprintf("%dMiB", need), "--quiet", "--tmp-dir", t.TempDir()}
-			peak, printed := peakRSSAndOutput(t, append([]string{"plan", "--input", in, "--output", steps, "--slice-keys", "k"}, lim...))
-			var counts struct {
-				Plan        string `json:"plan"`
-				MapTasks    int    `json:"map_tasks"`
-				ReduceTasks int    `json:"reduce_tasks"`
-			}
-			if err := json.Unmarshal([]byte(printed), &counts); err != nil || counts.MapTasks < 1 || counts.ReduceTasks < 1 {
-				t.Fatalf("plan printed %q (%v)", printed, err)
-			}
-			peaks := []string{fmt.Sprintf("plan %d", peak>>20)}
-			for _, step := range []struct {
-				name string
-				n    int
-			}{{"plan", 0}, {"map", counts.MapTasks}, {"reduce", counts.ReduceTasks}, {"commit", 0}} {
-				if step.name != "plan" {
-					a := append([]string{step.name, "--plan", counts.Plan}, lim...)
-					if step.n > 0 {
-						a = append(a, "--task", fmt.Sprintf("0-%d", step.n-1))
-					}
-					peak = peakRSSOf(t, a)
-					peaks = append(peaks, fmt.Sprintf("%s %d", step.name, peak>>20))
-				}
-				if peak > int64(need)<<20 {
-					t.Fatalf("%s: peak RSS %d MiB exceeds --memory-limit %dMiB", step.name, peak>>20, need)
-				}
-			}
-			t.Logf("steps at --memory-limit %dMiB, peak RSS MiB: %s", need, strings.Join(peaks, ", "))
+			_, peaks := stepsWithin(t, []string{"--input", in, "--output", steps, "--slice-keys", "k"}, lim, int64(need)<<20, 1, nil)
+			t.Logf("steps at --memory-limit %dMiB, peak RSS: %s", need, strings.Join(peaks, ", "))
 			atNeed := filepath.Join(t.TempDir(), "at-need")
 			if r := relayout(t, nil, args(fmt.Sprintf("%dMiB", need), atNeed)...); r.code != 0 {
 				t.Fatalf("run at %d MiB: %s", need, r.stderr)

@@ -37,50 +37,21 @@ func TestStepsPeakRSSWithinMemoryLimit(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			lim := []string{"--memory-limit", "128MiB", "--quiet"}
 			// --map-bytes 16MiB: a map task of about a third of the input.
-			peak, printed := peakRSSAndOutput(t, append(append([]string{"plan", "--input", in, "--output", out, "--map-bytes", "16MiB"}, sizes...), lim...))
-			var counts struct {
-				Plan        string `json:"plan"`
-				MapTasks    int    `json:"map_tasks"`
-				DetectTasks int    `json:"detect_tasks"`
-				ReduceTasks int    `json:"reduce_tasks"`
-			}
-			if err := json.Unmarshal([]byte(printed), &counts); err != nil || counts.MapTasks < 2 || counts.ReduceTasks < 1 {
-				t.Fatalf("plan printed %q (%v): want at least 2 map tasks", printed, err)
-			}
-			peaks := []string{fmt.Sprintf("plan %d MiB", peak>>20)}
-			check := func(step string, peak int64) {
-				t.Helper()
-				if peak > limit {
-					t.Fatalf("%s: peak RSS %d MiB exceeds --memory-limit %d MiB", step, peak>>20, limit>>20)
+			planArgs := append([]string{"--input", in, "--output", out, "--map-bytes", "16MiB"}, sizes...)
+			counts, peaks := stepsWithin(t, planArgs, lim, limit, 2, func(step string, args []string) {
+				if step != "map" {
+					return
 				}
-			}
-			check("plan", peak)
-			steps := []struct {
-				name string
-				n    int
-			}{{"map", counts.MapTasks}, {"detect", counts.DetectTasks}, {"reduce", counts.ReduceTasks}, {"commit", 0}}
-			for _, s := range steps {
-				if s.name == "detect" && s.n == 0 {
-					continue
+				// again, in a cgroup of the limit, as a pod
+				cg := newMemoryCgroup(t, limit)
+				if _, _, err := cg.run(t, args); err != nil {
+					t.Fatalf("map in a %d MiB memory cgroup: %v", limit>>20, err)
 				}
-				args := append([]string{s.name, "--plan", counts.Plan}, lim...)
-				if s.name != "commit" {
-					args = append(args, "--task", fmt.Sprintf("0-%d", s.n-1))
+				if n := cg.oomKills(t); n != 0 {
+					t.Fatalf("map: %d OOM kills in the %d MiB cgroup", n, limit>>20)
 				}
-				peak := peakRSSOf(t, args)
-				peaks = append(peaks, fmt.Sprintf("%s %d MiB", s.name, peak>>20))
-				check(s.name, peak)
-				if s.name == "map" { // again, in a cgroup of the limit, as a pod
-					cg := newMemoryCgroup(t, limit)
-					if _, _, err := cg.run(t, args); err != nil {
-						t.Fatalf("map in a %d MiB memory cgroup: %v", limit>>20, err)
-					}
-					if n := cg.oomKills(t); n != 0 {
-						t.Fatalf("map: %d OOM kills in the %d MiB cgroup", n, limit>>20)
-					}
-				}
-			}
-			t.Logf("peak RSS at --memory-limit 128MiB (%d map, %d reduce tasks): %s", counts.MapTasks, counts.ReduceTasks, strings.Join(peaks, ", "))
+			})
+			t.Logf("peak RSS at --memory-limit 128MiB (%d map, %d reduce tasks): %s", counts.MapTasks, counts.Reduces, strings.Join(peaks, ", "))
 			ref := filepath.Join(t.TempDir(), "ref")
 			// run given the same limit: the plan fits its sizes to it.
 			if r := relayout(t, nil, append([]string{"run", "--quiet", "--memory-limit", "128MiB", "--input", in, "--output", ref}, sizes...)...); r.code != 0 {
@@ -89,4 +60,47 @@ func TestStepsPeakRSSWithinMemoryLimit(t *testing.T) {
 			testutil.SameTree(t, "the steps' output against run's", testutil.ReadTree(t, ref), testutil.ReadTree(t, out))
 		})
 	}
+}
+
+// stepsWithin runs `relayout plan` with planArgs and lim, then each step's
+// tasks as one list (--task 0-N, the way a worker given a range of an
+// Indexed Job's indices runs them) and commit, each under /usr/bin/time,
+// and fails any step whose peak RSS passes limit, or a plan of fewer than
+// minMaps map tasks. after, where not nil, is called with each step's name
+// and arguments once it has run. It returns the plan's counts and each
+// step's peak ("map 110 MiB").
+func stepsWithin(t *testing.T, planArgs, lim []string, limit int64, minMaps int, after func(step string, args []string)) (stepCounts, []string) {
+	t.Helper()
+	peak, printed := peakRSSAndOutput(t, append(append([]string{"plan"}, planArgs...), lim...))
+	var counts stepCounts
+	if err := json.Unmarshal([]byte(printed), &counts); err != nil || counts.MapTasks < minMaps || counts.Reduces < 1 {
+		t.Fatalf("plan printed %q (%v): want at least %d map tasks and a reduce task", printed, err, minMaps)
+	}
+	check := func(step string, peak int64) {
+		t.Helper()
+		if peak > limit {
+			t.Fatalf("%s: peak RSS %d MiB exceeds --memory-limit %d MiB", step, peak>>20, limit>>20)
+		}
+	}
+	check("plan", peak)
+	peaks := []string{fmt.Sprintf("plan %d MiB", peak>>20)}
+	for _, s := range []struct {
+		name string
+		n    int
+	}{{"map", counts.MapTasks}, {"detect", counts.DetectTasks}, {"reduce", counts.Reduces}, {"commit", 0}} {
+		if s.name == "detect" && s.n == 0 {
+			continue
+		}
+		args := append([]string{s.name, "--plan", counts.Plan}, lim...)
+		if s.name != "commit" {
+			args = append(args, "--task", fmt.Sprintf("0-%d", s.n-1))
+		}
+		peak := peakRSSOf(t, args)
+		peaks = append(peaks, fmt.Sprintf("%s %d MiB", s.name, peak>>20))
+		check(s.name, peak)
+		if after != nil {
+			after(s.name, args)
+		}
+	}
+	return counts, peaks
 }
