@@ -78,19 +78,24 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	if err != nil {
 		return nil, err
 	}
-	var largest int64
+	var largest, extra int64
 	for _, r := range refs {
 		largest = max(largest, r.Rows())
+		if plan.SliceRowsOf(r) == 0 {
+			extra = max(extra, r.File.DecodeExtra(r.RowGroup))
+		}
 	}
 	if distributed {
-		lp.holdShuffle(sw, largest, parallel)
+		lp.holdShuffle(sw, largest, extra, parallel)
 	}
 	// A map task alone in its process reads the next row group while it
 	// routes this one, when two row groups fit the memory a unit is given
 	// (a unit is at least as large as a row group, with headroom for
-	// holding it several times over); run's map workers share the budget
-	// and read one each.
-	ahead := distributed && lp.opts.Parallel > 1 && largest <= lp.UnitRows
+	// holding it several times over), with what decoding one whole holds
+	// besides its values; run's map workers share the budget and read one
+	// each.
+	extraRows := int64(float64(extra) / max(lp.RowBytes*decodedPerInput, 1))
+	ahead := distributed && lp.opts.Parallel > 1 && largest+extraRows <= lp.UnitRows
 	emit := sw.Write
 	var dg *digester
 	if distributed && lp.Packing != nil && lp.Packing.Probe != nil {
@@ -336,8 +341,9 @@ const unitStreamBytes = 16 << 10
 // memory leaves (partition.ShuffleWriter's Hold and Join). The task's own
 // memory is the runtime's reserve and headroom, and a decoded row group
 // with the pieces routed from it (twice the largest row group, as the
-// plan counts a map worker). Small units' frames stay in memory, up to a
-// sixteenth of the limit, 64 MiB at most, and half of what is left, and
+// plan counts a map worker), and extra, what decoding one whole holds
+// besides (source.File.DecodeExtra). Small units' frames stay in memory,
+// up to a sixteenth of the limit, 64 MiB at most, and half of what is left, and
 // the attempt writes one object. As much again of small batches is held
 // to be encoded joined where every unit can hold 32 KiB of them (below
 // that, joining only adds work: measured at --memory-limit 128MiB with
@@ -346,9 +352,9 @@ const unitStreamBytes = 16 << 10
 // of the 1M-row log that joined took 3.5-3.8 s under Go's soft limit
 // against 1.7-1.8 s without it (its live heap near the limit), and one
 // that did not hold the soft limit peaked at 212-223 MB.
-func (lp *loadedPlan) holdShuffle(sw *partition.ShuffleWriter, largestRows int64, parallel int) {
+func (lp *loadedPlan) holdShuffle(sw *partition.ShuffleWriter, largestRows, extra int64, parallel int) {
 	units, _ := lp.Units()
-	own := plan.RuntimeReserve + plan.UnitHeadroom + plan.MapWorkerBytes(largestRows, lp.RowBytes*decodedPerInput) + int64(len(units))*unitStreamBytes
+	own := plan.RuntimeReserve + plan.UnitHeadroom + plan.MapWorkerBytes(largestRows, lp.RowBytes*decodedPerInput) + extra + int64(len(units))*unitStreamBytes
 	left := max(lp.opts.MemoryLimit-own, 0)
 	budget := min(lp.opts.MemoryLimit/16, shuffleHoldMost, left/2)
 	sw.Hold(budget, parallel)

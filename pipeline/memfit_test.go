@@ -21,8 +21,8 @@ import (
 // explicitly, and the dry run predicts the same config. An explicit target
 // that cannot fit is still refused up front (exit 2).
 func TestRowGroupsFitTheMemoryLimit(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 300_000, Files: 4, Seed: 21})
-	const limit = 96 << 20
+	in := testutil.Generate(t, gen.Options{Rows: 600_000, Files: 4, Seed: 21})
+	const limit = 128 << 20
 	ctx := context.Background()
 	base := t.TempDir()
 	opts := func(out string, rgb int64) RunOptions {
@@ -82,7 +82,7 @@ func TestRowGroupsFitTheMemoryLimit(t *testing.T) {
 // generated log the default's row groups (which the model passed) peaked
 // at 207-211 MiB RSS; lowered to 16 MiB, at 176 MiB.
 func TestRowGroupsFitWhereTheModelFitsThem(t *testing.T) {
-	in := testutil.Generate(t, gen.Options{Rows: 300_000, Files: 4, Seed: 21})
+	in := testutil.Generate(t, gen.Options{Rows: 600_000, Files: 4, Seed: 21})
 	const limit = 192 << 20
 	ctx := context.Background()
 	res, err := Run(ctx, RunOptions{Inputs: []string{in}, Output: filepath.Join(t.TempDir(), "o"), SliceKeys: []string{"country", "date"},
@@ -125,11 +125,11 @@ func TestRowGroupsFitWhereTheModelFitsThem(t *testing.T) {
 // it explicitly. An explicit --file-bytes is kept as given.
 func TestFilesFitTheMemoryLimit(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 600_000, Files: 4, Seed: 22})
-	const limit = 96 << 20
+	const limit = 128 << 20
 	ctx := context.Background()
 	base := t.TempDir()
 	// Row groups small enough that one file would hold more than the
-	// budget allows (40 leaf columns: 38 row groups at 96 MiB).
+	// budget allows (40 leaf columns: 64 row groups at 128 MiB).
 	opts := func(out string, fileBytes int64) RunOptions {
 		return RunOptions{Inputs: []string{in}, Output: out, SliceKeys: []string{"country", "date"}, MemoryLimit: limit,
 			RowGroupBytes: 1 << 20, FileBytes: fileBytes, TmpDir: t.TempDir()}

@@ -187,12 +187,17 @@ const (
 func SliceRowsOf(ref source.RowGroupRef) int64 {
 	f := ref.File
 	rows, rowBytes := ref.Rows(), f.DecodedRowBytes()
-	if float64(rows)*rowBytes <= SliceAbove {
-		return 0
-	}
 	n := max(int64(SliceBytes/max(rowBytes, 1)), int64(float64(SliceColumnBytes*max(f.Leaves, 1))/max(rowBytes, 1)), 1)
 	if n >= rows {
 		return 0
+	}
+	if float64(rows)*rowBytes <= SliceAbove {
+		// A smaller row group is sliced only where decoding it whole
+		// would hold more (source.File.DecodeExtra): 31 MiB of 52-byte
+		// strings in one page held 159 MiB decoded whole.
+		if extra := f.DecodeExtra(ref.RowGroup); extra == 0 || DecodeBytes(rows, rowBytes, 0, source.Page{})+extra <= DecodeBytes(rows, rowBytes, n, source.Page{}) {
+			return 0
+		}
 	}
 	return n
 }
@@ -200,7 +205,8 @@ func SliceRowsOf(ref source.RowGroupRef) int64 {
 // DecodeBytes is what decoding a row group of rows rows of memRowBytes
 // decoded bytes each holds, slice its slice rows (SliceRowsOf): arrow-go's
 // column readers reserve every column's values for the next power of two
-// of the rows they read. A row group decoded in slices is held whole while
+// of the rows they read (above them while a column is decoded, compact
+// then copies it to its size: source.File.DecodeExtra). A row group decoded in slices is held whole while
 // it is routed, with what its strings' doubling and the slices in flight
 // leave, and the encoding sample of up to SliceAbove bytes the run keeps:
 // 2.25 times its bytes and those. Measured at the limit this asks for, one
@@ -239,7 +245,8 @@ func pageHeld(p source.Page) float64 {
 
 // InputNeed is the most memory decoding one of the table's row groups
 // takes (DecodeBytes, with the largest page of one decoded in slices:
-// source.File.LargestPage), and that row group. Pages are sized for the
+// source.File.LargestPage, and what one decoded whole holds besides its
+// values: source.File.DecodeExtra), and that row group. Pages are sized for the
 // pagedRowGroups row groups of most rows decoded in slices (a request each
 // where the input is in an object store: a table of 80,000 row groups of
 // images would otherwise cost the plan 80,000 of them); the others, no
@@ -258,7 +265,7 @@ func InputNeed(tbl *source.Table, memRowBytes float64) (big source.RowGroupRef, 
 				sliced = append(sliced, slicedRef{ref, slice})
 				continue
 			}
-			if need := DecodeBytes(n, memRowBytes, 0, source.Page{}); need > most {
+			if need := DecodeBytes(n, memRowBytes, 0, source.Page{}) + f.DecodeExtra(i); need > most {
 				big, most = ref, need
 			}
 		}

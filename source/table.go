@@ -2,12 +2,15 @@ package source
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +62,13 @@ type File struct {
 	// Leaves the file's leaf columns.
 	RowGroupBytes []int64
 	Leaves        int64
+	// rgChunks holds, for each row group, its largest column chunks'
+	// stored and uncompressed bytes, and rgStrings its largest string and
+	// binary chunks (byte-array leaves): decoding a row group whole holds
+	// these for the chunks decoded at once besides its values
+	// (DecodeExtra).
+	rgChunks  [][]int64
+	rgStrings [][]stringChunk
 
 	t    *Table
 	pos  int     // position in t.Files (Index is the file's in a larger table, see Place)
@@ -508,14 +518,16 @@ func openFile(ctx context.Context, obj storage.Object, counts *storage.Counters)
 		f.RowGroupOffsets = append(f.RowGroupOffsets, off)
 		off += n
 		f.UncompressedBytes += rg.TotalByteSize()
-		stored, floor, est, err := rowGroupDecoded(md, i, "open "+obj.URL, nil)
+		d, err := rowGroupDecoded(md, i, "open "+obj.URL, nil)
 		if err != nil {
 			return nil, err
 		}
-		f.DecodedFloor += floor
-		f.DecodedEstimate += est
-		f.CompressedBytes += stored
-		f.RowGroupBytes = append(f.RowGroupBytes, stored)
+		f.DecodedFloor += d.floor
+		f.DecodedEstimate += d.est
+		f.CompressedBytes += d.stored
+		f.RowGroupBytes = append(f.RowGroupBytes, d.stored)
+		f.rgChunks = append(f.rgChunks, d.chunks)
+		f.rgStrings = append(f.rgStrings, d.strings)
 	}
 	if off != f.Rows {
 		return nil, errs.BadInputf("open %s: row groups hold %d rows but the footer says %d", obj.URL, off, f.Rows)
@@ -537,30 +549,120 @@ func (f *File) DecodedRowBytes() float64 {
 	return f.EstimateRowBytes()
 }
 
-// rowGroupDecoded is a row group's stored bytes, and the floor and estimate
-// of its decoded bytes (File.DecodedFloor, DecodedEstimate), at least its
-// total_byte_size (some writers' is more than their chunks' sum). dictAvg,
-// where not nil, gives a string chunk's dictionary entries' average length
-// (< 0: unknown), in place of its statistics'. what names the file for an
+// rowGroupSizes is what a row group's footer says of its size.
+type rowGroupSizes struct {
+	// stored is its column chunks' bytes; floor and est the floor and
+	// estimate of its decoded bytes (File.DecodedFloor, DecodedEstimate),
+	// at least its total_byte_size (some writers' is more than their
+	// chunks' sum).
+	stored, floor, est int64
+	// chunks are what its largest column chunks hold while decoded, at
+	// most maxStringChunks, largest first: stored and uncompressed bytes;
+	// 2 bytes a level (definition, repetition) and the values' decoded
+	// width (a string's offset), reserved for the next power of two above
+	// the values, as arrow-go's readers reserve them, and the values half
+	// as much again, the buffer they grew from.
+	chunks []int64
+	// strings are its largest byte-array chunks, at most maxStringChunks,
+	// largest first (File.DecodeExtra).
+	strings []stringChunk
+}
+
+// stringChunk sizes a byte-array column chunk: its values' estimated
+// decoded bytes without their offsets, its stored bytes, its values.
+type stringChunk struct {
+	values, stored, count int64
+}
+
+// maxStringChunks is how many of a row group's column chunks, and of its
+// string chunks, a File keeps the sizes of: more are not decoded at once
+// on the machines it runs on.
+const maxStringChunks = 16
+
+// rowGroupDecoded sizes row group rg from the footer. dictAvg, where not
+// nil, gives a string chunk's dictionary entries' average length (< 0:
+// unknown), in place of its statistics'. what names the file for an
 // error.
-func rowGroupDecoded(md *metadata.FileMetaData, rg int, what string, dictAvg func(*metadata.ColumnChunkMetaData) float64) (stored, floor, est int64, err error) {
+func rowGroupDecoded(md *metadata.FileMetaData, rg int, what string, dictAvg func(*metadata.ColumnChunkMetaData) float64) (rowGroupSizes, error) {
+	var d rowGroupSizes
 	rgm := md.RowGroup(rg)
 	for c := 0; c < rgm.NumColumns(); c++ {
 		cc, err := rgm.ColumnChunk(c)
 		if err != nil {
-			return 0, 0, 0, badData(fmt.Sprintf("%s: row group %d column %d", what, rg, c), err)
+			return rowGroupSizes{}, badData(fmt.Sprintf("%s: row group %d column %d", what, rg, c), err)
 		}
-		stored += cc.TotalCompressedSize()
+		d.stored += cc.TotalCompressedSize()
 		col := md.Schema.Column(c)
+		held := cc.TotalCompressedSize() + cc.TotalUncompressedSize()
+		reserved := int64(1) << bits.Len64(uint64(max(cc.NumValues(), 0)))
+		if col.MaxDefinitionLevel() > 0 {
+			held += 2 * reserved
+		}
+		if col.MaxRepetitionLevel() > 0 {
+			held += 2 * reserved
+		}
+		held += 3 * reserved * decodedWidth(col) / 2
+		d.chunks = append(d.chunks, held)
 		fl := max(cc.TotalUncompressedSize(), cc.NumValues()*decodedWidth(col))
 		avg := -1.0
 		if dictAvg != nil && col.PhysicalType() == parquet.Types.ByteArray && hasDictionary(cc) {
 			avg = dictAvg(cc)
 		}
-		floor += fl
-		est += decodedEstimate(cc, col, fl, rgm.NumRows(), avg)
+		d.floor += fl
+		e := decodedEstimate(cc, col, fl, rgm.NumRows(), avg)
+		d.est += e
+		if col.PhysicalType() == parquet.Types.ByteArray {
+			d.strings = append(d.strings, stringChunk{values: max(e-4*cc.NumValues(), 0), stored: cc.TotalCompressedSize(), count: cc.NumValues()})
+		}
 	}
-	return stored, max(floor, rgm.TotalByteSize()), max(est, rgm.TotalByteSize()), nil
+	slices.SortStableFunc(d.strings, func(a, b stringChunk) int { return cmp.Compare(b.values, a.values) })
+	d.strings = slices.Clip(d.strings[:min(len(d.strings), maxStringChunks)])
+	slices.SortFunc(d.chunks, func(a, b int64) int { return cmp.Compare(b, a) })
+	d.chunks = slices.Clip(d.chunks[:min(len(d.chunks), maxStringChunks)])
+	d.floor, d.est = max(d.floor, rgm.TotalByteSize()), max(d.est, rgm.TotalByteSize())
+	return d, nil
+}
+
+// DecodeExtra is what decoding row group rg whole holds beyond its values
+// (which plan.DecodeBytes counts), for the column chunks decoded at once
+// (Readers of the machine's cores, the largest): each chunk, read whole,
+// its pages decompressed (up to the chunk's uncompressed bytes), its
+// levels, and its values in arrow-go's reserve, the next power of two
+// above their count (bitutil.NextPowerOf2: twice a power of two; compact
+// copies a column to its size once read), with the buffer it grew from;
+// and for a string or binary chunk, its builder growing its bytes by
+// doubling, up to their next power of two, with the buffers it outgrew
+// left in the allocator's pools until the collector has run twice, about
+// as much again, and a 24-byte header for each value while it decodes.
+// Measured with the collector at every 1% of growth (plan's
+// TestRowGroupsDecodeWithin): 31 MiB of 52-byte strings in one page held
+// 159 MiB while decoded whole (a run peaked at 203 MiB at the 106 MiB
+// named without this); five columns of numbers in 2^19 rows, 18 MiB
+// decoded, 51-61 MiB. The table's DecodeScale scales the strings' values,
+// as it scales DecodedRowBytes.
+func (f *File) DecodeExtra(rg int) int64 {
+	if rg < 0 || rg >= len(f.rgChunks) {
+		return 0
+	}
+	scale, at := 1.0, runtime.GOMAXPROCS(0)
+	if f.t != nil {
+		at = f.t.Readers(at)
+		scale = max(f.t.DecodeScale, 1)
+	}
+	at = max(at, 1)
+	var extra int64
+	for _, c := range f.rgChunks[rg][:min(len(f.rgChunks[rg]), at)] {
+		extra += c
+	}
+	for _, c := range f.rgStrings[rg][:min(len(f.rgStrings[rg]), at)] {
+		b := int64(float64(c.values) * scale)
+		capacity := int64(1)
+		for capacity < b {
+			capacity <<= 1
+		}
+		extra += 2*capacity + 24*c.count
+	}
+	return extra
 }
 
 // decodedWidth is the fewest bytes one value of a leaf column takes in
@@ -1401,7 +1503,7 @@ func (f *File) decodedEstimateOf(rg int) (int64, error) {
 	if rg >= md.NumRowGroups() {
 		return 0, nil
 	}
-	_, _, est, err := rowGroupDecoded(md, rg, "read "+f.Obj.URL, func(cc *metadata.ColumnChunkMetaData) float64 {
+	d, err := rowGroupDecoded(md, rg, "read "+f.Obj.URL, func(cc *metadata.ColumnChunkMetaData) float64 {
 		pos := chunkStart(cc)
 		ph, _, ok := readPageHeader(h.ra, pos, pos+cc.TotalCompressedSize())
 		if !ok || ph.Type != format.DictionaryPage {
@@ -1413,7 +1515,7 @@ func (f *File) decodedEstimateOf(rg int) (int64, error) {
 		}
 		return max(float64(ph.UncompressedPageSize)/float64(dh.NumValues)-4, 0) // PLAIN entries: a 4-byte length each
 	})
-	return est, err
+	return d.est, err
 }
 
 // offsetIndexPage is the largest page of a chunk by its offset index: the
