@@ -62,11 +62,11 @@ type File struct {
 	// Leaves the file's leaf columns.
 	RowGroupBytes []int64
 	Leaves        int64
-	// rgChunks holds, for each row group, its largest column chunks'
-	// stored and uncompressed bytes, and rgStrings its largest string and
-	// binary chunks (byte-array leaves): decoding a row group whole holds
-	// these for the chunks decoded at once besides its values
-	// (DecodeExtra).
+	// rgChunks holds, for each row group, what its largest column chunks
+	// hold while decoded (rowGroupSizes.chunks), and rgStrings its largest
+	// string and binary chunks (byte-array leaves): decoding a row group
+	// whole holds these for the chunks decoded at once besides its values
+	// (DecodeExtra). About 400 bytes a row group.
 	rgChunks  [][]int64
 	rgStrings [][]stringChunk
 
@@ -557,27 +557,29 @@ type rowGroupSizes struct {
 	// chunks' sum).
 	stored, floor, est int64
 	// chunks are what its largest column chunks hold while decoded, at
-	// most maxStringChunks, largest first: stored and uncompressed bytes;
+	// most maxChunksInFlight(), largest first: stored and uncompressed bytes;
 	// 2 bytes a level (definition, repetition) and the values' decoded
 	// width (a string's offset), reserved for the next power of two above
 	// the values, as arrow-go's readers reserve them, and the values half
 	// as much again, the buffer they grew from.
 	chunks []int64
-	// strings are its largest byte-array chunks, at most maxStringChunks,
+	// strings are its largest byte-array chunks, at most maxChunksInFlight(),
 	// largest first (File.DecodeExtra).
 	strings []stringChunk
 }
 
 // stringChunk sizes a byte-array column chunk: its values' estimated
-// decoded bytes without their offsets, its stored bytes, its values.
+// decoded bytes without their offsets, and how many values it holds.
 type stringChunk struct {
-	values, stored, count int64
+	values, count int64
 }
 
-// maxStringChunks is how many of a row group's column chunks, and of its
+// maxChunksInFlight is how many of a row group's column chunks, and of its
 // string chunks, a File keeps the sizes of: more are not decoded at once
-// on the machines it runs on.
-const maxStringChunks = 16
+// (Table.Readers: the cores, or DefaultRemoteReads from object storage).
+func maxChunksInFlight() int {
+	return max(DefaultRemoteReads, runtime.GOMAXPROCS(0))
+}
 
 // rowGroupDecoded sizes row group rg from the footer. dictAvg, where not
 // nil, gives a string chunk's dictionary entries' average length (< 0:
@@ -612,13 +614,13 @@ func rowGroupDecoded(md *metadata.FileMetaData, rg int, what string, dictAvg fun
 		e := decodedEstimate(cc, col, fl, rgm.NumRows(), avg)
 		d.est += e
 		if col.PhysicalType() == parquet.Types.ByteArray {
-			d.strings = append(d.strings, stringChunk{values: max(e-4*cc.NumValues(), 0), stored: cc.TotalCompressedSize(), count: cc.NumValues()})
+			d.strings = append(d.strings, stringChunk{values: max(e-4*cc.NumValues(), 0), count: cc.NumValues()})
 		}
 	}
 	slices.SortStableFunc(d.strings, func(a, b stringChunk) int { return cmp.Compare(b.values, a.values) })
-	d.strings = slices.Clip(d.strings[:min(len(d.strings), maxStringChunks)])
+	d.strings = slices.Clip(d.strings[:min(len(d.strings), maxChunksInFlight())])
 	slices.SortFunc(d.chunks, func(a, b int64) int { return cmp.Compare(b, a) })
-	d.chunks = slices.Clip(d.chunks[:min(len(d.chunks), maxStringChunks)])
+	d.chunks = slices.Clip(d.chunks[:min(len(d.chunks), maxChunksInFlight())])
 	d.floor, d.est = max(d.floor, rgm.TotalByteSize()), max(d.est, rgm.TotalByteSize())
 	return d, nil
 }
