@@ -81,9 +81,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 	var largest, extra int64
 	for _, r := range refs {
 		largest = max(largest, r.Rows())
-		if plan.SliceRowsOf(r) == 0 {
-			extra = max(extra, r.File.DecodeExtra(r.RowGroup))
-		}
+		extra = max(extra, plan.WholeDecodeExtra(r))
 	}
 	if distributed {
 		lp.holdShuffle(sw, largest, extra, parallel)

@@ -180,34 +180,48 @@ const (
 // (source.Table.ReadSliced), 0 for all at once, from its file's footer, so
 // that the plan, its sample and every map task decide alike: a row group
 // of more than SliceAbove bytes is decoded in slices of about SliceBytes,
-// a row at least, and not finer than SliceColumnBytes a leaf column. A
+// a row at least, and not finer than SliceColumnBytes a leaf column, and
+// so is a smaller one that would hold more decoded whole. A
 // large row group of heavy rows (documents, images: 2,048 binaries of 98
 // KB, 200 MB) is sliced; a wide one is not (2,001 float columns in slices
 // of 1,024 rows, 4 KB a column, took twice the heap of one read).
 func SliceRowsOf(ref source.RowGroupRef) int64 {
+	slice, _ := decodeOf(ref)
+	return slice
+}
+
+// WholeDecodeExtra is what decoding row group ref whole holds beyond its
+// values (source.File.DecodeExtra), 0 for one decoded in slices
+// (SliceRowsOf).
+func WholeDecodeExtra(ref source.RowGroupRef) int64 {
+	_, extra := decodeOf(ref)
+	return extra
+}
+
+// decodeOf is SliceRowsOf and WholeDecodeExtra of ref.
+func decodeOf(ref source.RowGroupRef) (slice, extra int64) {
 	f := ref.File
 	rows, rowBytes := ref.Rows(), f.DecodedRowBytes()
+	extra = f.DecodeExtra(ref.RowGroup)
 	n := max(int64(SliceBytes/max(rowBytes, 1)), int64(float64(SliceColumnBytes*max(f.Leaves, 1))/max(rowBytes, 1)), 1)
 	if n >= rows {
-		return 0
+		return 0, extra
 	}
-	if float64(rows)*rowBytes <= SliceAbove {
-		// A smaller row group is sliced only where decoding it whole
-		// would hold more (source.File.DecodeExtra): 31 MiB of 52-byte
-		// strings in one page held 159 MiB decoded whole.
-		if extra := f.DecodeExtra(ref.RowGroup); extra == 0 || DecodeBytes(rows, rowBytes, 0, source.Page{})+extra <= DecodeBytes(rows, rowBytes, n, source.Page{}) {
-			return 0
-		}
+	// A smaller row group is sliced only where decoding it whole would
+	// hold more: 31 MiB of 52-byte strings in one page held 159 MiB
+	// decoded whole.
+	if float64(rows)*rowBytes <= SliceAbove && DecodeBytes(rows, rowBytes, 0, source.Page{})+extra <= DecodeBytes(rows, rowBytes, n, source.Page{}) {
+		return 0, extra
 	}
-	return n
+	return n, 0
 }
 
 // DecodeBytes is what decoding a row group of rows rows of memRowBytes
 // decoded bytes each holds, slice its slice rows (SliceRowsOf): arrow-go's
 // column readers reserve every column's values for the next power of two
 // of the rows they read (above them while a column is decoded, compact
-// then copies it to its size: source.File.DecodeExtra). A row group decoded in slices is held whole while
-// it is routed, with what its strings' doubling and the slices in flight
+// then copies it to its size: source.File.DecodeExtra). A row group
+// decoded in slices is held whole while it is routed, with what its strings' doubling and the slices in flight
 // leave, and the encoding sample of up to SliceAbove bytes the run keeps:
 // 2.25 times its bytes and those. Measured at the limit this asks for, one
 // spinning process beside each run: 78 MiB of 40 KB binaries peaked at
@@ -261,11 +275,12 @@ func InputNeed(tbl *source.Table, memRowBytes float64) (big source.RowGroupRef, 
 	for _, f := range tbl.Files {
 		for i, n := range f.RowGroupRows {
 			ref := source.RowGroupRef{File: f, RowGroup: i}
-			if slice := SliceRowsOf(ref); slice > 0 {
+			slice, extra := decodeOf(ref)
+			if slice > 0 {
 				sliced = append(sliced, slicedRef{ref, slice})
 				continue
 			}
-			if need := DecodeBytes(n, memRowBytes, 0, source.Page{}) + f.DecodeExtra(i); need > most {
+			if need := DecodeBytes(n, memRowBytes, 0, source.Page{}) + extra; need > most {
 				big, most = ref, need
 			}
 		}

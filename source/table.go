@@ -658,10 +658,7 @@ func (f *File) DecodeExtra(rg int) int64 {
 	}
 	for _, c := range f.rgStrings[rg][:min(len(f.rgStrings[rg]), at)] {
 		b := int64(float64(c.values) * scale)
-		capacity := int64(1)
-		for capacity < b {
-			capacity <<= 1
-		}
+		capacity := int64(1) << bits.Len64(uint64(max(b-1, 0))) // b's power of two
 		extra += 2*capacity + 24*c.count
 	}
 	return extra
