@@ -164,6 +164,7 @@ func PlanJob(ctx context.Context, opts RunOptions, mapBytes int64) (*PlanResult,
 	}
 	defer pj.claim.release(ctx)
 	defer pj.tbl.Close()
+	defer pj.opts.adviseHeap(keyPassHeld(pj.tbl, pj.in.RowBytes, pj.opts.Parallel))()
 	ks, err := plan.AnalyzeSized(ctx, pj.tbl, pj.keys, pj.in, pj.opts.layout(pj.tr), pj.opts.resources())
 	if err != nil {
 		return nil, nil, err
@@ -495,7 +496,7 @@ func optionsOf(outURL string, inputArgs []string, cfg plan.Options, maxItems int
 		Inputs: inputArgs, Output: outURL, SliceKeys: cfg.SliceKeys, SortKeys: cfg.SortKeys,
 		RowGroupBytes: cfg.RowGroupBytes, MinRowGroupBytes: cfg.MinRowGroupBytes, RowGroupRows: cfg.RowGroupRows,
 		FileBytes: cfg.FileBytes, BoundaryKeys: cfg.BoundaryKeys, ZstdLevel: cfg.ZstdLevel, PageBytes: cfg.PageBytes,
-		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log, HugePages: local.HugePages,
+		MemoryLimit: local.MemoryLimit, TmpDir: local.TmpDir, Parallel: local.Parallel, Log: local.Log, HugePages: local.HugePages, Together: local.Together,
 		QueryKey: cfg.QueryKey, QueryColumns: cfg.QueryColumns, ItemOrder: cfg.ItemOrder, OnQueryConflict: cfg.OnQueryConflict,
 		MaxItemsPerQuery: maxItems, hive: cfg.Hive,
 	}
@@ -799,9 +800,6 @@ func MapTask(ctx context.Context, planURL string, task int, local RunOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	// A task is a fresh process: every page of its heap is faulted in.
-	// It decodes up to Parallel of its row groups at once.
-	defer lp.opts.adviseHeap(int64(float64(tbl.LargestRowGroup()*int64(lp.opts.Parallel)) * lp.RowBytes * decodedPerInput))()
 	return lp.mapRows(ctx, tbl, keys, task, lp.opts.Parallel, true)
 }
 
@@ -997,15 +995,22 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 	}
 	// What every partition with rows reads first, once per task.
 	first, end := lp.TaskPartitions(task)
+	var heap int64 // the largest unit it holds
+	for j := first; j < end; j++ {
+		if lp.Packing == nil || len(lp.Partitions[j].Files) > 0 {
+			heap = max(heap, lp.unitBytes(j))
+		}
+	}
+	// A task is a fresh process: every page of its heap is faulted in,
+	// from the sample and the segments it reads first on.
+	defer lp.opts.adviseHeap(heap)()
 	var maps []*TaskManifest
 	var schema *arrow.Schema
 	var sample arrow.RecordBatch
-	var heap int64 // the largest unit it holds
 	for j := first; j < end; j++ {
 		if lp.Packing != nil && len(lp.Partitions[j].Files) == 0 {
 			continue // a query covers its range: no file, nothing read
 		}
-		heap = max(heap, lp.unitBytes(j))
 		if schema != nil {
 			continue
 		}
@@ -1027,8 +1032,6 @@ func ReduceTask(ctx context.Context, planURL string, task int, local RunOptions)
 			return nil, err
 		}
 	}
-	// A task is a fresh process: every page of its heap is faulted in.
-	defer lp.opts.adviseHeap(heap)()
 	reader := func(j int) (*partitionReader, error) { return lp.openPartitionOf(ctx, j, maps, schema) }
 	// Its partitions are written as run writes them (small ones several
 	// at once); each is checked, then its manifest written, beside the

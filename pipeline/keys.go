@@ -179,6 +179,7 @@ func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (
 	if err != nil {
 		return nil, err
 	}
+	defer lk.opts.adviseHeap(keyPassHeld(tbl, plan.SizesOf(tbl).RowBytes, lk.opts.Parallel))()
 	sum, err := plan.KeyTask(ctx, tbl, keys, lk.opts.SliceKeys, kt.First-base, kt.End-base, lk.opts.Parallel)
 	if err != nil {
 		return nil, err

@@ -105,6 +105,11 @@ type RunOptions struct {
 	UnitRows int64
 	// Parallel is the number of goroutines doing CPU work (default GOMAXPROCS).
 	Parallel int
+	// Together is how many tasks run at once in this process with these
+	// options, each given its share of MemoryLimit and Parallel (a --task
+	// list's --concurrent; 0 or 1: alone). Only the heap's advice for
+	// huge pages reads it: the process's heap holds all of them.
+	Together int
 	// HugePages is whether a run that sorts its table in memory asks the
 	// kernel for transparent huge pages for its heap: HugePagesAuto
 	// (default; where the kernel grants them on request and does not give

@@ -95,7 +95,9 @@ func Run(ctx context.Context, opts RunOptions) (res *Result, err error) {
 
 	// 1. Plan: the key pass, the layout, the partitions and units.
 	opts.Progress.Start("plan", int64(tbl.NumRowGroups()))
+	stopAdvice := opts.adviseHeap(keyPassHeld(tbl, in.RowBytes, opts.Parallel))
 	ks, err := plan.AnalyzeSized(ctx, tbl, keys, in, opts.layout(tr), opts.resources())
+	stopAdvice()
 	opts.Progress.Finish()
 	if err != nil {
 		return nil, err

@@ -1239,6 +1239,61 @@ func TestHugePagesFlag(t *testing.T) {
 	}
 }
 
+// TestTaskListRoomCoversItsHeap: map tasks run two at a time in one
+// process (--task list --concurrent 2) ask for huge pages for room that
+// covers the process's peak resident set (debug log "heap room"; the
+// child's maximum RSS). Before, each asked for its own decoding only,
+// about 4 times a row group, and the room the first made was the
+// process's: two tasks of the 1M-row log, and their shuffles, grew the
+// heap to 220 MB over 87 MB of room, the rest faulted 4 KiB at a time.
+// --huge-pages on, so that the room is asked for on any host; where the
+// kernel grants no huge pages on request it is only logged.
+func TestTaskListRoomCoversItsHeap(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 200_000, Files: 2, Seed: 61, RowGroupRows: 32 << 10})
+	out := filepath.Join(t.TempDir(), "o")
+	r := relayout(t, nil, "plan", "--quiet", "--input", in, "--output", out, "--slice-keys", "country,date", "--map-bytes", "2MiB")
+	var planned struct {
+		MapTasks int `json:"map_tasks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &planned); r.code != 0 || err != nil || planned.MapTasks < 4 {
+		t.Fatalf("plan: exit %d, %d map tasks (want 4 or more): %s%s", r.code, planned.MapTasks, r.stdout, r.stderr)
+	}
+	cmd := exec.Command(bin, "map", "--plan", filepath.Join(out, "_relayout", "plan.json"), "--task", fmt.Sprintf("0-%d", planned.MapTasks-1), "--concurrent", "2",
+		"--memory-limit", "4GiB", "--huge-pages", "on", "--log-format", "json", "--log-level", "debug")
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("map: %v: %s", err, se.String())
+	}
+	peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
+	var rooms []int64
+	for _, l := range strings.Split(strings.TrimSpace(se.String()), "\n") {
+		var m struct {
+			Msg      string  `json:"msg"`
+			Bytes    float64 `json:"bytes"`
+			Together float64 `json:"together"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON log line: %q", l)
+		}
+		if m.Msg == "heap room" {
+			if m.Together != 2 {
+				t.Errorf("a task asked for room for %v tasks, want 2", m.Together)
+			}
+			rooms = append(rooms, int64(m.Bytes))
+		}
+	}
+	t.Logf("rooms asked for %v, peak resident set %d MiB", rooms, peak>>20)
+	if len(rooms) != planned.MapTasks {
+		t.Fatalf("%d map tasks asked for room, want %d:\n%s", len(rooms), planned.MapTasks, se.String())
+	}
+	for _, r := range rooms {
+		if r < peak {
+			t.Errorf("a map task asked for %d MiB of room; the process's resident set reached %d MiB", r>>20, peak>>20)
+		}
+	}
+}
+
 // TestShownEscapesControlCharacters: inspect and the dry run print a slice
 // key value as it is, unless it holds a rune that does not print (an
 // escape sequence would act on the operator's terminal, a newline break

@@ -310,6 +310,7 @@ func taskCommand(name, usage string, run func(c *cli.Context, plan string, task 
 				p = runtime.GOMAXPROCS(0)
 			}
 			each.Parallel = max(1, p/k)
+			each.Together = k
 			return runTasks(c, tasks, k, func(t int) (any, error) { return run(c, c.String("plan"), t, each) })
 		}, intFlag("concurrent", 1, "with a --task list: how many of its tasks run at once, each given --memory-limit and --parallel divided by it"),
 		intFlag("tasks-per-index", 0, "run tasks i*K to i*K+K-1 (the last index fewer), i being --task or $JOB_COMPLETION_INDEX: an Indexed Job of ceil(tasks/K) completions"))
