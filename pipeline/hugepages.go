@@ -40,7 +40,7 @@ func keyPassHeld(tbl *source.Table, rowBytes float64, parallel int) int64 {
 // two at a time, asked for one task's decoding (87 MB) while their heap
 // grew to 220 MB: 30,000-36,000 4 KiB faults, and the first two tasks
 // took twice as long as the next; with room for both and their shuffles
-// (mapRows), 7,000-10,000, and the step 1.26-1.33 s against 1.46-1.58.
+// (mapRows), 8,100, and the step 1.17 s against 1.44 (medians of 6).
 // The room asked for is in the debug log ("heap room").
 func (o RunOptions) adviseHeap(held int64) (stop func()) {
 	if o.HugePages == HugePagesOff || o.sample || o.MemoryLimit < hugePagesFloor {
