@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/sourcetest"
 	"github.com/relayout/relayout/source"
-	"github.com/relayout/relayout/storage"
 )
 
 // TestKeyPassInTasksBuildsTheSameHistogram checks the merge a distributed
@@ -122,15 +122,7 @@ func openEvents(t *testing.T, o gen.Options) (tbl *source.Table, col func(name s
 	if _, err := gen.Write(dir, o); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	objs, err := storage.List(ctx, []string{dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tbl, err = source.Open(ctx, objs, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tbl.Close() })
+	tbl = sourcetest.Open(t, dir)
 	return tbl, func(name string) int {
 		i := tbl.Schema.FieldIndices(name)
 		if len(i) != 1 {

@@ -92,8 +92,7 @@ func (lp *loadedPlan) mapRows(ctx context.Context, tbl *source.Table, keys plan.
 		// times: adviseHeap). Counted without the shuffle, a map task of
 		// the 1M-row log asked for 87 MB and its heap grew to 220.
 		shuffle := lp.holdShuffle(sw, largest, extra, parallel)
-		decoding := int64(float64(largest*int64(parallel)) * lp.RowBytes * decodedPerInput)
-		defer lp.opts.adviseHeap(decoding + shuffle/2)()
+		defer lp.opts.adviseHeap(rowGroupsHeld(largest, lp.RowBytes, parallel) + shuffle/2)()
 	}
 	// A map task alone in its process reads the next row group while it
 	// routes this one, when two row groups fit the memory a unit is given

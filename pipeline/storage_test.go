@@ -29,6 +29,7 @@ import (
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/faultproxy"
 	"github.com/relayout/relayout/internal/gen"
+	"github.com/relayout/relayout/internal/sourcetest"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
@@ -354,16 +355,7 @@ func TestObjectStoreReadsOverlap(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { remote.Close() })
-		lobjs, err := storage.List(ctx, []string{dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		local, err := source.Open(ctx, lobjs, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { local.Close() })
-		return remote, local
+		return remote, sourcetest.Open(t, dir)
 	}
 	same := func(what string, got, want []arrow.RecordBatch) {
 		t.Helper()

@@ -239,11 +239,7 @@ func DecodeBytes(rows int64, memRowBytes float64, slice int64, page source.Page)
 		b := float64(rows) * memRowBytes
 		return int64(max(2.25*b, b+pageHeld(page))) + 4*int64(float64(slice)*memRowBytes) + SliceAbove
 	}
-	p := int64(1)
-	for p < rows {
-		p <<= 1
-	}
-	return int64(float64(p) * memRowBytes)
+	return int64(float64(source.PowerOfTwoAtLeast(rows)) * memRowBytes)
 }
 
 // pageHeld is what decoding from a page holds beside the values decoded:

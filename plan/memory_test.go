@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayout/relayout/internal/sourcetest"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/plan"
 	"github.com/relayout/relayout/source"
-	"github.com/relayout/relayout/storage"
 )
 
 // TestRowGroupsDecodeWithin: what the plan counts for decoding a row
@@ -39,15 +39,7 @@ func TestRowGroupsDecodeWithin(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "t.parquet")
 			testutil.DuckDB(t, fmt.Sprintf("COPY (%s) TO '%s' (FORMAT parquet, ROW_GROUP_SIZE %d)", tc.sql, p, tc.rows))
 			ctx := context.Background()
-			objs, err := storage.List(ctx, []string{p})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tbl, err := source.Open(ctx, objs, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tbl.Close()
+			tbl := sourcetest.Open(t, p)
 			f := tbl.Files[0]
 			ref := source.RowGroupRef{File: f, RowGroup: 0}
 			if ref.Rows() != int64(tc.rows) {

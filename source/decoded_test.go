@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/relayout/relayout/internal/sourcetest"
 	"github.com/relayout/relayout/internal/testutil"
 	"github.com/relayout/relayout/partition"
 	"github.com/relayout/relayout/source"
-	"github.com/relayout/relayout/storage"
 )
 
 // TestDecodedEstimate: the footer's floor (File.DecodedFloor) is at most
@@ -35,15 +35,7 @@ func TestDecodedEstimate(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "t.parquet")
 			testutil.DuckDB(t, fmt.Sprintf("COPY (%s) TO '%s' (FORMAT parquet, ROW_GROUP_SIZE 100000)", c.sql, p))
 			ctx := context.Background()
-			objs, err := storage.List(ctx, []string{p})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tbl, err := source.Open(ctx, objs, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tbl.Close()
+			tbl := sourcetest.Open(t, p)
 			f := tbl.Files[0]
 			var decoded, withDict int64
 			for rg := range f.RowGroupRows {

@@ -90,3 +90,12 @@ func TestLargePagesAreRead(t *testing.T) {
 		})
 	}
 }
+
+// TestPowerOfTwoAtLeast: the smallest power of two at least n, 1 below 2.
+func TestPowerOfTwoAtLeast(t *testing.T) {
+	for n, want := range map[int64]int64{-3: 1, 0: 1, 1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 65536: 65536, 65537: 131072, 1<<40 + 1: 1 << 41} {
+		if got := PowerOfTwoAtLeast(n); got != want {
+			t.Errorf("PowerOfTwoAtLeast(%d) = %d, want %d", n, got, want)
+		}
+	}
+}

@@ -596,7 +596,7 @@ func rowGroupDecoded(md *metadata.FileMetaData, rg int, what string, dictAvg fun
 		d.stored += cc.TotalCompressedSize()
 		col := md.Schema.Column(c)
 		held := cc.TotalCompressedSize() + cc.TotalUncompressedSize()
-		reserved := int64(1) << bits.Len64(uint64(max(cc.NumValues(), 0)))
+		reserved := PowerOfTwoAtLeast(cc.NumValues() + 1) // above the values
 		if col.MaxDefinitionLevel() > 0 {
 			held += 2 * reserved
 		}
@@ -658,10 +658,16 @@ func (f *File) DecodeExtra(rg int) int64 {
 	}
 	for _, c := range f.rgStrings[rg][:min(len(f.rgStrings[rg]), at)] {
 		b := int64(float64(c.values) * scale)
-		capacity := int64(1) << bits.Len64(uint64(max(b-1, 0))) // b's power of two
-		extra += 2*capacity + 24*c.count
+		extra += 2*PowerOfTwoAtLeast(b) + 24*c.count
 	}
 	return extra
+}
+
+// PowerOfTwoAtLeast is the smallest power of two at least n (1 for n <= 1):
+// the capacity arrow-go's readers and builders reserve for n values or
+// grow n bytes to.
+func PowerOfTwoAtLeast(n int64) int64 {
+	return int64(1) << bits.Len64(uint64(max(n-1, 0)))
 }
 
 // decodedWidth is the fewest bytes one value of a leaf column takes in
