@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,15 +59,15 @@ func tryTimed(name string, args ...string) (m measure, stdout, stderr string, er
 		kb, _ := strconv.ParseInt(g[1], 10, 64)
 		m.RSS = kb * 1024
 	}
-	for _, re := range []*regexp.Regexp{userRe, sysRe} {
+	seconds := func(re *regexp.Regexp) float64 {
 		if g := re.FindStringSubmatch(se.String()); g != nil {
 			v, _ := strconv.ParseFloat(g[1], 64)
-			m.CPU += v
-			if re == sysRe {
-				m.Sys = v
-			}
+			return v
 		}
+		return 0
 	}
+	m.Sys = seconds(sysRe)
+	m.CPU = seconds(userRe) + m.Sys
 	return m, so.String(), se.String(), nil
 }
 
@@ -86,15 +87,17 @@ func rotated(reps int, cmds ...func()) {
 }
 
 func median(ms []measure) measure {
-	s := append([]measure{}, ms...)
-	sort.Slice(s, func(i, j int) bool { return s[i].Seconds < s[j].Seconds })
-	r := append([]measure{}, ms...)
-	sort.Slice(r, func(i, j int) bool { return r[i].RSS < r[j].RSS })
-	c := append([]measure{}, ms...)
-	sort.Slice(c, func(i, j int) bool { return c[i].CPU < c[j].CPU })
-	y := append([]measure{}, ms...)
-	sort.Slice(y, func(i, j int) bool { return y[i].Sys < y[j].Sys })
-	return measure{Seconds: s[len(s)/2].Seconds, RSS: r[len(r)/2].RSS, CPU: c[len(c)/2].CPU, Sys: y[len(y)/2].Sys}
+	mid := func(key func(measure) float64) measure {
+		s := slices.Clone(ms)
+		sort.Slice(s, func(i, j int) bool { return key(s[i]) < key(s[j]) })
+		return s[len(s)/2]
+	}
+	return measure{
+		Seconds: mid(func(m measure) float64 { return m.Seconds }).Seconds,
+		RSS:     mid(func(m measure) float64 { return float64(m.RSS) }).RSS,
+		CPU:     mid(func(m measure) float64 { return m.CPU }).CPU,
+		Sys:     mid(func(m measure) float64 { return m.Sys }).Sys,
+	}
 }
 
 // run reports whether a section runs: all of them, or the one BENCH_ONLY

@@ -113,6 +113,15 @@ func SmallFaultCost() time.Duration {
 	return smallFault
 }
 
+// FreshMemoryCost is the CPU time the first write to each page of 1 MiB
+// of fresh anonymous memory costs this process now, in 4 KiB pages or
+// (huge) advised for transparent huge pages; measured on every call (1
+// MiB, or 8 MiB for huge pages), 0 where it cannot be. On ordinary Linux
+// it is a few tenths of a millisecond; on a guest whose page faults trap
+// to the host, ten times that (docs/benchmarks.md), which every process
+// pays for each MiB its peak memory reaches.
+func FreshMemoryCost(huge bool) time.Duration { return freshMemoryCost(huge) }
+
 // Worthwhile reports whether Advise would ask for huge pages here, and if
 // not, why. Where the kernel reports free pages to a hypervisor, it
 // measures what a 4 KiB fault costs (SmallFaultCost) to decide.

@@ -20,34 +20,60 @@ func unsafePointer[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }
 
 // smallFaultCost faults in probePages 4 KiB pages of a fresh anonymous
 // mapping advised against huge pages, in probeChunks chunks, and returns
-// the least CPU time per page of a chunk. The thread's CPU clock counts
-// the kernel's fault handling and not the time the thread waits for a
-// core, so a busy machine does not make faults look dear; the least of
-// the chunks drops a chunk an interrupt lengthened.
+// the least CPU time per page of a chunk (faultCost).
 func smallFaultCost() time.Duration {
-	const page = 4 << 10
-	n := probeChunks * probePages * page
-	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	return faultCost(unix.MADV_NOHUGEPAGE, probePages*smallPage, probeChunks) / probePages
+}
+
+// freshMemoryCost is faultCost per MiB: 1 MiB in 4 KiB pages, or 4 MiB
+// (two huge pages a chunk) advised for huge pages.
+func freshMemoryCost(huge bool) time.Duration {
+	if huge {
+		return faultCost(unix.MADV_HUGEPAGE, 2*hugePage, probeChunks) * (1 << 20) / (2 * hugePage)
+	}
+	return smallFaultCost() * (1 << 20) / smallPage
+}
+
+const (
+	smallPage = 4 << 10
+	hugePage  = 2 << 20
+)
+
+// faultCost writes a byte to every 4 KiB page of chunks fresh chunks of
+// anonymous memory, aligned to a huge page and given advice, and returns
+// the least CPU time a chunk took, or 0 where it cannot be measured. The
+// thread's CPU clock counts the kernel's fault handling (zeroing the page
+// included) and not the time the thread waits for a core, so a busy
+// machine does not make faults look dear; the least of the chunks drops
+// a chunk an interrupt lengthened.
+func faultCost(advice, chunk, chunks int) time.Duration {
+	n := chunks * chunk
+	m, err := unix.Mmap(-1, 0, n+hugePage, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return 0
 	}
-	defer unix.Munmap(b)
-	if unix.Madvise(b, unix.MADV_NOHUGEPAGE) != nil {
+	defer unix.Munmap(m)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(m))) % hugePage); r != 0 {
+		off = hugePage - r
+	}
+	b := m[off : off+n]
+	if unix.Madvise(b, advice) != nil {
 		return 0
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	best := time.Duration(math.MaxInt64)
-	for c := 0; c < probeChunks; c++ {
+	for c := 0; c < chunks; c++ {
 		t0, ok := threadCPU()
-		for i := c * probePages * page; i < (c+1)*probePages*page; i += page {
+		for i := c * chunk; i < (c+1)*chunk; i += smallPage {
 			b[i] = 1
 		}
 		t1, ok1 := threadCPU()
 		if !ok || !ok1 {
 			return 0
 		}
-		best = min(best, (t1-t0)/probePages)
+		best = min(best, t1-t0)
 	}
 	return best
 }

@@ -53,3 +53,20 @@ func TestSmallFaultCost(t *testing.T) {
 		t.Fatalf("the probe says %v a fault, the kernel's accounts %v", probe, each)
 	}
 }
+
+// TestFreshMemoryCost: the per-MiB figures are measured (above zero), the
+// 4 KiB one is the 4 KiB fault's cost scaled to the 256 pages of a MiB
+// (within 3x: separate probes), and neither is absurd (a second a MiB).
+func TestFreshMemoryCost(t *testing.T) {
+	small, huge := FreshMemoryCost(false), FreshMemoryCost(true)
+	t.Logf("fresh memory: %v a MiB in 4 KiB pages, %v with huge pages; a 4 KiB fault %v", small, huge, SmallFaultCost())
+	if small <= 0 || huge <= 0 {
+		t.Fatalf("not measured: %v in 4 KiB pages, %v with huge pages", small, huge)
+	}
+	if small > time.Second || huge > time.Second {
+		t.Fatalf("%v and %v a MiB: the probe is not per MiB", small, huge)
+	}
+	if want := 256 * SmallFaultCost(); small > 3*want || want > 3*small {
+		t.Fatalf("%v a MiB in 4 KiB pages, but 256 faults of %v", small, SmallFaultCost())
+	}
+}
