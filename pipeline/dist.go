@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,9 +83,18 @@ type TaskManifest struct {
 	Checked       []verify.Checked `json:"checked,omitempty"`
 	ShardsChecked []verify.Checked `json:"shards_checked,omitempty"`
 	// Summary names a key task's summary object, SummaryBytes its size.
-	Summary      string  `json:"summary,omitempty"`
-	SummaryBytes int64   `json:"summary_bytes,omitempty"`
-	Seconds      float64 `json:"seconds"`
+	Summary      string `json:"summary,omitempty"`
+	SummaryBytes int64  `json:"summary_bytes,omitempty"`
+	// The key task of the input's first non-empty row group also reads
+	// the encoding sample (plan.ReadFitSample), so that the merge reads no
+	// rows: Sample names the object it stored (the bytes plan stores as
+	// its sample), SampleHash is their xxhash64 (workFileHash), and
+	// SampleRowBytes and SampleDecodeScale are what it measured.
+	Sample            string  `json:"sample,omitempty"`
+	SampleHash        string  `json:"sample_hash,omitempty"`
+	SampleRowBytes    float64 `json:"sample_row_bytes,omitempty"`
+	SampleDecodeScale float64 `json:"sample_decode_scale,omitempty"`
+	Seconds           float64 `json:"seconds"`
 
 	// What writePartition wrote with, for the reduce task's own check.
 	outSchema *arrow.Schema
@@ -184,6 +194,32 @@ type planJob struct {
 	tbl      *source.Table
 	keys     plan.Keys
 	in       plan.Sizes
+	// stored is the encoding sample a key task stored (plan --keys), to
+	// be copied as the plan's; nil: the plan stores ks.Sample.
+	stored *storedSample
+}
+
+// storedSample is an encoding sample a key task stored under the work
+// prefix: its name there and its hash (workFileHash).
+type storedSample struct {
+	name, hash string
+}
+
+// copyObject copies object from to to under loc: on the server where the
+// store has a copy call (S3 CopyObject and its like), else through here.
+func copyObject(ctx context.Context, loc storage.Location, from, to string, log *slog.Logger) error {
+	err := loc.Bucket.Copy(ctx, loc.Key(to), loc.Key(from), nil)
+	if err == nil {
+		return nil
+	}
+	if log != nil {
+		log.Debug("copy on the server failed; copying through this process", "from", loc.URL(from), "to", loc.URL(to), "error", err)
+	}
+	data, err := storage.Get(ctx, loc, from)
+	if err != nil {
+		return err
+	}
+	return putObject(ctx, loc, to, data)
 }
 
 // startPlan checks the options, claims the output for a plan (or a key
@@ -241,22 +277,28 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 	if p.Packing != nil && ks.Sample != nil {
 		p.Packing.Probe = probeDetection(ks.Sample, pj.keys)
 	}
-	if ks.Sample != nil {
+	if ks.Sample != nil || pj.stored != nil {
 		// Stored once, so reduce tasks need not each read the input's
 		// first row group again; meanwhile the schema, so that they need
-		// no input footer at all.
+		// no input footer at all. A key task's sample is copied.
 		var sampleHash string
 		sampled := make(chan error, 1)
 		go func() {
 			var err error
-			sampleHash, err = putSample(ctx, pj.out, ks.Sample)
+			if pj.stored != nil {
+				sampleHash, err = pj.stored.hash, copyObject(ctx, pj.out, pj.stored.name, plan.SampleFileName, opts.Log)
+			} else {
+				sampleHash, err = putSample(ctx, pj.out, plan.SampleFileName, ks.Sample)
+			}
 			sampled <- err
 		}()
 		schemaHash, err := putSchema(ctx, pj.out, pj.tbl.Schema)
 		if serr := <-sampled; err == nil {
 			err = serr
 		}
-		ks.Sample.Release()
+		if ks.Sample != nil {
+			ks.Sample.Release()
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -1374,15 +1416,16 @@ func CommitJob(ctx context.Context, planURL string, local RunOptions) (*manifest
 	return m, nil
 }
 
-// putSample stores the encoding sample under the work prefix and returns
-// its hash (workFileHash). It is streamed, a column's buffer at a time: a
+// putSample stores the encoding sample under the work prefix as name
+// (plan.SampleFileName, or a key task's object) and returns its hash
+// (workFileHash). It is streamed, a column's buffer at a time: a
 // sample held encoded beside itself (80 MB of a 1,001-column row group)
 // took a plan step to 287 MiB at --memory-limit 210MiB.
-func putSample(ctx context.Context, work storage.Location, sample arrow.RecordBatch) (string, error) {
-	url := work.URL(plan.SampleFileName)
+func putSample(ctx context.Context, work storage.Location, name string, sample arrow.RecordBatch) (string, error) {
+	url := work.URL(name)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	bw, err := work.Bucket.NewWriter(cctx, work.Key(plan.SampleFileName), nil)
+	bw, err := work.Bucket.NewWriter(cctx, work.Key(name), nil)
 	if err != nil {
 		return "", storage.Classify(fmt.Errorf("create %s: %w", url, err))
 	}

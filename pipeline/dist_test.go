@@ -18,6 +18,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/relayout/relayout/internal/errs"
 	"github.com/relayout/relayout/internal/gen"
 	"github.com/relayout/relayout/internal/testutil"
@@ -139,6 +141,7 @@ func planWithKeyTasks(t *testing.T, o RunOptions, mapBytes int64, workers int) *
 	if err != nil {
 		t.Fatalf("plan --keys: %v", err)
 	}
+	checkKeyTaskSample(t, kr.Keys, local)
 	for _, name := range []string{plan.FileName, plan.SampleFileName} {
 		want, werr := os.ReadFile(filepath.Join(refOut, name))
 		got, gerr := os.ReadFile(filepath.Join(o.Output, name))
@@ -148,6 +151,112 @@ func planWithKeyTasks(t *testing.T, o RunOptions, mapBytes int64, workers int) *
 	}
 	os.RemoveAll(refOut)
 	return res
+}
+
+// checkKeyTaskSample checks that the key task of the first non-empty row
+// group stored the encoding sample and that the plan's sample is a copy of
+// it (the merge read no rows for it); an input without rows has none.
+func checkKeyTaskSample(t *testing.T, keysURL string, local RunOptions) {
+	t.Helper()
+	ctx := context.Background()
+	lk, err := loadKeys(ctx, keysURL, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := lk.sampleTask()
+	if st < 0 {
+		return
+	}
+	data, err := storage.Get(ctx, lk.out, keysDoneName(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := openDone(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range lk.Tasks {
+		other, err := storage.Get(ctx, lk.out, keysDoneName(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if od, _ := openDone(other); i != st && od.Sample != "" {
+			t.Errorf("key task %d stored a sample too (the sample task is %d)", i, st)
+		}
+	}
+	if d.Sample == "" || d.SampleRowBytes <= 0 {
+		t.Fatalf("key task %d (the first with rows) stored no encoding sample: %+v", st, d)
+	}
+	stored, err := storage.Get(ctx, lk.out, d.Sample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := storage.Get(ctx, lk.out, plan.SampleFileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, copied) || workFileHash(xxhash.Sum64(copied)) != d.SampleHash {
+		t.Fatalf("the plan's sample (%d bytes) is not key task %d's (%d bytes, hash %s)", len(copied), st, len(stored), d.SampleHash)
+	}
+}
+
+// TestKeyTaskSampleDamaged: a key task's stored sample changed before the
+// merge is refused (exit 3, naming it) by a packed merge, which reads it
+// back, and by the reduce tasks of a flat plan, which copied it.
+func TestKeyTaskSampleDamaged(t *testing.T) {
+	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 43, RowGroupRows: 4 << 10})
+	ctx := context.Background()
+	local := RunOptions{Parallel: 2}
+	for _, packed := range []bool{true, false} {
+		out := filepath.Join(t.TempDir(), "out")
+		o := distOpts(in, out)
+		if packed {
+			o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
+		}
+		kr, err := KeyPlanJob(ctx, o, 256<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sample string
+		for i := 0; i < kr.KeyTasks; i++ {
+			d, err := KeysTask(ctx, kr.Keys, i, local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Sample != "" {
+				sample = filepath.Join(out, filepath.FromSlash(d.Sample))
+			}
+		}
+		if sample == "" {
+			t.Fatal("no key task stored the encoding sample")
+		}
+		data, err := os.ReadFile(sample)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[len(data)/2] ^= 0xff
+		if err := os.WriteFile(sample, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, _, err := PlanFromKeys(ctx, kr.Keys, local)
+		if packed {
+			if !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "sample.arrows") {
+				t.Fatalf("packed merge of a damaged sample: %v, want a bad-input error naming it", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < res.MapTasks; i++ {
+			if _, err := MapTask(ctx, res.Plan, i, local); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ReduceTask(ctx, res.Plan, 0, local); !errs.Is(err, errs.BadInput) || !strings.Contains(err.Error(), "damaged") {
+			t.Fatalf("reduce with a damaged sample: %v, want a bad-input error", err)
+		}
+	}
 }
 
 // TestDistributedMatchesRun: plan, map, reduce and commit with 1, 2 and 5

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 	"gocloud.dev/gcerrors"
 
@@ -21,9 +23,10 @@ import (
 // The key pass as tasks (docs/distributed.md): `plan --key-tasks` pins the
 // inputs and the config and writes keys.json, one key task per map run;
 // each `keys --task i` reads its run's key columns and writes a summary;
-// `plan --keys` merges the summaries (reading only footers, the summaries
-// and one row group for the encoding sample) into the plan.json that
-// `plan` alone would have written, byte for byte.
+// `plan --keys` merges the summaries (reading only footers and the
+// summaries; the key task of the first non-empty row group stores the
+// encoding sample) into the plan.json that `plan` alone would have
+// written, byte for byte.
 
 // KeysFileName is the key plan, under the work prefix.
 const KeysFileName = plan.WorkPrefix + "keys.json"
@@ -204,7 +207,26 @@ func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (
 	if err := putObject(ctx, lk.out, name, data); err != nil {
 		return nil, err
 	}
-	d := &TaskManifest{Kind: "keys", Task: task, Attempt: attempt, ConfigHash: lk.ConfigHash, Rows: sum.Rows, Summary: name, SummaryBytes: int64(len(data)), Seconds: time.Since(t0).Seconds()}
+	d := &TaskManifest{Kind: "keys", Task: task, Attempt: attempt, ConfigHash: lk.ConfigHash, Rows: sum.Rows, Summary: name, SummaryBytes: int64(len(data))}
+	if task == lk.sampleTask() {
+		// The encoding sample, read here, in parallel with the other key
+		// tasks, so that the merge reads no rows (it took a third of the
+		// merge's CPU on the scale-out bench, whose merge runs alone).
+		fs, err := plan.ReadFitSample(ctx, tbl)
+		if err != nil {
+			return nil, err
+		}
+		if fs != nil {
+			d.Sample = fmt.Sprintf("%skeys/k-%05d/a-%s/sample.arrows", plan.WorkPrefix, task, attempt)
+			d.SampleRowBytes, d.SampleDecodeScale = fs.RowBytes, fs.DecodeScale
+			d.SampleHash, err = putSample(ctx, lk.out, d.Sample, fs.Sample)
+			fs.Sample.Release()
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	d.Seconds = time.Since(t0).Seconds()
 	return d, writeDone(ctx, lk.out, fmt.Sprintf("%skeys/k-%05d/a-%s/_task.json", plan.WorkPrefix, task, attempt), keysDoneName(task), d)
 }
 
@@ -238,13 +260,65 @@ func (lk *loadedKeys) openRun(ctx context.Context, kt keyTask) (*source.Table, i
 	return tbl, base, err
 }
 
-// summaries reads every key task's summary, in task order; a task that
-// has not completed fails the merge (exit 5), naming it.
-func (lk *loadedKeys) summaries(ctx context.Context) ([]*partition.KeySummary, error) {
+// sampleTask is the key task whose run holds the input's first non-empty
+// row group, which reads the encoding sample; -1 for an input without
+// rows.
+func (lk *loadedKeys) sampleTask() int {
+	for i, t := range lk.Tasks {
+		if t.Rows > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// fitSample is the encoding sample the sample task stored, as
+// plan.AnalyzeSummaries takes it, and where it is; nil, nil where the
+// merge must read it itself (an input without rows). Its rows are read
+// back (and checked against their hash) only for a packed plan, whose
+// detection probe needs them; the plan copies the object.
+func (lk *loadedKeys) fitSample(ctx context.Context, dones []*TaskManifest, keys plan.Keys) (*plan.FitSample, *storedSample, error) {
+	st := lk.sampleTask()
+	if st < 0 || dones[st].Sample == "" {
+		return nil, nil, nil
+	}
+	d := dones[st]
+	fs := &plan.FitSample{RowBytes: d.SampleRowBytes, DecodeScale: d.SampleDecodeScale}
+	stored := &storedSample{name: d.Sample, hash: d.SampleHash}
+	if len(keys.Query) == 0 {
+		return fs, stored, nil
+	}
+	data, err := storage.Get(ctx, lk.out, d.Sample)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, nil, errs.Preconditionf(fmt.Sprintf("run key task %d again", st), "key task %d's encoding sample %s is missing", st, lk.out.URL(d.Sample))
+		}
+		return nil, nil, err
+	}
+	if got := workFileHash(xxhash.Sum64(data)); got != d.SampleHash {
+		return nil, nil, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", lk.out.URL(d.Sample), got, lk.out.URL(keysDoneName(st)), d.SampleHash), fmt.Sprintf("run key task %d again", st))
+	}
+	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithBodySizeLimit(0))
+	if err != nil {
+		return nil, nil, errs.WithHint(errs.BadInputf("read %s: %v", lk.out.URL(d.Sample), err), fmt.Sprintf("run key task %d again", st))
+	}
+	defer rd.Release()
+	if !rd.Next() {
+		return nil, nil, errs.WithHint(errs.BadInputf("read %s: no record (%v)", lk.out.URL(d.Sample), rd.Err()), fmt.Sprintf("run key task %d again", st))
+	}
+	fs.Sample = rd.RecordBatch()
+	fs.Sample.Retain()
+	return fs, stored, nil
+}
+
+// summaries reads every key task's summary and manifest, in task order; a
+// task that has not completed fails the merge (exit 5), naming it.
+func (lk *loadedKeys) summaries(ctx context.Context) ([]*partition.KeySummary, []*TaskManifest, error) {
 	sums := make([]*partition.KeySummary, len(lk.Tasks))
+	dones := make([]*TaskManifest, len(lk.Tasks))
 	dec, err := zstd.NewReader(nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer dec.Close()
 	err = par.ForEach(ctx, len(lk.Tasks), 16, func(i int) error {
@@ -285,13 +359,13 @@ func (lk *loadedKeys) summaries(ctx context.Context) ([]*partition.KeySummary, e
 		if s.First != kt.First || s.End != kt.End {
 			return errs.WithHint(errs.BadInputf("%s covers row groups [%d, %d); key task %d is [%d, %d)", lk.out.URL(d.Summary), s.First, s.End, i, kt.First, kt.End), fmt.Sprintf("run key task %d again", i))
 		}
-		sums[i] = &s
+		sums[i], dones[i] = &s, d
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return sums, nil
+	return sums, dones, nil
 }
 
 // PlanFromKeys is `relayout plan --keys`: it merges the key tasks'
@@ -319,14 +393,18 @@ func PlanFromKeys(ctx context.Context, keysURL string, local RunOptions) (*PlanR
 	if err != nil {
 		return nil, nil, err
 	}
-	sums, err := lk.summaries(ctx)
+	sums, dones, err := lk.summaries(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	ks, err := plan.AnalyzeSummaries(ctx, tbl, keys, sums, opts.layout(lk.tr), opts.resources())
+	fs, stored, err := lk.fitSample(ctx, dones, keys)
 	if err != nil {
 		return nil, nil, err
 	}
-	pj := &planJob{opts: opts, tr: lk.tr, mapBytes: lk.MapBytes, out: lk.out, claim: claim, staged: lk.Staged, tbl: tbl, keys: keys, in: ks.Sizes}
+	ks, err := plan.AnalyzeSummaries(ctx, tbl, keys, sums, fs, opts.layout(lk.tr), opts.resources())
+	if err != nil {
+		return nil, nil, err
+	}
+	pj := &planJob{opts: opts, tr: lk.tr, mapBytes: lk.MapBytes, out: lk.out, claim: claim, staged: lk.Staged, tbl: tbl, keys: keys, in: ks.Sizes, stored: stored}
 	return pj.finish(ctx, ks)
 }

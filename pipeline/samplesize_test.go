@@ -33,7 +33,7 @@ func TestSampleOver256MiB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hash, err := putSample(ctx, work, rec)
+	hash, err := putSample(ctx, work, plan.SampleFileName, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

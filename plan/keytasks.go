@@ -34,8 +34,10 @@ func KeyTask(ctx context.Context, tbl *source.Table, keys Keys, sliceKeys []stri
 
 // AnalyzeSummaries is Analyze from the key tasks' summaries (one per map
 // run): the same key pass, layout and memory plan, with only the footers,
-// the summaries and the encoding sample read here.
-func AnalyzeSummaries(ctx context.Context, tbl *source.Table, keys Keys, sums []*partition.KeySummary, o Options, r Resources) (*KeyPass, error) {
+// the summaries and the encoding sample read here. fs, where not nil, is
+// the sample a key task read and measured (ReadFitSample; fs.Sample, which
+// it takes, may be nil): then no row is read here.
+func AnalyzeSummaries(ctx context.Context, tbl *source.Table, keys Keys, sums []*partition.KeySummary, fs *FitSample, o Options, r Resources) (*KeyPass, error) {
 	in := SizesOf(tbl)
 	hist, sx, err := partition.BuildFromSummaries(ctx, tbl, sums, keys.Slice, partition.BuildOptions{QueryCols: keys.Query})
 	if err != nil {
@@ -46,5 +48,21 @@ func AnalyzeSummaries(ctx context.Context, tbl *source.Table, keys Keys, sums []
 		return nil, err
 	}
 	kp := &KeyPass{Hist: hist, Extra: &partition.BuildExtra{Queries: sx.Queries}, Before: before, Tasks: sx}
-	return fit(ctx, tbl, kp, in, o, r)
+	if fs == nil {
+		return fit(ctx, tbl, kp, in, o, r)
+	}
+	// The sample a key task read and measured: the same rows, scale and
+	// row bytes fit would find, and no row read here.
+	if err := InputFits(tbl, r); err != nil {
+		if fs.Sample != nil {
+			fs.Sample.Release()
+		}
+		return nil, err
+	}
+	raiseDecodeScale(tbl, fs.DecodeScale)
+	memRowBytes := in.RowBytes
+	if fs.RowBytes > 0 {
+		memRowBytes = fs.RowBytes
+	}
+	return fitTrimmed(tbl, kp, nil, fs.Sample, memRowBytes, in, o, r)
 }

@@ -394,25 +394,73 @@ func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Option
 // fitSample is fit with the sample read: the first non-empty row group,
 // decoded (nil for a table without rows), which it takes.
 func fitSample(tbl *source.Table, kp *KeyPass, sample arrow.RecordBatch, in Sizes, o Options, r Resources) (*KeyPass, error) {
-	hist := kp.Hist
+	memRowBytes, first, sample, err := measureSample(tbl, sample)
+	if err != nil {
+		return nil, err
+	}
+	if memRowBytes == 0 {
+		memRowBytes = in.RowBytes
+	}
+	return fitTrimmed(tbl, kp, first, sample, memRowBytes, in, o, r)
+}
+
+// measureSample measures the sample (the first non-empty row group,
+// decoded; nil for a table without rows), which it takes: its decoded
+// bytes per row (0 without rows), with which it raises tbl.DecodeScale,
+// and the rows that choose encodings (writer.TrimSample); first is the
+// sample itself.
+func measureSample(tbl *source.Table, sample arrow.RecordBatch) (rowBytes float64, first, trimmed arrow.RecordBatch, err error) {
 	// Units are sized with decoded bytes measured on the first row group
 	// (dictionary-encoded columns decode larger than Parquet says).
-	memRowBytes := in.RowBytes
 	if sample != nil && sample.NumRows() > 0 {
-		memRowBytes = float64(partition.RecordBytes(sample)) / float64(sample.NumRows())
+		rowBytes = float64(partition.RecordBytes(sample)) / float64(sample.NumRows())
 		if ref, ok := firstRowGroup(tbl); ok {
-			raiseDecodeScale(tbl, memRowBytes/ref.File.EstimateRowBytes())
+			raiseDecodeScale(tbl, rowBytes/ref.File.EstimateRowBytes())
 		}
 	}
-	first := sample
-	if sample != nil { // keep only the rows that choose encodings
-		trimmed, err := writer.TrimSample(sample, memory.DefaultAllocator)
-		if err != nil {
-			sample.Release()
-			return nil, err
-		}
-		sample = trimmed
+	if sample == nil {
+		return rowBytes, nil, nil, nil
 	}
+	trimmed, err = writer.TrimSample(sample, memory.DefaultAllocator) // keep only the rows that choose encodings
+	if err != nil {
+		sample.Release()
+		return 0, nil, nil, err
+	}
+	return rowBytes, sample, trimmed, nil
+}
+
+// A FitSample is what a plan takes from the input's first non-empty row
+// group, measured where that row group was read (a key task, so that the
+// merge reads no rows): the rows that choose encodings, the decoded bytes
+// per row, and the table's DecodeScale after reading it.
+type FitSample struct {
+	// Sample is the rows that choose encodings (writer.TrimSample); nil
+	// where the caller holds them elsewhere and needs no decoded copy.
+	Sample      arrow.RecordBatch
+	RowBytes    float64
+	DecodeScale float64
+}
+
+// ReadFitSample reads and measures tbl's first non-empty row group, as a
+// plan does; nil for a table without rows. tbl's DecodeScale is raised as
+// a plan raises it.
+func ReadFitSample(ctx context.Context, tbl *source.Table) (*FitSample, error) {
+	sample, err := readSample(ctx, tbl)
+	if err != nil || sample == nil {
+		return nil, err
+	}
+	rowBytes, first, trimmed, err := measureSample(tbl, sample)
+	if err != nil {
+		return nil, err
+	}
+	first.Release()
+	return &FitSample{Sample: trimmed, RowBytes: rowBytes, DecodeScale: tbl.DecodeScale}, nil
+}
+
+// fitTrimmed is fitSample with the sample measured: first is the whole
+// sample (or nil), sample its rows that choose encodings; it takes both.
+func fitTrimmed(tbl *source.Table, kp *KeyPass, first, sample arrow.RecordBatch, memRowBytes float64, in Sizes, o Options, r Resources) (*KeyPass, error) {
+	hist := kp.Hist
 	if kp.Extra != nil {
 		in = in.WithSamples(tbl.Rows, kp.Extra.Queries)
 	}
