@@ -52,6 +52,9 @@ func TestStepsPeakRSSWithinMemoryLimit(t *testing.T) {
 				}
 			})
 			t.Logf("peak RSS at --memory-limit 128MiB (%d map, %d reduce tasks): %s", counts.MapTasks, counts.Reduces, strings.Join(peaks, ", "))
+			if c.name != "hive" {
+				keyPassWithin(t, append([]string{"--input", in, "--output", filepath.Join(t.TempDir(), "keyed"), "--map-bytes", "16MiB"}, sizes...), lim, limit)
+			}
 			ref := filepath.Join(t.TempDir(), "ref")
 			// run given the same limit: the plan fits its sizes to it.
 			if r := relayout(t, nil, append([]string{"run", "--quiet", "--memory-limit", "128MiB", "--input", in, "--output", ref}, sizes...)...); r.code != 0 {
@@ -59,6 +62,36 @@ func TestStepsPeakRSSWithinMemoryLimit(t *testing.T) {
 			}
 			testutil.SameTree(t, "the steps' output against run's", testutil.ReadTree(t, ref), testutil.ReadTree(t, out))
 		})
+	}
+}
+
+// keyPassWithin runs the key pass as tasks (plan --key-tasks, every key
+// task, plan --keys) with planArgs and lim, and fails any step whose peak
+// RSS passes limit: key task 0, the first with rows, also reads the
+// encoding sample, which plan alone reads.
+func keyPassWithin(t *testing.T, planArgs, lim []string, limit int64) {
+	t.Helper()
+	peak, printed := peakRSSAndOutput(t, append(append([]string{"plan", "--key-tasks"}, planArgs...), lim...))
+	var kr struct {
+		Keys     string `json:"keys"`
+		KeyTasks int    `json:"key_tasks"`
+	}
+	if err := json.Unmarshal([]byte(printed), &kr); err != nil || kr.KeyTasks < 2 {
+		t.Fatalf("plan --key-tasks printed %q (%v): want several key tasks", printed, err)
+	}
+	peaks := []string{fmt.Sprintf("plan --key-tasks %d MiB", peak>>20)}
+	for i := 0; i < kr.KeyTasks; i++ {
+		p := peakRSSOf(t, append([]string{"keys", "--keys", kr.Keys, "--task", fmt.Sprint(i)}, lim...))
+		peak = max(peak, p)
+		if i == 0 {
+			peaks = append(peaks, fmt.Sprintf("key task 0 (the sample's) %d MiB", p>>20))
+		}
+	}
+	merge := peakRSSOf(t, append([]string{"plan", "--keys", kr.Keys}, lim...))
+	peaks = append(peaks, fmt.Sprintf("plan --keys %d MiB", merge>>20))
+	t.Logf("key pass as tasks at --memory-limit %d MiB: %s", limit>>20, strings.Join(peaks, ", "))
+	if peak = max(peak, merge); peak > limit {
+		t.Fatalf("key pass as tasks: peak RSS %d MiB exceeds --memory-limit %d MiB (%s)", peak>>20, limit>>20, strings.Join(peaks, ", "))
 	}
 }
 
