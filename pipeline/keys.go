@@ -210,8 +210,8 @@ func KeysTask(ctx context.Context, keysURL string, task int, local RunOptions) (
 	d := &TaskManifest{Kind: "keys", Task: task, Attempt: attempt, ConfigHash: lk.ConfigHash, Rows: sum.Rows, Summary: name, SummaryBytes: int64(len(data))}
 	if task == lk.sampleTask() {
 		// The encoding sample, read here, in parallel with the other key
-		// tasks, so that the merge reads no rows (it took a third of the
-		// merge's CPU on the scale-out bench, whose merge runs alone).
+		// tasks, so that the merge reads no rows (reading it was about half
+		// the merge's CPU on the scale-out bench, whose merge runs alone).
 		fs, err := plan.ReadFitSample(ctx, tbl)
 		if err != nil {
 			return nil, err
