@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,26 +199,10 @@ type planJob struct {
 }
 
 // storedSample is an encoding sample a key task stored under the work
-// prefix: its name there and its hash (workFileHash).
+// prefix: its name there, its hash (workFileHash), and what to do when it
+// is missing (run that key task again).
 type storedSample struct {
-	name, hash string
-}
-
-// copyObject copies object from to to under loc: on the server where the
-// store has a copy call (S3 CopyObject and its like), else through here.
-func copyObject(ctx context.Context, loc storage.Location, from, to string, log *slog.Logger) error {
-	err := loc.Bucket.Copy(ctx, loc.Key(to), loc.Key(from), nil)
-	if err == nil {
-		return nil
-	}
-	if log != nil {
-		log.Debug("copy on the server failed; copying through this process", "from", loc.URL(from), "to", loc.URL(to), "error", err)
-	}
-	data, err := storage.Get(ctx, loc, from)
-	if err != nil {
-		return err
-	}
-	return putObject(ctx, loc, to, data)
+	name, hash, hint string
 }
 
 // startPlan checks the options, claims the output for a plan (or a key
@@ -285,8 +268,12 @@ func (pj *planJob) finish(ctx context.Context, ks *plan.KeyPass) (*PlanResult, *
 		sampled := make(chan error, 1)
 		go func() {
 			var err error
-			if pj.stored != nil {
-				sampleHash, err = pj.stored.hash, copyObject(ctx, pj.out, pj.stored.name, plan.SampleFileName, opts.Log)
+			if st := pj.stored; st != nil {
+				sampleHash = st.hash
+				err = copyObject(ctx, pj.out, st.name, pj.out, plan.SampleFileName)
+				if storage.IsNotFound(err) {
+					err = errs.Preconditionf(st.hint, "the encoding sample %s is missing", pj.out.URL(st.name))
+				}
 			} else {
 				sampleHash, err = putSample(ctx, pj.out, plan.SampleFileName, ks.Sample)
 			}
@@ -1480,11 +1467,41 @@ func getWorkFile(ctx context.Context, work storage.Location, name string, hashes
 	if !ok {
 		return nil, 0, errs.WithHint(errs.BadInputf("%s records no hash for %s", planURL, work.URL(name)), "re-run relayout plan")
 	}
+	sum, err := checkWorkFile(data, work.URL(name), want, planURL, "re-run relayout plan")
+	return data, sum, err
+}
+
+// checkWorkFile checks data, the object at url, against the xxhash64 want
+// that recordedBy records (workFileHash): a file changed or damaged since
+// is bad input, with hint. It returns the data's xxhash64.
+func checkWorkFile(data []byte, url, want, recordedBy, hint string) (uint64, error) {
 	sum := xxhash.Sum64(data)
 	if got := workFileHash(sum); got != want {
-		return nil, 0, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", work.URL(name), got, planURL, want), "re-run relayout plan")
+		return 0, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", url, got, recordedBy, want), hint)
 	}
-	return data, sum, nil
+	return sum, nil
+}
+
+// decodeSample decodes a stored encoding sample (putSample), hash-checked
+// already, read with schema where not nil; the caller owns the record.
+// Its body may exceed arrow-go's default limit (256 MiB: the input's first
+// row group, compressed).
+func decodeSample(data []byte, url string, schema *arrow.Schema) (arrow.RecordBatch, error) {
+	opts := []ipc.Option{ipc.WithBodySizeLimit(0)}
+	if schema != nil {
+		opts = append(opts, ipc.WithSchema(schema))
+	}
+	rd, err := ipc.NewReader(bytes.NewReader(data), opts...)
+	if err != nil {
+		return nil, errs.BadInputf("read %s: %v", url, err)
+	}
+	defer rd.Release()
+	if !rd.Next() {
+		return nil, errs.BadInputf("read %s: no record (%v)", url, rd.Err())
+	}
+	rec := rd.RecordBatch()
+	rec.Retain()
+	return rec, nil
 }
 
 // readSchema reads the table's schema a plan (or key plan, planURL) stored
@@ -1525,18 +1542,10 @@ func (lp *loadedPlan) sample(ctx context.Context, schema *arrow.Schema) (arrow.R
 		rec.(arrow.RecordBatch).Retain()
 		return rec.(arrow.RecordBatch), nil
 	}
-	// Its hash checked (getWorkFile), its body may exceed arrow-go's
-	// default limit (256 MiB: the input's first row group, compressed).
-	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithSchema(schema), ipc.WithBodySizeLimit(0))
+	rec, err := decodeSample(data, lp.work.URL(plan.SampleFileName), schema) // the caller's
 	if err != nil {
-		return nil, errs.BadInputf("read %s: %v", lp.work.URL(plan.SampleFileName), err)
+		return nil, err
 	}
-	defer rd.Release()
-	if !rd.Next() {
-		return nil, errs.BadInputf("read %s: no record (%v)", lp.work.URL(plan.SampleFileName), rd.Err())
-	}
-	rec := rd.RecordBatch()
-	rec.Retain() // the caller's
 	if prev, loaded := samples.LoadOrStore(key, rec); loaded {
 		rec.Release()
 		rec = prev.(arrow.RecordBatch)

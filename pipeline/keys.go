@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 	"gocloud.dev/gcerrors"
 
@@ -284,30 +282,25 @@ func (lk *loadedKeys) fitSample(ctx context.Context, dones []*TaskManifest, keys
 	}
 	d := dones[st]
 	fs := &plan.FitSample{RowBytes: d.SampleRowBytes, DecodeScale: d.SampleDecodeScale}
-	stored := &storedSample{name: d.Sample, hash: d.SampleHash}
+	hint := fmt.Sprintf("run key task %d again", st)
+	stored := &storedSample{name: d.Sample, hash: d.SampleHash, hint: hint}
 	if len(keys.Query) == 0 {
 		return fs, stored, nil
 	}
+	url := lk.out.URL(d.Sample)
 	data, err := storage.Get(ctx, lk.out, d.Sample)
+	if storage.IsNotFound(err) {
+		return nil, nil, errs.Preconditionf(hint, "the encoding sample %s is missing", url)
+	}
 	if err != nil {
-		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, nil, errs.Preconditionf(fmt.Sprintf("run key task %d again", st), "key task %d's encoding sample %s is missing", st, lk.out.URL(d.Sample))
-		}
 		return nil, nil, err
 	}
-	if got := workFileHash(xxhash.Sum64(data)); got != d.SampleHash {
-		return nil, nil, errs.WithHint(errs.BadInputf("%s is damaged or was changed: its xxhash64 is %s, %s records %s", lk.out.URL(d.Sample), got, lk.out.URL(keysDoneName(st)), d.SampleHash), fmt.Sprintf("run key task %d again", st))
+	if _, err := checkWorkFile(data, url, d.SampleHash, lk.out.URL(keysDoneName(st)), hint); err != nil {
+		return nil, nil, err
 	}
-	rd, err := ipc.NewReader(bytes.NewReader(data), ipc.WithBodySizeLimit(0))
-	if err != nil {
-		return nil, nil, errs.WithHint(errs.BadInputf("read %s: %v", lk.out.URL(d.Sample), err), fmt.Sprintf("run key task %d again", st))
+	if fs.Sample, err = decodeSample(data, url, nil); err != nil {
+		return nil, nil, errs.WithHint(err, hint)
 	}
-	defer rd.Release()
-	if !rd.Next() {
-		return nil, nil, errs.WithHint(errs.BadInputf("read %s: no record (%v)", lk.out.URL(d.Sample), rd.Err()), fmt.Sprintf("run key task %d again", st))
-	}
-	fs.Sample = rd.RecordBatch()
-	fs.Sample.Retain()
 	return fs, stored, nil
 }
 

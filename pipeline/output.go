@@ -271,6 +271,16 @@ func swapStaged(ctx context.Context, out, stage storage.Location, m *manifests.M
 	return nil
 }
 
+// copyObject copies from's object fromRel to to's toRel, locations in the
+// same bucket, on the store's side (blob.Bucket.Copy: S3 CopyObject and
+// its like, a file copy on a local disk): no byte passes through here.
+func copyObject(ctx context.Context, from storage.Location, fromRel string, to storage.Location, toRel string) error {
+	if err := to.Bucket.Copy(ctx, to.Key(toRel), from.Key(fromRel), nil); err != nil {
+		return storage.Classify(fmt.Errorf("copy %s to %s: %w", from.URL(fromRel), to.URL(toRel), err))
+	}
+	return nil
+}
+
 // moveObject moves rel from one location to another in the same bucket.
 func moveObject(ctx context.Context, from, to storage.Location, rel string) error {
 	if from.Local != "" && to.Local != "" {
@@ -283,8 +293,8 @@ func moveObject(ctx context.Context, from, to storage.Location, rel string) erro
 		}
 		return nil
 	}
-	if err := to.Bucket.Copy(ctx, to.Key(rel), from.Key(rel), nil); err != nil {
-		return storage.Classify(fmt.Errorf("copy %s to %s: %w", from.URL(rel), to.URL(rel), err))
+	if err := copyObject(ctx, from, rel, to, rel); err != nil {
+		return err
 	}
 	if err := from.Bucket.Delete(ctx, from.Key(rel)); err != nil && !storage.IsNotFound(err) {
 		return storage.Classify(fmt.Errorf("remove %s: %w", from.URL(rel), err))

@@ -60,9 +60,5 @@ func AnalyzeSummaries(ctx context.Context, tbl *source.Table, keys Keys, sums []
 		return nil, err
 	}
 	raiseDecodeScale(tbl, fs.DecodeScale)
-	memRowBytes := in.RowBytes
-	if fs.RowBytes > 0 {
-		memRowBytes = fs.RowBytes
-	}
-	return fitTrimmed(tbl, kp, nil, fs.Sample, memRowBytes, in, o, r)
+	return fitMeasured(tbl, kp, nil, *fs, in, o, r)
 }

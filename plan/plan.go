@@ -394,14 +394,11 @@ func fit(ctx context.Context, tbl *source.Table, kp *KeyPass, in Sizes, o Option
 // fitSample is fit with the sample read: the first non-empty row group,
 // decoded (nil for a table without rows), which it takes.
 func fitSample(tbl *source.Table, kp *KeyPass, sample arrow.RecordBatch, in Sizes, o Options, r Resources) (*KeyPass, error) {
-	memRowBytes, first, sample, err := measureSample(tbl, sample)
+	rowBytes, first, trimmed, err := measureSample(tbl, sample)
 	if err != nil {
 		return nil, err
 	}
-	if memRowBytes == 0 {
-		memRowBytes = in.RowBytes
-	}
-	return fitTrimmed(tbl, kp, first, sample, memRowBytes, in, o, r)
+	return fitMeasured(tbl, kp, first, FitSample{Sample: trimmed, RowBytes: rowBytes}, in, o, r)
 }
 
 // measureSample measures the sample (the first non-empty row group,
@@ -457,10 +454,16 @@ func ReadFitSample(ctx context.Context, tbl *source.Table) (*FitSample, error) {
 	return &FitSample{Sample: trimmed, RowBytes: rowBytes, DecodeScale: tbl.DecodeScale}, nil
 }
 
-// fitTrimmed is fitSample with the sample measured: first is the whole
-// sample (or nil), sample its rows that choose encodings; it takes both.
-func fitTrimmed(tbl *source.Table, kp *KeyPass, first, sample arrow.RecordBatch, memRowBytes float64, in Sizes, o Options, r Resources) (*KeyPass, error) {
-	hist := kp.Hist
+// fitMeasured is fitSample with the sample measured (tbl's DecodeScale
+// raised already): first is the whole sample (or nil), fs.Sample its rows
+// that choose encodings; it takes both. Units are sized with fs.RowBytes,
+// or the footers' estimate for a table without rows.
+func fitMeasured(tbl *source.Table, kp *KeyPass, first arrow.RecordBatch, fs FitSample, in Sizes, o Options, r Resources) (*KeyPass, error) {
+	hist, sample := kp.Hist, fs.Sample
+	memRowBytes := in.RowBytes
+	if fs.RowBytes > 0 {
+		memRowBytes = fs.RowBytes
+	}
 	if kp.Extra != nil {
 		in = in.WithSamples(tbl.Rows, kp.Extra.Queries)
 	}

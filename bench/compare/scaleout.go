@@ -246,21 +246,26 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 	// build, so there are reps rounds (BENCH_SCALEOUT_REPS, default 3)
 	// and the medians are the result; the 10 TB projection uses the
 	// first round's task times.
-	reps := int(envInt("BENCH_SCALEOUT_REPS", 3))
-	var t1 float64
-	var planS, commitS float64
-	var keyT, mapT, redT []float64
+	reps := max(int(envInt("BENCH_SCALEOUT_REPS", 3)), 1)
+	// modelIn is what the model takes from a round's W = 1: the serial
+	// steps' times and each step's task times.
+	type modelIn struct {
+		plan, commit     float64
+		keys, maps, reds []float64
+	}
+	var first modelIn // round 1's, for the 10 TB projection
 	var manifest0 uint64
-	var plans []string
-	speedups, errs := map[int][]float64{}, map[int][]float64{}
+	speedups, modelErrs := map[int][]float64{}, map[int][]float64{}
 	var rounds []map[string]any
-	for round := 0; round < max(reps, 1); round++ {
+	for round := 0; round < reps; round++ {
 		if round > 0 {
 			fmt.Printf("round %d\n", round+1)
 		}
 		cur := map[string]any{}
 		rounds = append(rounds, cur)
-		plans = plans[:0]
+		var plans []string
+		var base float64 // this round's W = 1 total
+		var mi modelIn
 		for _, w := range []int{1, 2, 4} {
 			prefix := fmt.Sprintf("out-%d-r%d", w, round)
 			cpu0 := selfCPU()
@@ -288,12 +293,12 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 					fmt.Printf("scale-out bench: %v\n", err)
 					return
 				}
-				t1, out1, err := so.task(0, "plan", "--quiet", "--keys", keysURL)
+				tMerge, out1, err := so.task(0, "plan", "--quiet", "--keys", keysURL)
 				if err != nil {
 					fmt.Printf("scale-out bench: %v\n", err)
 					return
 				}
-				tp, pout, tpSplit = t0+t1, out1, [2]float64{t0, t1}
+				tp, pout, tpSplit = t0+tMerge, out1, [2]float64{t0, tMerge}
 			} else if tp, pout, err = so.task(0, planArgs...); err != nil {
 				fmt.Printf("scale-out bench: %v\n", err)
 				return
@@ -325,14 +330,11 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 			}
 			// The manifest names no output URL: equal bytes are equal outputs.
 			h := xxhash.Sum64(man)
-			if round == 0 && w == 1 {
-				manifest0 = h
-			}
 			if w == 1 {
-				t1 = total
+				base, mi = total, modelIn{tp, tc, kt, mt, rt}
 			}
 			if round == 0 && w == 1 {
-				planS, commitS, keyT, mapT, redT = tp, tc, kt, mt, rt
+				manifest0, first = h, mi
 				var shuffle int64
 				var segments int
 				for _, o := range mouts {
@@ -348,49 +350,40 @@ func scaleoutBench(dir string, rows int, res map[string]any) {
 				out["map_tasks"], out["reduce_tasks"] = counts.MapTasks, counts.ReduceTasks
 				out["map_task_seconds"], out["reduce_task_seconds"] = mt, rt
 			}
-			if w == 1 {
-				cur["model_inputs"] = []any{tp, tc, kt, mt, rt}
-			}
-			mi := cur["model_inputs"].([]any)
-			model := mi[0].(float64) + makespan(mi[2].([]float64), w) + makespan(mi[3].([]float64), w) + makespan(mi[4].([]float64), w) + mi[1].(float64)
+			model := mi.plan + makespan(mi.keys, w) + makespan(mi.maps, w) + makespan(mi.reds, w) + mi.commit
 			errPct := 100 * (model - total) / total
 			server := selfCPU() - cpu0 // this process: the S3 server, and the bench's own bookkeeping
-			fmt.Printf("%-8d %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %7.2fx %8.2fs %9.1f%% %9v %6.2f core\n", w, tp, tk, tm, tr, tc, total, t1/total, model, errPct, h == manifest0, server/total)
-			speedups[w], errs[w] = append(speedups[w], t1/total), append(errs[w], errPct)
+			fmt.Printf("%-8d %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %6.2fs %7.2fx %8.2fs %9.1f%% %9v %6.2f core\n", w, tp, tk, tm, tr, tc, total, base/total, model, errPct, h == manifest0, server/total)
+			speedups[w], modelErrs[w] = append(speedups[w], base/total), append(modelErrs[w], errPct)
 			cur[fmt.Sprintf("workers_%d", w)] = map[string]any{"plan": tp, "keys": tk, "map": tm, "reduce": tr, "commit": tc, "total": total,
-				"speedup": t1 / total, "model": model, "model_error_pct": errPct, "identical": h == manifest0, "server_cpu_seconds": server,
+				"speedup": base / total, "model": model, "model_error_pct": errPct, "identical": h == manifest0, "server_cpu_seconds": server,
 				"plan_key_plan": tpSplit[0], "plan_merge": tpSplit[1]}
 			plans = append(plans, fmt.Sprintf("W = %d %.2f + %.2f s", w, tpSplit[0], tpSplit[1]))
 		}
 		if keyTasks {
 			fmt.Printf("plan = key plan (plan --key-tasks) + merge (plan --keys), run on one worker: %s\n", strings.Join(plans, ", "))
 		}
-		delete(cur, "model_inputs")
 		deletePrefixes(loc.Bucket, round)
 	}
 	out["rounds"] = rounds
-	if len(rounds) > 1 {
-		var parts []string
-		for _, w := range []int{2, 4} {
-			var each []string
-			for i := range speedups[w] {
-				each = append(each, fmt.Sprintf("%.2fx (%+.1f%%)", speedups[w][i], errs[w][i]))
-			}
-			parts = append(parts, fmt.Sprintf("W = %d: %.2fx, model error %+.1f%% (rounds: %s)", w, medianF(speedups[w]), medianF(errs[w]), strings.Join(each, ", ")))
-			out[fmt.Sprintf("median_speedup_%d", w)], out[fmt.Sprintf("median_model_error_pct_%d", w)] = medianF(speedups[w]), medianF(errs[w])
+	var parts []string
+	for _, w := range []int{2, 4} {
+		var each []string
+		for i := range speedups[w] {
+			each = append(each, fmt.Sprintf("%.2fx (%+.1f%%)", speedups[w][i], modelErrs[w][i]))
 		}
-		fmt.Printf("medians of %d rounds: %s\n", len(rounds), strings.Join(parts, "; "))
-	} else {
-		for _, w := range []int{2, 4} {
-			out[fmt.Sprintf("median_speedup_%d", w)], out[fmt.Sprintf("median_model_error_pct_%d", w)] = speedups[w][0], errs[w][0]
-		}
+		parts = append(parts, fmt.Sprintf("W = %d: %.2fx, model error %+.1f%% (rounds: %s)", w, medianF(speedups[w]), medianF(modelErrs[w]), strings.Join(each, ", ")))
+		out[fmt.Sprintf("median_speedup_%d", w)], out[fmt.Sprintf("median_model_error_pct_%d", w)] = medianF(speedups[w]), medianF(modelErrs[w])
+	}
+	if reps > 1 {
+		fmt.Printf("medians of %d rounds: %s\n", reps, strings.Join(parts, "; "))
 	}
 	for k, v := range rounds[0] {
 		out[k] = v // the first round's figures where a single run's were
 	}
 	fmt.Printf("shuffle %.2f bytes per input byte; %d map and %d reduce tasks; %d shuffle segments (one range GET each in reduce)\n",
 		out["shuffle_per_input_byte"], out["map_tasks"], out["reduce_tasks"], out["segments"])
-	projectTenTB(inBytes, quota, planS, commitS, keyT, mapT, redT, out["segments"].(int), len(files), keyTasks, out)
+	projectTenTB(inBytes, quota, first.plan, first.commit, first.keys, first.maps, first.reds, out["segments"].(int), len(files), keyTasks, out)
 	res["scaleout"] = out
 }
 

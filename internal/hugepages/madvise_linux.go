@@ -25,8 +25,9 @@ func smallFaultCost() time.Duration {
 	return faultCost(unix.MADV_NOHUGEPAGE, probePages*smallPage, probeChunks) / probePages
 }
 
-// freshMemoryCost is faultCost per MiB: 1 MiB in 4 KiB pages, or 4 MiB
-// (two huge pages a chunk) advised for huge pages.
+// freshMemoryCost is faultCost per MiB: 1 MiB in 4 KiB pages (through
+// smallFaultCost), or probeChunks chunks of two huge pages (8 MiB) advised
+// for huge pages.
 func freshMemoryCost(huge bool) time.Duration {
 	if huge {
 		return faultCost(unix.MADV_HUGEPAGE, 2*hugePage, probeChunks) * (1 << 20) / (2 * hugePage)
