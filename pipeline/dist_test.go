@@ -208,30 +208,9 @@ func TestKeyTaskSampleDamaged(t *testing.T) {
 	in := testutil.Generate(t, gen.Options{Rows: 20_000, Files: 2, Seed: 43, RowGroupRows: 4 << 10})
 	ctx := context.Background()
 	local := RunOptions{Parallel: 2}
-	for _, packed := range []bool{true, false} {
-		out := filepath.Join(t.TempDir(), "out")
-		o := distOpts(in, out)
-		if packed {
-			o.SliceKeys, o.QueryKey = []string{"country"}, []string{"query_id"}
-		}
-		kr, err := KeyPlanJob(ctx, o, 256<<10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < kr.KeyTasks; i++ {
-			d, err := KeysTask(ctx, kr.Keys, i, local)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Sample != "" {
-				os.Remove(filepath.Join(out, filepath.FromSlash(d.Sample)))
-			}
-		}
-		if _, _, err := PlanFromKeys(ctx, kr.Keys, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "missing") || !strings.Contains(err.Error(), "(run key task 0 again)") {
-			t.Fatalf("packed=%v: merge without the stored sample: %v, want a precondition naming key task 0", packed, err)
-		}
-	}
-	for _, packed := range []bool{true, false} {
+	// keyTasks runs plan --key-tasks and every key task of a fresh output
+	// and returns the key plan and the stored sample's path.
+	keyTasks := func(packed bool) (*KeyPlanResult, string) {
 		out := filepath.Join(t.TempDir(), "out")
 		o := distOpts(in, out)
 		if packed {
@@ -254,6 +233,17 @@ func TestKeyTaskSampleDamaged(t *testing.T) {
 		if sample == "" {
 			t.Fatal("no key task stored the encoding sample")
 		}
+		return kr, sample
+	}
+	for _, packed := range []bool{true, false} {
+		kr, sample := keyTasks(packed)
+		os.Remove(sample)
+		if _, _, err := PlanFromKeys(ctx, kr.Keys, local); !errs.Is(err, errs.Precondition) || !strings.Contains(err.Error(), "missing") || !strings.Contains(err.Error(), "(run key task 0 again)") {
+			t.Fatalf("packed=%v: merge without the stored sample: %v, want a precondition naming key task 0", packed, err)
+		}
+	}
+	for _, packed := range []bool{true, false} {
+		kr, sample := keyTasks(packed)
 		data, err := os.ReadFile(sample)
 		if err != nil {
 			t.Fatal(err)
